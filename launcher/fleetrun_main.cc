@@ -1,0 +1,84 @@
+// fleetrun: composition root. Flags -> host facts -> plan -> logs -> supervised processes.
+// Exit status: 0 success; 2 bad flags or environment (nothing was started); a failed process's
+// own status (128+signal when it died by a signal); 128+signal when fleetrun itself was signalled.
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+
+#include "fleet/launcher/flags.h"
+#include "fleet/launcher/host.h"
+#include "fleet/launcher/plan.h"
+#include "fleet/launcher/report.h"
+#include "fleet/launcher/supervisor.h"
+
+namespace {
+
+constexpr int kUsageError = 2;
+
+int Fail(int code, const std::string& message) {
+  std::cerr << "fleetrun: error: " << message << std::endl;
+  return code;
+}
+
+bool MakeDirectories(const std::string& path) {
+  std::string prefix;
+  for (const std::string& part : fleet::SplitString(path, '/')) {
+    prefix += part;
+    if (!prefix.empty() && ::mkdir(prefix.c_str(), 0755) != 0 && errno != EEXIST) return false;
+    prefix += '/';
+  }
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace fleet::launcher;
+  auto options = ParseFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!options) return Fail(kUsageError, options.error());
+  if (options->help) {
+    std::cout << UsageText();
+    return 0;
+  }
+  if (options->version) {
+    std::cout << "fleetrun 0.1.0 (NCCL/CUDA build support: " << (FLEET_HAVE_NCCL ? "yes" : "no") << ")\n";
+    return 0;
+  }
+
+  HostFacts host = ReadHostFacts();
+  char gloo_template[] = "/tmp/fleetrun-gloo-XXXXXX";
+  if (!::mkdtemp(gloo_template)) return Fail(1, std::string("cannot create a gloo directory: ") + std::strerror(errno));
+  host.gloo_dir = gloo_template;
+  auto plan = PlanLaunch(*options, host);
+  if (!plan) {
+    ::rmdir(gloo_template);
+    return Fail(kUsageError, plan.error());
+  }
+  if (!MakeDirectories(plan->log_dir)) {
+    ::rmdir(gloo_template);
+    return Fail(1, "cannot create log directory '" + plan->log_dir + "': " + std::strerror(errno));
+  }
+
+  std::cout << FormatConfiguration(*options);
+  for (const std::string& note : plan->notes) std::cout << "NOTE: " << note << "\n";
+  std::cout << FormatPlan(*plan);
+  if (!plan->direct_start) {
+    std::ofstream(plan->log_dir + "/endpoints.log") << plan->endpoints_log;
+    std::cout << "details about PADDLE_TRAINER_ENDPOINTS can be found in " << plan->log_dir
+              << "/endpoints.log; logs of local processes are in " << plan->log_dir
+              << "/workerlog.*, serverlog.* and heterlog.*\n";
+  }
+  std::cout << std::flush;
+
+  SupervisorOptions supervisor;
+  supervisor.grace_period_seconds = options->grace_period_seconds;
+  const int status = Supervise(*plan, host.env, supervisor);
+  ::rmdir(gloo_template);  // only when empty: a gloo FILE store that used it keeps its files
+  return status;
+}

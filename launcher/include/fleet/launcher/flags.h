@@ -1,0 +1,48 @@
+// fleetrun's command line: Paddle's launcher flags (fleetrun / paddle.distributed.launch), then the
+// training script and its arguments. Parsing is strict: an unknown flag, a malformed value or an
+// elastic flag is an error before anything starts.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fleet/runtime/result.h"
+
+namespace fleet::launcher {
+
+struct LaunchOptions {
+  // Collective.
+  std::optional<std::string> gpus;     // physical GPU ids, default: CUDA_VISIBLE_DEVICES
+  std::string ips = "127.0.0.1";       // node addresses, in rank order
+  std::optional<int> nproc_per_node;
+  std::optional<int> start_port;       // else FLAGS_START_PORT, else 6070 / free ports
+  // Parameter server.
+  std::optional<int> server_num;
+  std::optional<int> worker_num;
+  std::optional<std::string> servers;
+  std::optional<std::string> workers;
+  std::optional<std::string> heter_workers;     // stages separated by ';'
+  std::optional<std::string> heter_worker_num;  // per stage, separated by ';'
+  std::optional<std::string> heter_devices;     // per stage: cpu, gpu or xpu, separated by ';'
+  std::optional<int> http_port;
+  // Both.
+  std::optional<std::string> host;     // this node's address; default POD_IP, else local addresses
+  std::optional<std::string> run_mode; // collective, ps, ps-heter; derived when omitted
+  std::string log_dir = "log";
+  double grace_period_seconds = 5.0;   // SIGTERM -> SIGKILL delay when stopping processes
+
+  std::string training_script;
+  std::vector<std::string> training_script_args;
+  bool help = false;
+  bool version = false;
+
+  // Flags as given, for the "Configuration Arguments" table.
+  std::vector<std::pair<std::string, std::string>> Describe() const;
+};
+
+Result<LaunchOptions> ParseFlags(const std::vector<std::string>& args);
+
+std::string UsageText();
+
+}  // namespace fleet::launcher

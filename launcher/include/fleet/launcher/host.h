@@ -1,0 +1,17 @@
+// The real HostFacts of this machine: environment, addresses, GPUs, free ports, script lookup.
+#pragma once
+
+#include "fleet/launcher/plan.h"
+
+namespace fleet::launcher {
+
+// Fills everything but gloo_dir (created only once the plan is known to be valid).
+HostFacts ReadHostFacts();
+
+// Binds `count` distinct ephemeral TCP ports (holding them until all are chosen) and releases them.
+Result<std::vector<int>> FindFreePorts(int count);
+
+// A .py script must be a readable file; anything else an executable file, or a command on PATH.
+Result<std::string> ResolveProgram(const std::string& script, const std::string& path_env);
+
+}  // namespace fleet::launcher

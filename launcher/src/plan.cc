@@ -1,0 +1,479 @@
+#include "fleet/launcher/plan.h"
+
+#include <algorithm>
+#include <set>
+
+namespace fleet::launcher {
+namespace {
+
+constexpr int kDefaultCollectivePort = 6070;  // every node uses the same list from here
+constexpr int kDefaultPsPort = 6170;          // Paddle's default for bare worker IPs
+
+bool IsSet(const std::optional<std::string>& v) { return v && !TrimWhitespace(*v).empty(); }
+
+const std::string* FindEnv(const HostFacts& host, const char* name) {
+  auto it = host.env.find(name);
+  return it == host.env.end() ? nullptr : &it->second;
+}
+
+Result<JobMode> DecideMode(const LaunchOptions& o) {
+  const bool ps_flags = o.server_num || o.worker_num || IsSet(o.servers) || IsSet(o.workers);
+  const bool heter_flags = IsSet(o.heter_workers) || IsSet(o.heter_worker_num) || IsSet(o.heter_devices);
+  JobMode mode = heter_flags ? JobMode::kHeterParameterServer
+                             : ps_flags ? JobMode::kParameterServer : JobMode::kCollective;
+  if (o.run_mode) {
+    auto chosen = ParseJobMode(*o.run_mode);
+    if (!chosen) return Error{"--run_mode: " + chosen.error()};
+    if (*chosen == JobMode::kCollective && (ps_flags || heter_flags)) {
+      return Error{"--run_mode=collective cannot be combined with parameter-server flags "
+                   "(--server_num --worker_num --servers --workers --heter_*)"};
+    }
+    if (*chosen == JobMode::kParameterServer && heter_flags) {
+      return Error{"--heter_workers/--heter_worker_num/--heter_devices need --run_mode=ps-heter"};
+    }
+    mode = *chosen;
+  }
+  if (mode != JobMode::kCollective) {
+    if (o.nproc_per_node) return Error{"--nproc_per_node is a collective flag; a PS job uses --worker_num"};
+    if (o.ips != "127.0.0.1") return Error{"--ips is a collective flag; a PS job lists nodes in --servers/--workers"};
+  }
+  return mode;
+}
+
+// This node's index in `nodes`: the only node, else --host, else POD_IP, else a local address.
+Result<int> FindThisNode(const std::vector<std::string>& nodes, const LaunchOptions& o,
+                         const HostFacts& host, const std::string& list_flags) {
+  if (nodes.size() == 1) return 0;
+  std::vector<std::string> candidates;
+  std::string how;
+  if (o.host) {
+    candidates = {*o.host};
+    how = "--host=" + *o.host;
+  } else if (const std::string* pod_ip = FindEnv(host, "POD_IP")) {
+    candidates = {*pod_ip};
+    how = "POD_IP=" + *pod_ip;
+  } else {
+    candidates = host.local_addresses;
+    how = "addresses " + JoinStrings(host.local_addresses, ",");
+  }
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    if (std::find(candidates.begin(), candidates.end(), nodes[i]) != candidates.end()) {
+      return static_cast<int>(i);
+    }
+  }
+  return Error{"this node (" + how + ") is not in " + list_flags + " (" + JoinStrings(nodes, ",") +
+               "); pass --host with this node's address from that list"};
+}
+
+struct Gpus {
+  std::vector<std::string> physical;  // ids as CUDA_VISIBLE_DEVICES names them
+  std::vector<int> positions;         // their positions in the visible list (what Paddle selects)
+};
+
+// --gpus names physical devices; Paddle's processes select by position in CUDA_VISIBLE_DEVICES.
+Result<Gpus> ResolveGpus(const LaunchOptions& o, const HostFacts& host) {
+  std::vector<std::string> visible;
+  const std::string* cvd = FindEnv(host, "CUDA_VISIBLE_DEVICES");
+  if (cvd) {
+    for (const std::string& id : SplitString(*cvd, ',')) {
+      if (!TrimWhitespace(id).empty()) visible.emplace_back(TrimWhitespace(id));
+    }
+  } else {
+    for (int i = 0; i < host.gpu_count; ++i) visible.push_back(std::to_string(i));
+  }
+  Gpus gpus;
+  if (!IsSet(o.gpus)) {
+    gpus.physical = visible;
+  } else {
+    for (const std::string& raw : SplitString(*o.gpus, ',')) {
+      const std::string id(TrimWhitespace(raw));
+      if (id.empty()) return Error{"--gpus '" + *o.gpus + "' has an empty entry"};
+      if (std::find(gpus.physical.begin(), gpus.physical.end(), id) != gpus.physical.end()) {
+        return Error{"--gpus lists GPU " + id + " twice"};
+      }
+      if (std::find(visible.begin(), visible.end(), id) == visible.end()) {
+        if (cvd) return Error{"--gpus: GPU " + id + " is not in CUDA_VISIBLE_DEVICES=" + *cvd};
+        return Error{"--gpus: GPU " + id + " is not present (this machine shows " +
+                     std::to_string(host.gpu_count) + " GPUs and CUDA_VISIBLE_DEVICES is unset)"};
+      }
+      gpus.physical.push_back(id);
+    }
+  }
+  for (const std::string& id : gpus.physical) {
+    gpus.positions.push_back(static_cast<int>(std::find(visible.begin(), visible.end(), id) - visible.begin()));
+  }
+  return gpus;
+}
+
+Result<GlooSettings> GlooFromEnv(const HostFacts& host) {
+  GlooSettings gloo;
+  if (const std::string* with = FindEnv(host, "PADDLE_WITH_GLOO")) {  // passed through, as Paddle does
+    auto value = ParseNonNegativeInt(TrimWhitespace(*with), "PADDLE_WITH_GLOO");
+    if (!value || *value > 2) return Error{"PADDLE_WITH_GLOO must be 0, 1 or 2, got '" + *with + "'"};
+    gloo.with_gloo = *value;
+  }
+  gloo.rendezvous = 3;
+  gloo.fs_path = host.gloo_dir;
+  return gloo;
+}
+
+Result<int> StartPort(const LaunchOptions& o, const HostFacts& host) {
+  if (o.start_port) return *o.start_port;
+  if (const std::string* flag = FindEnv(host, "FLAGS_START_PORT")) {
+    return ParsePort(TrimWhitespace(*flag), "FLAGS_START_PORT");
+  }
+  return kDefaultCollectivePort;
+}
+
+Result<std::vector<int>> PortRange(int start, int count, const std::string& what) {
+  if (start + count - 1 > 65535) {
+    return Error{what + " " + std::to_string(start) + " leaves no room for " + std::to_string(count) +
+                 " ports below 65536"};
+  }
+  std::vector<int> ports;
+  for (int i = 0; i < count; ++i) ports.push_back(start + i);
+  return ports;
+}
+
+Result<std::vector<Endpoint>> LocalEndpoints(const HostFacts& host, int count) {
+  auto ports = host.free_ports(count);
+  if (!ports) return Error{ports.error()};
+  std::vector<Endpoint> endpoints;
+  for (int port : *ports) endpoints.push_back(Endpoint{"127.0.0.1", port});
+  return endpoints;
+}
+
+struct Placement {
+  Topology topology;
+  int node_rank = 0;
+};
+
+Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
+                                           std::vector<std::string>& notes) {
+  auto gpus = ResolveGpus(o, host);
+  if (!gpus) return Error{gpus.error()};
+  CollectiveLayout layout;
+  const int gpu_count = static_cast<int>(gpus->positions.size());
+  layout.device_kind = gpu_count > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
+  const int procs = o.nproc_per_node.value_or(gpu_count > 0 ? gpu_count : 1);
+  if (gpu_count > 0) {
+    if (gpu_count % procs != 0) {
+      return Error{"--nproc_per_node=" + std::to_string(procs) + " does not divide the " +
+                   std::to_string(gpu_count) + " GPUs (" + JoinStrings(gpus->physical, ",") + ")"};
+    }
+    const int per_proc = gpu_count / procs;
+    for (int p = 0; p < procs; ++p) {
+      layout.device_groups.emplace_back(gpus->positions.begin() + p * per_proc,
+                                        gpus->positions.begin() + (p + 1) * per_proc);
+    }
+  } else {
+    layout.device_groups.assign(static_cast<size_t>(procs), {});
+  }
+  auto gloo = GlooFromEnv(host);
+  if (!gloo) return Error{gloo.error()};
+  layout.gloo = *gloo;
+
+  Placement placement;
+  if (auto cluster = DetectClusterEnv(host.env)) {
+    if (!*cluster) return Error{"managed-cluster env: " + cluster->error()};
+    const ClusterEnv& c = cluster->value();
+    if (procs > c.ports_per_node) {
+      return Error{"this node runs " + std::to_string(procs) + " processes but TRAINER_PORTS_NUM is " +
+                   std::to_string(c.ports_per_node)};
+    }
+    if (o.ips != "127.0.0.1") notes.push_back("running in a managed cluster: --ips is ignored, PADDLE_TRAINERS is used");
+    layout.nodes = c.nodes;
+    for (const auto& chunk : c.node_endpoints) {
+      std::vector<int> ports;
+      for (int i = 0; i < procs; ++i) ports.push_back(chunk[static_cast<size_t>(i)].port);
+      layout.node_ports.push_back(ports);
+    }
+    placement.node_rank = c.node_rank;
+  } else {
+    for (const std::string& raw : SplitString(o.ips, ',')) {
+      auto node = ParseHost(TrimWhitespace(raw));
+      if (!node) return Error{"--ips: " + node.error()};
+      if (std::find(layout.nodes.begin(), layout.nodes.end(), *node) != layout.nodes.end()) {
+        return Error{"--ips lists node " + *node + " twice"};
+      }
+      layout.nodes.push_back(*node);
+    }
+    auto node_rank = FindThisNode(layout.nodes, o, host, "--ips");
+    if (!node_rank) return Error{node_rank.error()};
+    placement.node_rank = *node_rank;
+    const bool fixed = o.start_port || FindEnv(host, "FLAGS_START_PORT") || layout.nodes.size() > 1;
+    for (size_t n = 0; n < layout.nodes.size(); ++n) {
+      Result<std::vector<int>> ports = std::vector<int>{};
+      if (fixed) {
+        auto start = StartPort(o, host);
+        if (!start) return Error{start.error()};
+        ports = PortRange(*start, procs, "start port");
+      } else {
+        ports = host.free_ports(procs);
+      }
+      if (!ports) return Error{ports.error()};
+      layout.node_ports.push_back(*ports);
+    }
+  }
+  auto topology = BuildCollectiveTopology(layout);
+  if (!topology) return Error{topology.error()};
+  placement.topology = std::move(*topology);
+  return placement;
+}
+
+// Endpoints without ports get Paddle's fixed defaults on a multi-node job and free ports when
+// everything runs on this machine.
+Status FillPorts(std::vector<Endpoint>& endpoints, bool local, int fixed_start, const HostFacts& host) {
+  const int missing = static_cast<int>(std::count_if(endpoints.begin(), endpoints.end(),
+                                                     [](const Endpoint& e) { return e.port == 0; }));
+  if (missing == 0) return OkStatus();
+  Result<std::vector<int>> ports = local ? host.free_ports(missing) : PortRange(fixed_start, missing, "default port");
+  if (!ports) return Error{ports.error()};
+  size_t next = 0;
+  for (Endpoint& e : endpoints) {
+    if (e.port == 0) e.port = (*ports)[next++];
+  }
+  return OkStatus();
+}
+
+Result<std::vector<int>> StageCounts(const std::string& text) {
+  std::vector<int> counts;
+  for (const std::string& item : SplitString(text, ';')) {
+    auto n = ParseNonNegativeInt(TrimWhitespace(item), "--heter_worker_num");
+    if (!n) return Error{n.error() + " (one count per stage, stages separated by ';')"};
+    if (*n < 1) return Error{"--heter_worker_num: every stage needs at least one heter worker"};
+    counts.push_back(*n);
+  }
+  return counts;
+}
+
+Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode mode) {
+  PsLayout layout;
+  // Servers: ip:port lists, or N local servers.
+  if (IsSet(o.servers)) {
+    auto servers = ParseEndpointList(*o.servers);
+    if (!servers) return Error{"--servers: " + servers.error()};
+    if (o.server_num && *o.server_num != static_cast<int>(servers->size())) {
+      return Error{"--server_num=" + std::to_string(*o.server_num) + " but --servers lists " +
+                   std::to_string(servers->size()) + " servers"};
+    }
+    layout.servers = *servers;
+  } else if (o.server_num) {
+    auto servers = LocalEndpoints(host, *o.server_num);
+    if (!servers) return Error{servers.error()};
+    layout.servers = *servers;
+  } else {
+    return Error{"a parameter-server job needs --server_num or --servers"};
+  }
+  // Trainers: the same, but a list may give bare IPs.
+  if (IsSet(o.workers)) {
+    auto workers = ParseEndpointListPortsOptional(*o.workers);
+    if (!workers) return Error{"--workers: " + workers.error()};
+    if (o.worker_num && *o.worker_num != static_cast<int>(workers->size())) {
+      return Error{"--worker_num=" + std::to_string(*o.worker_num) + " but --workers lists " +
+                   std::to_string(workers->size()) + " workers"};
+    }
+    layout.trainers = *workers;
+  } else if (o.worker_num) {
+    auto workers = LocalEndpoints(host, *o.worker_num);
+    if (!workers) return Error{workers.error()};
+    layout.trainers = *workers;
+  } else {
+    return Error{"a parameter-server job needs --worker_num or --workers"};
+  }
+  // Heter stages.
+  if (mode == JobMode::kHeterParameterServer) {
+    if (!IsSet(o.heter_devices)) return Error{"--run_mode=ps-heter needs --heter_devices (e.g. gpu or gpu;cpu)"};
+    std::vector<DeviceKind> devices;
+    for (const std::string& item : SplitString(*o.heter_devices, ';')) {
+      auto kind = ParseDeviceKind(TrimWhitespace(item));
+      if (!kind) return Error{"--heter_devices: " + kind.error()};
+      devices.push_back(*kind);
+    }
+    std::vector<int> counts;
+    if (IsSet(o.heter_worker_num)) {
+      auto parsed = StageCounts(*o.heter_worker_num);
+      if (!parsed) return Error{parsed.error()};
+      counts = *parsed;
+    }
+    if (IsSet(o.heter_workers)) {
+      for (const std::string& stage : SplitString(*o.heter_workers, ';')) {
+        auto endpoints = ParseEndpointListPortsOptional(stage);
+        if (!endpoints) return Error{"--heter_workers: " + endpoints.error()};
+        if (endpoints->empty()) return Error{"--heter_workers has an empty stage"};
+        layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, *endpoints});
+      }
+      if (!counts.empty()) {
+        if (counts.size() != layout.heter_stages.size()) {
+          return Error{"--heter_worker_num gives " + std::to_string(counts.size()) + " stages but --heter_workers " +
+                       std::to_string(layout.heter_stages.size())};
+        }
+        for (size_t s = 0; s < counts.size(); ++s) {
+          if (counts[s] != static_cast<int>(layout.heter_stages[s].endpoints.size())) {
+            return Error{"heter stage " + std::to_string(s + 2) + ": --heter_worker_num says " +
+                         std::to_string(counts[s]) + " but --heter_workers lists " +
+                         std::to_string(layout.heter_stages[s].endpoints.size())};
+          }
+        }
+      }
+    } else if (!counts.empty()) {
+      for (int count : counts) {
+        auto endpoints = LocalEndpoints(host, count);
+        if (!endpoints) return Error{endpoints.error()};
+        layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, *endpoints});
+      }
+    } else {
+      return Error{"--run_mode=ps-heter needs --heter_workers or --heter_worker_num"};
+    }
+    if (devices.size() != layout.heter_stages.size()) {
+      return Error{"--heter_devices gives " + std::to_string(devices.size()) + " devices for " +
+                   std::to_string(layout.heter_stages.size()) + " heter stages (one per stage, ';'-separated)"};
+    }
+    for (size_t s = 0; s < devices.size(); ++s) layout.heter_stages[s].device = devices[s];
+  }
+
+  std::set<std::string> hosts;
+  for (const Endpoint& e : layout.servers) hosts.insert(e.host);
+  for (const Endpoint& e : layout.trainers) hosts.insert(e.host);
+  for (const HeterStage& stage : layout.heter_stages) {
+    for (const Endpoint& e : stage.endpoints) hosts.insert(e.host);
+  }
+  const bool local = hosts.size() == 1;
+  int assigned = static_cast<int>(layout.servers.size());
+  if (auto s = FillPorts(layout.trainers, /*local=*/false, kDefaultPsPort + assigned, host); !s) return Error{s.error()};
+  assigned += static_cast<int>(layout.trainers.size());
+  for (HeterStage& stage : layout.heter_stages) {
+    if (auto s = FillPorts(stage.endpoints, local, kDefaultPsPort + assigned, host); !s) return Error{s.error()};
+    assigned += static_cast<int>(stage.endpoints.size());
+  }
+  // Devices: trainers use GPUs only when --gpus is given; gpu/xpu heter stages always do.
+  auto gpus = ResolveGpus(o, host);
+  if (!gpus) return Error{gpus.error()};
+  layout.gpu_pool = gpus->physical;
+  if (IsSet(o.gpus)) layout.trainer_device = DeviceKind::kGpu;
+  if (const std::string* xpus = FindEnv(host, "XPU_VISIBLE_DEVICES")) {
+    for (const std::string& id : SplitString(*xpus, ',')) {
+      if (!TrimWhitespace(id).empty()) layout.xpu_pool.emplace_back(TrimWhitespace(id));
+    }
+  }
+  auto gloo = GlooFromEnv(host);
+  if (!gloo) return Error{gloo.error()};
+  layout.gloo = *gloo;
+  int http_port = 0;
+  if (o.http_port) {
+    http_port = *o.http_port;
+  } else {
+    auto port = local ? host.free_ports(1) : PortRange(kDefaultPsPort + assigned, 1, "default port");
+    if (!port) return Error{port.error()};
+    http_port = port->front();
+  }
+  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, http_port}.ToString();
+
+  auto topology = BuildPsTopology(layout);
+  if (!topology) return Error{topology.error()};
+  Placement placement;
+  placement.topology = std::move(*topology);
+  if (!local) {
+    auto node = FindThisNode(placement.topology.nodes, o, host, "--servers/--workers/--heter_workers");
+    if (!node) return Error{node.error()};
+    placement.node_rank = *node;
+  }
+  return placement;
+}
+
+std::string LogPrefix(Role role) {
+  switch (role) {
+    case Role::kTrainer: return "workerlog.";
+    case Role::kServer: return "serverlog.";
+    case Role::kHeterTrainer: return "heterlog.";
+  }
+  return "workerlog.";
+}
+
+std::string EndpointsSection(const std::string& name, const std::vector<Endpoint>& endpoints) {
+  std::string out = name + ": \n";
+  for (const Endpoint& e : endpoints) out += e.ToString() + "\n";
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> ScriptCommand(const std::string& program, const LaunchOptions& options) {
+  std::vector<std::string> argv;
+  const std::string& script = options.training_script;
+  if (script.size() > 3 && script.compare(script.size() - 3, 3, ".py") == 0) {
+    argv = {"python3", "-u", program};
+  } else {
+    argv = {program};
+  }
+  argv.insert(argv.end(), options.training_script_args.begin(), options.training_script_args.end());
+  return argv;
+}
+
+Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host) {
+  auto mode = DecideMode(options);
+  if (!mode) return Error{mode.error()};
+  // Elastic mode switches on from the env alone in Paddle; refuse it rather than run non-elastic.
+  if (FindEnv(host, "PADDLE_ELASTIC_SERVER") && FindEnv(host, "PADDLE_ELASTIC_JOB_ID") &&
+      FindEnv(host, "PADDLE_ELASTIC_NP")) {
+    return Error{"PADDLE_ELASTIC_SERVER/JOB_ID/NP are set: elastic training is not supported by this fleetrun yet"};
+  }
+  auto program = host.resolve_program(options.training_script);
+  if (!program) return Error{program.error()};
+
+  LaunchPlan plan;
+  plan.log_dir = options.log_dir;
+  const std::vector<std::string> command = ScriptCommand(*program, options);
+
+  // Paddle's PS path on a managed cluster: the platform set the role env already.
+  const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
+                              FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
+  if (*mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+    plan.direct_start = true;
+    plan.topology.mode = *mode;
+    LocalProcess only;
+    only.argv = command;
+    const std::string* role = FindEnv(host, "TRAINING_ROLE");
+    only.process.role = *role == "PSERVER" ? Role::kServer
+                        : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer;
+    only.log_file = LogPrefix(only.process.role) + "0";
+    only.echo_to_terminal = true;
+    plan.processes.push_back(std::move(only));
+    plan.notes.push_back("managed parameter-server cluster: running the script once with the platform's env");
+    return plan;
+  }
+
+  auto placement = *mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)
+                                                 : PlanPs(options, host, *mode);
+  if (!placement) return Error{placement.error()};
+  plan.topology = std::move(placement->topology);
+  plan.node_rank = placement->node_rank;
+
+  const EnvRenderer renderer(plan.topology);
+  for (Role role : {Role::kServer, Role::kTrainer, Role::kHeterTrainer}) {
+    for (const Process* p : plan.topology.OfRole(role)) {
+      if (p->node != plan.node_rank) continue;
+      LocalProcess local;
+      local.process = *p;
+      local.env = renderer.Render(*p);
+      local.argv = command;
+      local.log_file = LogPrefix(role) + std::to_string(p->local_rank);
+      local.echo_to_terminal = role == Role::kTrainer && p->local_rank == 0;
+      plan.processes.push_back(std::move(local));
+    }
+  }
+  if (plan.processes.empty()) {
+    return Error{"no process of this job is placed on this node"};
+  }
+  plan.endpoints_log = EndpointsSection("PADDLE_TRAINER_ENDPOINTS", plan.topology.EndpointsOf(Role::kTrainer));
+  if (*mode != JobMode::kCollective) {
+    plan.endpoints_log += EndpointsSection("PADDLE_PSERVERS_IP_PORT_LIST", plan.topology.EndpointsOf(Role::kServer));
+  }
+  if (*mode == JobMode::kHeterParameterServer) {
+    plan.endpoints_log += EndpointsSection("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
+                                           plan.topology.EndpointsOf(Role::kHeterTrainer));
+  }
+  return plan;
+}
+
+}  // namespace fleet::launcher

@@ -1,0 +1,362 @@
+#include "fleet/launcher/supervisor.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <string>
+#include <vector>
+
+namespace fleet::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void WriteAll(int fd, const char* data, size_t size) {
+  while (size > 0) {
+    ssize_t n = ::write(fd, data, size);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;  // a closed terminal must not stop the job; the log file still has it all
+    data += n;
+    size -= static_cast<size_t>(n);
+  }
+}
+
+std::string RoleName(Role role) {
+  switch (role) {
+    case Role::kTrainer: return "trainer";
+    case Role::kServer: return "server";
+    case Role::kHeterTrainer: return "heter trainer";
+  }
+  return "process";
+}
+
+std::string DescribeStatus(int status) {
+  if (WIFSIGNALED(status)) {
+    const char* name = ::sigabbrev_np(WTERMSIG(status));
+    return "was killed by signal " + std::to_string(WTERMSIG(status)) + (name ? std::string(" (SIG") + name + ")" : "");
+  }
+  return "exited with code " + std::to_string(WEXITSTATUS(status));
+}
+
+// The shell convention, which the operator's ExitCode restart policy reads: 128+signal.
+int ExitCodeOf(int status) {
+  return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
+}
+
+const sigset_t& HandledSignals() {
+  static const sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&s, sig);
+    return s;
+  }();
+  return set;
+}
+
+struct Child {
+  const LocalProcess* spec = nullptr;
+  pid_t pid = -1;
+  bool running = false;
+  int status = 0;
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options)
+      : plan_(plan), base_env_(base_env), options_(options) {}
+
+  int Run();
+
+ private:
+  bool StartAll();
+  bool Start(const LocalProcess& spec, Child& child);
+  void Reap();
+  void OnExit(Child& child, int status);
+  void BeginStop(int exit_code, bool immediate);
+  void SignalGroups(int sig);
+  void CopyEcho(bool drain);
+  bool AnyRunning() const;
+  void KillAdoptedOrphans();
+  void Say(const std::string& message) {
+    const std::string line = "fleetrun: " + message + "\n";
+    WriteAll(options_.messages_fd, line.data(), line.size());
+  }
+  std::string LogPath(const LocalProcess& spec) const { return plan_.log_dir + "/" + spec.log_file; }
+
+  const LaunchPlan& plan_;
+  const EnvMap& base_env_;
+  const SupervisorOptions options_;
+  std::vector<Child> children_;
+  int signal_fd_ = -1;
+  int echo_fd_ = -1;       // read end of local worker 0's output pipe
+  int echo_log_fd_ = -1;   // worker 0's log file, written by us
+  bool stopping_ = false;
+  int exit_code_ = 0;
+  Clock::time_point kill_deadline_ = Clock::time_point::max();
+};
+
+bool Supervisor::Start(const LocalProcess& spec, Child& child) {
+  // Everything the child needs is prepared before fork(): after it only async-signal-safe calls.
+  EnvMap env = base_env_;
+  env.erase("http_proxy");  // Paddle's launcher drops these: trainers talk to peers directly
+  env.erase("https_proxy");
+  for (const auto& [name, value] : spec.env) env[name] = value;
+  std::vector<std::string> env_strings;
+  env_strings.reserve(env.size());
+  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
+  std::vector<char*> envp;
+  for (std::string& s : env_strings) envp.push_back(s.data());
+  envp.push_back(nullptr);
+  std::vector<std::string> argv_strings = spec.argv;
+  std::vector<char*> argv;
+  for (std::string& s : argv_strings) argv.push_back(s.data());
+  argv.push_back(nullptr);
+
+  const std::string log_path = LogPath(spec);
+  int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (log_fd < 0) {
+    Say("cannot open " + log_path + ": " + std::strerror(errno));
+    return false;
+  }
+  int out_fd = log_fd;
+  int pipe_fds[2] = {-1, -1};
+  if (spec.echo_to_terminal) {
+    if (::pipe2(pipe_fds, O_CLOEXEC) != 0) {
+      Say(std::string("cannot create a pipe: ") + std::strerror(errno));
+      ::close(log_fd);
+      return false;
+    }
+    out_fd = pipe_fds[1];
+  }
+  int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+
+  pid_t pid = ::fork();
+  if (pid == 0) {
+    ::setpgid(0, 0);
+    // Die with fleetrun even if it is SIGKILLed; the check closes the race with an early death.
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(127);
+    sigset_t empty;
+    sigemptyset(&empty);
+    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+    ::signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec; the child gets defaults
+    if (null_fd >= 0) ::dup2(null_fd, 0);
+    ::dup2(out_fd, 1);
+    ::dup2(out_fd, 2);
+    ::execvpe(argv[0], argv.data(), envp.data());
+    const char msg[] = "fleetrun: exec failed\n";
+    (void)!::write(2, msg, sizeof msg - 1);
+    ::_exit(127);
+  }
+  if (null_fd >= 0) ::close(null_fd);
+  if (pid < 0) {
+    Say(std::string("fork failed: ") + std::strerror(errno));
+    ::close(log_fd);
+    if (spec.echo_to_terminal) {
+      ::close(pipe_fds[0]);
+      ::close(pipe_fds[1]);
+    }
+    return false;
+  }
+  ::setpgid(pid, pid);  // also from the parent, so signalling the group never races the child
+  child.spec = &spec;
+  child.pid = pid;
+  child.running = true;
+  if (spec.echo_to_terminal) {
+    ::close(pipe_fds[1]);
+    echo_fd_ = pipe_fds[0];
+    echo_log_fd_ = log_fd;
+    ::fcntl(echo_fd_, F_SETFL, ::fcntl(echo_fd_, F_GETFL) | O_NONBLOCK);
+  } else {
+    ::close(log_fd);
+  }
+  return true;
+}
+
+bool Supervisor::StartAll() {
+  children_.resize(plan_.processes.size());
+  for (size_t i = 0; i < plan_.processes.size(); ++i) {
+    if (!Start(plan_.processes[i], children_[i])) return false;
+  }
+  return true;
+}
+
+bool Supervisor::AnyRunning() const {
+  for (const Child& c : children_) {
+    if (c.running) return true;
+  }
+  return false;
+}
+
+void Supervisor::SignalGroups(int sig) {
+  for (const Child& c : children_) {
+    // The group may outlive its leader (grandchildren); ESRCH just means it is gone.
+    if (c.pid > 0) ::kill(-c.pid, sig);
+  }
+}
+
+void Supervisor::BeginStop(int exit_code, bool immediate) {
+  if (!stopping_) {
+    stopping_ = true;
+    exit_code_ = exit_code;
+    SignalGroups(SIGTERM);
+    kill_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                        std::chrono::duration<double>(options_.grace_period_seconds));
+  }
+  if (immediate) kill_deadline_ = Clock::now();
+}
+
+void Supervisor::OnExit(Child& child, int status) {
+  child.running = false;
+  child.status = status;
+  const LocalProcess& spec = *child.spec;
+  if (stopping_) return;  // we are stopping everything; statuses from our signals don't count
+  const std::string who = RoleName(spec.process.role) + " rank " + std::to_string(spec.process.rank);
+  if (ExitCodeOf(status) != 0) {
+    Say("ABORT: " + who + " " + DescribeStatus(status) + "; its log is " + LogPath(spec) +
+        ". Stopping all local processes.");
+    BeginStop(ExitCodeOf(status), false);
+    return;
+  }
+  bool trainers_left = false;
+  bool had_trainers = false;
+  for (const Child& c : children_) {
+    if (c.spec->process.role != Role::kTrainer) continue;
+    had_trainers = true;
+    trainers_left = trainers_left || c.running;
+  }
+  if (had_trainers && !trainers_left && AnyRunning()) {
+    Say("all local trainers finished; stopping local servers and heter trainers.");
+    BeginStop(0, false);
+  }
+}
+
+void Supervisor::Reap() {
+  while (true) {
+    int status = 0;
+    pid_t pid = ::waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (Child& c : children_) {
+      if (c.pid == pid && c.running) OnExit(c, status);
+    }
+    // Anything else is an orphan we adopted as subreaper: reaping it is all there is to do.
+  }
+}
+
+void Supervisor::CopyEcho(bool drain) {
+  if (echo_fd_ < 0) return;
+  char buffer[65536];
+  while (true) {
+    ssize_t n = ::read(echo_fd_, buffer, sizeof buffer);
+    if (n > 0) {
+      WriteAll(echo_log_fd_, buffer, static_cast<size_t>(n));
+      WriteAll(options_.terminal_fd, buffer, static_cast<size_t>(n));
+      if (!drain) return;  // one chunk per wake-up keeps signals responsive
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && !drain) return;
+    // EOF, or nothing more to drain after the job ended (a grandchild may still hold the pipe).
+    ::close(echo_fd_);
+    ::close(echo_log_fd_);
+    echo_fd_ = echo_log_fd_ = -1;
+    return;
+  }
+}
+
+void Supervisor::KillAdoptedOrphans() {
+  // As subreaper we inherit our children's orphaned descendants (e.g. a process that left its
+  // group with setsid()). Whatever still has us as parent is ours to end.
+  const pid_t self = ::getpid();
+  DIR* proc = ::opendir("/proc");
+  if (!proc) return;
+  std::vector<pid_t> orphans;
+  while (dirent* entry = ::readdir(proc)) {
+    char* end = nullptr;
+    long pid = std::strtol(entry->d_name, &end, 10);
+    if (*end != '\0' || pid <= 0) continue;
+    std::string path = std::string("/proc/") + entry->d_name + "/stat";
+    int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) continue;
+    char stat[512];
+    ssize_t n = ::read(fd, stat, sizeof stat - 1);
+    ::close(fd);
+    if (n <= 0) continue;
+    stat[n] = '\0';
+    const char* after_comm = std::strrchr(stat, ')');  // comm may contain spaces and parentheses
+    int ppid = 0;
+    char state = 0;
+    if (after_comm && std::sscanf(after_comm + 1, " %c %d", &state, &ppid) == 2 && ppid == self) {
+      orphans.push_back(static_cast<pid_t>(pid));
+    }
+  }
+  ::closedir(proc);
+  for (pid_t pid : orphans) ::kill(pid, SIGKILL);
+  for (pid_t pid : orphans) ::waitpid(pid, nullptr, 0);
+}
+
+int Supervisor::Run() {
+  ::prctl(PR_SET_CHILD_SUBREAPER, 1);
+  ::signal(SIGPIPE, SIG_IGN);
+  sigset_t previous;
+  ::sigprocmask(SIG_BLOCK, &HandledSignals(), &previous);
+  signal_fd_ = ::signalfd(-1, &HandledSignals(), SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signal_fd_ < 0) {
+    Say(std::string("signalfd failed: ") + std::strerror(errno));
+    return 1;
+  }
+  if (!StartAll()) BeginStop(1, false);
+  Reap();  // a child that failed to exec may already be gone
+
+  while (AnyRunning()) {
+    int timeout_ms = -1;
+    if (stopping_) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now()).count();
+      if (left <= 0) {
+        SignalGroups(SIGKILL);
+        kill_deadline_ = Clock::time_point::max();
+        timeout_ms = -1;
+      } else {
+        timeout_ms = static_cast<int>(left);
+      }
+    }
+    pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {echo_fd_, POLLIN, 0}};
+    int ready = ::poll(fds, echo_fd_ >= 0 ? 2 : 1, timeout_ms);
+    if (ready < 0 && errno != EINTR) break;
+    if (echo_fd_ >= 0 && (fds[1].revents & (POLLIN | POLLHUP))) CopyEcho(false);
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info;
+      while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        const int sig = static_cast<int>(info.ssi_signo);
+        if (sig == SIGCHLD) continue;  // reaped below
+        if (!stopping_) Say(std::string("received SIG") + ::sigabbrev_np(sig) + "; stopping all local processes.");
+        BeginStop(128 + sig, /*immediate=*/stopping_);
+      }
+      Reap();
+    }
+  }
+  CopyEcho(true);
+  SignalGroups(SIGKILL);  // leftovers of finished groups: nothing outlives the job
+  KillAdoptedOrphans();
+  ::close(signal_fd_);
+  ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+  return exit_code_;
+}
+
+}  // namespace
+
+int Supervise(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options) {
+  return Supervisor(plan, base_env, options).Run();
+}
+
+}  // namespace fleet::launcher

@@ -1,0 +1,146 @@
+#include "fleet/runtime/endpoint.h"
+
+#include <charconv>
+#include <set>
+
+namespace fleet {
+namespace {
+
+std::string Quote(std::string_view text) { return "'" + std::string(text) + "'"; }
+
+Result<std::vector<Endpoint>> ParseList(std::string_view text, bool port_optional) {
+  std::vector<Endpoint> endpoints;
+  if (TrimWhitespace(text).empty()) return endpoints;
+  std::set<std::pair<std::string, int>> seen;
+  int with_port = 0;
+  for (const std::string& raw : SplitString(text, ',')) {
+    std::string_view entry = TrimWhitespace(raw);
+    if (entry.empty()) return Error{"endpoint list " + Quote(text) + " has an empty entry"};
+    Endpoint endpoint;
+    if (port_optional && entry.find(':') == std::string_view::npos) {
+      auto host = ParseHost(entry);
+      if (!host) return Error{host.error()};
+      endpoint.host = *host;
+    } else {
+      auto parsed = ParseEndpoint(entry);
+      if (!parsed) return Error{parsed.error()};
+      endpoint = *parsed;
+      ++with_port;
+    }
+    endpoints.push_back(endpoint);
+  }
+  if (with_port != 0 && with_port != static_cast<int>(endpoints.size())) {
+    return Error{"endpoint list " + Quote(text) +
+                 " mixes entries with and without ports; give a port for every entry or for none"};
+  }
+  for (const Endpoint& e : endpoints) {
+    if (e.port == 0) continue;  // bare hosts repeat legitimately (several workers on one node)
+    if (!seen.emplace(e.host, e.port).second) {
+      return Error{"endpoint " + Quote(e.ToString()) + " appears twice in " + Quote(text)};
+    }
+  }
+  return endpoints;
+}
+
+}  // namespace
+
+std::string Endpoint::ToString() const { return host + ":" + std::to_string(port); }
+
+std::vector<std::string> SplitString(std::string_view text, char separator) {
+  std::vector<std::string> parts;
+  size_t start = 0;
+  while (true) {
+    size_t pos = text.find(separator, start);
+    parts.emplace_back(text.substr(start, pos == std::string_view::npos ? pos : pos - start));
+    if (pos == std::string_view::npos) break;
+    start = pos + 1;
+  }
+  return parts;
+}
+
+std::string_view TrimWhitespace(std::string_view text) {
+  const char* ws = " \t\r\n";
+  size_t begin = text.find_first_not_of(ws);
+  if (begin == std::string_view::npos) return {};
+  size_t end = text.find_last_not_of(ws);
+  return text.substr(begin, end - begin + 1);
+}
+
+std::string JoinStrings(const std::vector<std::string>& parts, std::string_view separator) {
+  std::string out;
+  for (size_t i = 0; i < parts.size(); ++i) {
+    if (i) out += separator;
+    out += parts[i];
+  }
+  return out;
+}
+
+Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what) {
+  int value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end || value < 0) {
+    return Error{std::string(what) + " must be a non-negative integer, got " + Quote(text)};
+  }
+  return value;
+}
+
+Result<int> ParsePort(std::string_view text, std::string_view what) {
+  long value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || ec != std::errc() || ptr != end) {
+    return Error{std::string(what) + " has a port that is not a number: " + Quote(text)};
+  }
+  if (value < 1 || value > 65535) {
+    return Error{std::string(what) + " has port " + std::string(text) + ", out of range 1-65535"};
+  }
+  return static_cast<int>(value);
+}
+
+Result<std::string> ParseHost(std::string_view text) {
+  if (text.empty()) return Error{"empty host name"};
+  for (char c : text) {
+    if (c == ':' || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == ';') {
+      return Error{"host " + Quote(text) +
+                   " contains a character Paddle cannot parse in an endpoint (':' ',' ';' or space)"};
+    }
+  }
+  return std::string(text);
+}
+
+Result<Endpoint> ParseEndpoint(std::string_view text) {
+  std::string_view entry = TrimWhitespace(text);
+  size_t colon = entry.find(':');
+  if (colon == std::string_view::npos) {
+    return Error{"endpoint " + Quote(entry) + " has no port (expected host:port)"};
+  }
+  if (entry.find(':', colon + 1) != std::string_view::npos) {
+    return Error{"endpoint " + Quote(entry) +
+                 " has more than one ':' (IPv6 literals cannot be used: Paddle splits on ':')"};
+  }
+  auto host = ParseHost(entry.substr(0, colon));
+  if (!host) return Error{"endpoint " + Quote(entry) + ": " + host.error()};
+  auto port = ParsePort(entry.substr(colon + 1), "endpoint " + Quote(entry));
+  if (!port) return Error{port.error()};
+  return Endpoint{*host, *port};
+}
+
+Result<std::vector<Endpoint>> ParseEndpointList(std::string_view text) {
+  return ParseList(text, /*port_optional=*/false);
+}
+
+Result<std::vector<Endpoint>> ParseEndpointListPortsOptional(std::string_view text) {
+  return ParseList(text, /*port_optional=*/true);
+}
+
+std::string JoinEndpoints(const std::vector<Endpoint>& endpoints) {
+  std::string out;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    if (i) out += ',';
+    out += endpoints[i].ToString();
+  }
+  return out;
+}
+
+}  // namespace fleet
