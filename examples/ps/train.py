@@ -11,42 +11,18 @@ The same script is both roles, chosen by TRAINING_ROLE exactly as a Paddle PS jo
 * TRAINER: waits for all servers (Paddle's "server not ready" loop), then each step pulls every shard,
   computes the MSE gradient on its own synthetic batch and pushes each slice back to its owner.
 
-Env read: TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM; servers also POD_IP and
-PADDLE_PORT; trainers also PADDLE_TRAINER_ID. Knobs: FLEET_EXAMPLE_STEPS (50),
-FLEET_EXAMPLE_LOG_EVERY (10), FLEET_EXAMPLE_RETRY_SECONDS (3), FLEET_EXAMPLE_TIMEOUT_SECONDS (60).
+Env read: TRAINING_ROLE, PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM, POD_IP, PADDLE_PORT;
+trainers also PADDLE_TRAINER_ID and, if set, PADDLE_TRAINER_ENDPOINTS (entry PADDLE_TRAINER_ID must be
+POD_IP:PADDLE_PORT). Knobs: FLEET_EXAMPLE_STEPS (50), FLEET_EXAMPLE_LOG_EVERY (10),
+FLEET_EXAMPLE_RETRY_SECONDS (3), FLEET_EXAMPLE_TIMEOUT_SECONDS (60).
 Missing/invalid env exits 2; a broken connection to a server exits 1.
+Model, env parsing and logging helpers are shared with the collective example: ../common/fleet_example.py.
 """
-import json, os, random, signal, socket, struct, sys, threading, time
+import json, os, random, socket, sys, threading, time
 
-DIM, BATCH, LR, EVAL_SEED = 16, 32, 0.1, 999
-MAX_FRAME = 16 << 20  # refuse frames over 16 MiB: a garbage length must not make us allocate GiBs
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from common import fleet_example as fx  # noqa: E402  (examples/common/fleet_example.py)
 
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def die(msg, code=2):
-    log(msg)
-    sys.exit(code)
-
-
-def env(name, default=None):
-    v = os.environ.get(name, default)
-    if v is None or v == "":
-        die(f"Can not find {name}, please check your environment.")
-    return v
-
-
-def env_num(name, default=None, lo=None, typ=int):
-    v = env(name, None if default is None else str(default))
-    try:
-        n = typ(v)
-    except ValueError:
-        die(f"{name} must be a number, but get {v!r}, please check your environment.")
-    if lo is not None and n < lo:
-        die(f"{name} must be >= {lo}, but get {n}, please check your environment.")
-    return n
 
 
 class ProtocolError(Exception):
@@ -54,31 +30,20 @@ class ProtocolError(Exception):
 
 
 def send_msg(sock, obj):
-    data = json.dumps(obj).encode()
-    sock.sendall(struct.pack("!I", len(data)) + data)
-
-
-def recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(min(n - len(buf), 1 << 20))
-        if not chunk:
-            return None if not buf else bytes(buf)  # caller decides whether a short read is an error
-        buf += chunk
-    return bytes(buf)
+    fx.send_frame(sock, json.dumps(obj).encode())
 
 
 def recv_msg(sock):
     """Next frame as a dict; None on clean EOF (peer closed between frames)."""
-    head = recv_exact(sock, 4)
+    head = fx.recv_exact(sock, 4)
     if head is None:
         return None
     if len(head) < 4:
         raise ProtocolError("connection closed inside a frame header")
-    (n,) = struct.unpack("!I", head)
-    if n > MAX_FRAME:
-        raise ProtocolError(f"frame of {n} bytes exceeds the {MAX_FRAME}-byte limit")
-    body = recv_exact(sock, n) if n else b""
+    n = int.from_bytes(head, "big")
+    if n > fx.MAX_FRAME:
+        raise ProtocolError(f"frame of {n} bytes exceeds the {fx.MAX_FRAME}-byte limit")
+    body = fx.recv_exact(sock, n) if n else b""
     if body is None or len(body) < n:
         raise ProtocolError("connection closed inside a frame")
     try:
@@ -95,30 +60,6 @@ def shard_bounds(n_params, n_servers):
     q, r = divmod(n_params, n_servers)
     starts = [k * q + min(k, r) for k in range(n_servers + 1)]
     return list(zip(starts, starts[1:]))
-
-
-def true_params():
-    rng = random.Random(0)
-    return [rng.gauss(0, 1) for _ in range(DIM)] + [rng.gauss(0, 1)]  # weights then bias
-
-
-def make_batch(rng, truth, n):
-    xs = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(n)]
-    ys = [sum(w * x for w, x in zip(truth, xi)) + truth[DIM] + 0.01 * rng.gauss(0, 1) for xi in xs]
-    return xs, ys
-
-
-def loss_and_grad(p, xs, ys):
-    """Mean squared error of y ~ w.x + b and its gradient w.r.t. [w, b]."""
-    grad, loss = [0.0] * (DIM + 1), 0.0
-    for xi, y in zip(xs, ys):
-        err = sum(w * x for w, x in zip(p, xi)) + p[DIM] - y
-        loss += err * err
-        for j, x in enumerate(xi):
-            grad[j] += 2 * err * x
-        grad[DIM] += 2 * err
-    n = len(xs)
-    return loss / n, [g / n for g in grad]
 
 
 # ----------------------------------------------------------------------------- server
@@ -155,7 +96,7 @@ class Shard:
                     # Sum in trainer-id order so the result never depends on arrival order.
                     grads = [self.pending[t] for t in sorted(self.pending)]
                     for j in range(len(self.params)):
-                        self.params[j] -= LR * sum(g[j] for g in grads) / self.n_trainers
+                        self.params[j] -= fx.LR * sum(g[j] for g in grads) / self.n_trainers
                     self.pending.clear()
                     self.step += 1
                     self.cond.notify_all()
@@ -184,30 +125,35 @@ def serve_conn(conn, addr, shard):
                 if finished:
                     shard.all_done.set()
         except ProtocolError as e:
-            log(f"closing connection from {addr[0]}:{addr[1]}: {e}")
+            fx.log(f"closing connection from {addr[0]}:{addr[1]}: {e}")
         except OSError as e:
-            log(f"connection from {addr[0]}:{addr[1]} lost: {e}")
+            fx.log(f"connection from {addr[0]}:{addr[1]} lost: {e}")
         except Exception as e:  # never let one bad client take the server down
-            log(f"closing connection from {addr[0]}:{addr[1]}: internal error {e!r}")
+            fx.log(f"closing connection from {addr[0]}:{addr[1]}: internal error {e!r}")
+
+
+def own_endpoint():
+    """(POD_IP, PADDLE_PORT, "ip:port"): every PS process, server or trainer, must have both."""
+    ip, port = fx.env("POD_IP"), fx.env_num("PADDLE_PORT", lo=1)
+    return ip, port, f"{ip}:{port}"
 
 
 def run_server(endpoints, n_trainers):
-    ip, port = env("POD_IP"), env_num("PADDLE_PORT", lo=1)
-    me = f"{ip}:{port}"
+    ip, port, me = own_endpoint()
     if me not in endpoints:
-        die(f"'{me}' is not in list")
+        fx.die(f"'{me}' is not in list")
     index = endpoints.index(me)
-    lo, hi = shard_bounds(DIM + 1, len(endpoints))[index]
+    lo, hi = shard_bounds(fx.DIM + 1, len(endpoints))[index]
     shard = Shard(hi - lo, n_trainers)
     srv = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
         srv.bind((ip, port))
     except OSError as e:
-        die(f"pserver cannot listen on {me}: {e}", 1)
+        fx.die(f"pserver cannot listen on {me}: {e}", 1)
     srv.listen(128)
     srv.settimeout(0.5)  # wake up regularly to notice that all trainers are done
-    log(f"pserver_index: {index}, listening on {me}, shard params[{lo}:{hi}], trainers: {n_trainers}")
+    fx.log(f"pserver_index: {index}, listening on {me}, shard params[{lo}:{hi}], trainers: {n_trainers}")
     while not shard.all_done.is_set():
         try:
             conn, addr = srv.accept()
@@ -215,28 +161,23 @@ def run_server(endpoints, n_trainers):
             continue
         conn.settimeout(None)
         threading.Thread(target=serve_conn, args=(conn, addr, shard), daemon=True).start()
-    log(f"pserver_index: {index}, all {n_trainers} trainers done after {shard.step} steps, "
-        f"shard params[{lo}:{hi}] = {[round(p, 4) for p in shard.params]}, exit")
+    fx.log(f"pserver_index: {index}, all {n_trainers} trainers done after {shard.step} steps, "
+           f"shard params[{lo}:{hi}] = {[round(p, 4) for p in shard.params]}, exit")
 
 
 # ----------------------------------------------------------------------------- trainer
-def split_ep(ep):
-    host, port = ep.rsplit(":", 1)
-    return host, int(port)
-
-
 def wait_for_servers(endpoints, retry_s):
     while True:
         not_ready = []
         for ep in endpoints:
             try:
-                socket.create_connection(split_ep(ep), timeout=2).close()
+                socket.create_connection(fx.split_ep(ep), timeout=2).close()
             except OSError:
                 not_ready.append(ep)
         if not not_ready:
             return
-        log(f"server not ready, wait {retry_s:g} sec to retry...")
-        log(f"not ready endpoints:{not_ready}")
+        fx.log(f"server not ready, wait {retry_s:g} sec to retry...")
+        fx.log(f"not ready endpoints:{not_ready}")
         time.sleep(retry_s)
 
 
@@ -246,73 +187,66 @@ def call(sock, ep, obj=None):
             send_msg(sock, obj)
         reply = recv_msg(sock)
     except socket.timeout:
-        die(f"timed out waiting for pserver {ep} (is another trainer dead or stuck?)", 1)
+        fx.die(f"timed out waiting for pserver {ep} (is another trainer dead or stuck?)", 1)
     except (OSError, ProtocolError) as e:
-        die(f"lost connection to pserver {ep}: {e}", 1)
+        fx.die(f"lost connection to pserver {ep}: {e}", 1)
     if reply is None:
-        die(f"pserver {ep} closed the connection", 1)
+        fx.die(f"pserver {ep} closed the connection", 1)
     return reply
 
 
 def run_trainer(endpoints, n_trainers):
-    tid = env_num("PADDLE_TRAINER_ID", lo=0)
+    tid = fx.env_num("PADDLE_TRAINER_ID", lo=0)
     if tid >= n_trainers:
-        die(f"PADDLE_TRAINER_ID {tid} must be < PADDLE_TRAINERS_NUM {n_trainers}")
-    steps = env_num("FLEET_EXAMPLE_STEPS", 50, lo=1)
-    log_every = env_num("FLEET_EXAMPLE_LOG_EVERY", 10, lo=1)
-    retry_s = env_num("FLEET_EXAMPLE_RETRY_SECONDS", 3, 0, float)
-    timeout = env_num("FLEET_EXAMPLE_TIMEOUT_SECONDS", 60, 1, float)
+        fx.die(f"PADDLE_TRAINER_ID {tid} must be < PADDLE_TRAINERS_NUM {n_trainers}")
+    # Paddle 2.2 requires a trainer's own endpoint too; 2.0/2.1 take PADDLE_TRAINER_ENDPOINTS[id] as it.
+    _, _, me = own_endpoint()
+    if os.environ.get("PADDLE_TRAINER_ENDPOINTS"):
+        trainer_eps = fx.endpoint_list("PADDLE_TRAINER_ENDPOINTS")
+        if tid >= len(trainer_eps):
+            fx.die(f"PADDLE_TRAINER_ID {tid} is out of range of PADDLE_TRAINER_ENDPOINTS {trainer_eps}, "
+                   f"please check your environment.")
+        if trainer_eps[tid] != me:
+            fx.die(f"POD_IP:PADDLE_PORT {me} is not entry {tid} (PADDLE_TRAINER_ID) of "
+                   f"PADDLE_TRAINER_ENDPOINTS {trainer_eps}, please check your environment.")
+    steps, log_every, retry_s, timeout = fx.knobs(retry_lo=0)
     wait_for_servers(endpoints, retry_s)
     try:
-        socks = [socket.create_connection(split_ep(ep), timeout=timeout) for ep in endpoints]
+        socks = [socket.create_connection(fx.split_ep(ep), timeout=timeout) for ep in endpoints]
     except OSError as e:
-        die(f"cannot connect to the pservers: {e}", 1)
-    bounds = shard_bounds(DIM + 1, len(endpoints))
-    truth, rng = true_params(), random.Random(1000 + tid)
+        fx.die(f"cannot connect to the pservers: {e}", 1)
+    bounds = shard_bounds(fx.DIM + 1, len(endpoints))
+    truth, rng = fx.true_params(), random.Random(1000 + tid)
 
     def pull():
         for s in socks:
             send_msg(s, {"op": "pull"})
         return [p for s, ep in zip(socks, endpoints) for p in call(s, ep)["params"]]
 
-    start = last_t = time.time()
-    last_step = 0
+    progress = fx.StepLog(tid, steps, log_every)
     for step in range(1, steps + 1):
         params = pull()
-        loss, grad = loss_and_grad(params, *make_batch(rng, truth, BATCH))
+        loss, grad = fx.loss_and_grad(params, *fx.make_batch(rng, truth, fx.BATCH))
         for s, (lo, hi) in zip(socks, bounds):  # send every slice first, then wait for the barrier
             send_msg(s, {"op": "push", "trainer_id": tid, "step": step, "grad": grad[lo:hi]})
         for s, ep in zip(socks, endpoints):
             call(s, ep)
-        if (step - 1) % log_every == 0 or step == steps:
-            # step per second: average over the whole run so far;
-            # speed: samples/s of this trainer over the steps since the previous log line.
-            now = time.time()
-            total, interval = now - start, now - last_t
-            log(f"worker_index: {tid}, step {step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
-                f"step per second: {step / total:.6f}, speed: {(step - last_step) * BATCH / interval:.6f}")
-            last_t, last_step = now, step
-    # Final loss on a fixed evaluation batch (same seed everywhere, so all trainers print the same value).
-    final, _ = loss_and_grad(pull(), *make_batch(random.Random(EVAL_SEED), truth, 256))
-    log(f"worker_index: {tid}, final train_loss: {final:.6f}")
+        progress.step(step, loss)
+    progress.final(fx.eval_loss(pull(), truth))  # all trainers hold the same weights: same value
     for s, ep in zip(socks, endpoints):
         call(s, ep, {"op": "done", "trainer_id": tid})
         s.close()
 
 
 def main():
-    # SystemExit unwinds the main thread promptly even inside accept()/recv(); worker threads are daemons.
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
-    role = env("TRAINING_ROLE")
+    fx.exit_on_sigterm()
+    role = fx.env("TRAINING_ROLE")
     if role not in ("PSERVER", "TRAINER"):
-        die(f"TRAINING_ROLE must be PSERVER or TRAINER, but get {role}, please check your environment.")
-    endpoints = [e.strip() for e in env("PADDLE_PSERVERS_IP_PORT_LIST").split(",") if e.strip()]
+        fx.die(f"TRAINING_ROLE must be PSERVER or TRAINER, but get {role}, please check your environment.")
+    endpoints = fx.endpoint_list("PADDLE_PSERVERS_IP_PORT_LIST")
     if not endpoints:
-        die("Can not find PADDLE_PSERVERS_IP_PORT_LIST, please check your environment.")
-    for ep in endpoints:
-        if ":" not in ep or not ep.rsplit(":", 1)[1].isdigit():
-            die(f"bad endpoint {ep!r} in PADDLE_PSERVERS_IP_PORT_LIST, expected ip:port")
-    n_trainers = env_num("PADDLE_TRAINERS_NUM", lo=1)
+        fx.die("Can not find PADDLE_PSERVERS_IP_PORT_LIST, please check your environment.")
+    n_trainers = fx.env_num("PADDLE_TRAINERS_NUM", lo=1)
     (run_server if role == "PSERVER" else run_trainer)(endpoints, n_trainers)
 
 

@@ -14,15 +14,6 @@ std::string Center(const std::string& text, size_t width) {
   return std::string(left, ' ') + text + std::string(width - text.size() - left, ' ');
 }
 
-std::string RoleTitle(Role role) {
-  switch (role) {
-    case Role::kTrainer: return "worker";
-    case Role::kServer: return "server";
-    case Role::kHeterTrainer: return "heter worker";
-  }
-  return "worker";
-}
-
 }  // namespace
 
 std::string FormatConfiguration(const LaunchOptions& options) {
@@ -67,7 +58,7 @@ std::string FormatPlan(const LaunchPlan& plan) {
       ++count;
     }
     if (!first) continue;
-    out += "Local " + RoleTitle(role) + " start " + std::to_string(count) +
+    out += "Local " + std::string(RoleTitle(role)) + " start " + std::to_string(count) +
            " processes. First process distributed environment info (Only For Debug):\n";
     out += FormatEnvTable(first->env) + "\n";
   }

@@ -30,15 +30,6 @@ void WriteAll(int fd, const char* data, size_t size) {
   }
 }
 
-std::string RoleName(Role role) {
-  switch (role) {
-    case Role::kTrainer: return "trainer";
-    case Role::kServer: return "server";
-    case Role::kHeterTrainer: return "heter trainer";
-  }
-  return "process";
-}
-
 std::string DescribeStatus(int status) {
   if (WIFSIGNALED(status)) {
     const char* name = ::sigabbrev_np(WTERMSIG(status));
@@ -221,7 +212,7 @@ void Supervisor::OnExit(Child& child, int status) {
   child.status = status;
   const LocalProcess& spec = *child.spec;
   if (stopping_) return;  // we are stopping everything; statuses from our signals don't count
-  const std::string who = RoleName(spec.process.role) + " rank " + std::to_string(spec.process.rank);
+  const std::string who = std::string(RoleTitle(spec.process.role)) + " rank " + std::to_string(spec.process.rank);
   if (ExitCodeOf(status) != 0) {
     Say("ABORT: " + who + " " + DescribeStatus(status) + "; its log is " + LogPath(spec) +
         ". Stopping all local processes.");
@@ -231,7 +222,7 @@ void Supervisor::OnExit(Child& child, int status) {
   bool trainers_left = false;
   bool had_trainers = false;
   for (const Child& c : children_) {
-    if (c.spec->process.role != Role::kTrainer) continue;
+    if (!c.spec || c.spec->process.role != Role::kTrainer) continue;  // never started
     had_trainers = true;
     trainers_left = trainers_left || c.running;
   }

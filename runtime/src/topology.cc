@@ -90,6 +90,15 @@ std::string_view RoleEnvName(Role role) {
   return "TRAINER";
 }
 
+std::string_view RoleTitle(Role role) {
+  switch (role) {
+    case Role::kTrainer: return "trainer";
+    case Role::kServer: return "server";
+    case Role::kHeterTrainer: return "heter trainer";
+  }
+  return "trainer";
+}
+
 std::vector<const Process*> Topology::OfRole(Role role) const {
   std::vector<const Process*> out;
   for (const Process& p : processes) {

@@ -24,6 +24,8 @@ std::string_view DeviceKindName(DeviceKind kind);
 Result<DeviceKind> ParseDeviceKind(std::string_view text);
 // TRAINER / PSERVER / HETER_TRAINER, the TRAINING_ROLE values.
 std::string_view RoleEnvName(Role role);
+// "trainer" / "server" / "heter trainer", for messages to people.
+std::string_view RoleTitle(Role role);
 
 // Gloo settings shared by every process of a job (PADDLE_WITH_GLOO and friends).
 struct GlooSettings {

@@ -1,0 +1,142 @@
+"""Helpers shared by the example jobs examples/ps/train.py and examples/collective/train.py.
+
+Both jobs train the same synthetic linear regression model, read the Paddle launcher env the same
+way and print the same Paddle-style progress lines, so those pieces live here once: the constants,
+logging and exit helpers, env parsing, socket helpers, the model (truth, batches, loss and gradient,
+evaluation) and the step log. Standard library only. Each train.py puts examples/ on sys.path and
+imports this module as `fx`.
+"""
+import os, random, signal, struct, sys, time
+
+DIM, BATCH, LR, EVAL_SEED = 16, 32, 0.1, 999  # features, batch size, learning rate, eval batch seed
+MAX_FRAME = 16 << 20  # refuse frames over 16 MiB: a garbage length must not make us allocate GiBs
+
+
+# ----------------------------------------------------------------------------- process and env
+def log(*a):
+    print(*a, flush=True)
+
+
+def die(msg, code=2):
+    """Print msg and exit: 2 = bad environment (the default), 1 = runtime failure."""
+    log(msg)
+    sys.exit(code)
+
+
+def exit_on_sigterm():
+    # SystemExit unwinds the main thread promptly even inside accept()/recv(); worker threads are daemons.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(128 + signal.SIGTERM))
+
+
+def env(name, default=None):
+    v = os.environ.get(name, default)
+    if v is None or v == "":
+        die(f"Can not find {name}, please check your environment.")
+    return v
+
+
+def env_num(name, default=None, lo=None, typ=int):
+    v = env(name, None if default is None else str(default))
+    try:
+        n = typ(v)
+    except ValueError:
+        die(f"{name} must be a number, but get {v!r}, please check your environment.")
+    if lo is not None and n < lo:
+        die(f"{name} must be >= {lo}, but get {n}, please check your environment.")
+    return n
+
+
+def knobs(retry_lo):
+    """(steps, log_every, retry_s, timeout) from the FLEET_EXAMPLE_* variables."""
+    return (env_num("FLEET_EXAMPLE_STEPS", 50, lo=1),
+            env_num("FLEET_EXAMPLE_LOG_EVERY", 10, lo=1),
+            env_num("FLEET_EXAMPLE_RETRY_SECONDS", 3, retry_lo, float),
+            env_num("FLEET_EXAMPLE_TIMEOUT_SECONDS", 60, 1, float))
+
+
+def endpoint_list(name, value=None):
+    """Comma-separated ip:port list from env var `name` (or from `value`, already read from it)."""
+    eps = [e.strip() for e in (env(name) if value is None else value).split(",") if e.strip()]
+    for ep in eps:
+        if ":" not in ep or not ep.rsplit(":", 1)[1].isdigit():
+            die(f"bad endpoint {ep!r} in {name}, expected ip:port")
+    return eps
+
+
+def split_ep(ep):
+    host, port = ep.rsplit(":", 1)
+    return host, int(port)
+
+
+# ----------------------------------------------------------------------------- sockets
+# Both wire formats are a 4-byte big-endian length followed by that many bytes of body.
+def send_frame(sock, body):
+    sock.sendall(struct.pack("!I", len(body)) + body)
+
+
+def recv_exact(sock, n):
+    """n bytes; fewer if the peer closed mid-way (the caller decides if that is an error), None if none."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(min(n - len(buf), 1 << 20))
+        if not chunk:
+            return None if not buf else bytes(buf)
+        buf += chunk
+    return bytes(buf)
+
+
+# ----------------------------------------------------------------------------- model
+def true_params():
+    rng = random.Random(0)
+    return [rng.gauss(0, 1) for _ in range(DIM)] + [rng.gauss(0, 1)]  # weights then bias
+
+
+def make_batch(rng, truth, n):
+    xs = [[rng.gauss(0, 1) for _ in range(DIM)] for _ in range(n)]
+    ys = [sum(w * x for w, x in zip(truth, xi)) + truth[DIM] + 0.01 * rng.gauss(0, 1) for xi in xs]
+    return xs, ys
+
+
+def loss_and_grad(p, xs, ys):
+    """Mean squared error of y ~ w.x + b and its gradient w.r.t. [w, b]."""
+    grad, loss = [0.0] * (DIM + 1), 0.0
+    for xi, y in zip(xs, ys):
+        err = sum(w * x for w, x in zip(p, xi)) + p[DIM] - y
+        loss += err * err
+        for j, x in enumerate(xi):
+            grad[j] += 2 * err * x
+        grad[DIM] += 2 * err
+    n = len(xs)
+    return loss / n, [g / n for g in grad]
+
+
+def eval_loss(params, truth):
+    """Loss on a fixed evaluation batch (same seed everywhere: identical weights give identical output)."""
+    return loss_and_grad(params, *make_batch(random.Random(EVAL_SEED), truth, 256))[0]
+
+
+# ----------------------------------------------------------------------------- progress log
+class StepLog:
+    """Paddle-style progress lines for steps 1, 1+k, 1+2k, ... and the last step; the clock starts now.
+
+    step per second: average over the whole run so far;
+    speed: samples/s of this process over the steps since the previous log line.
+    """
+
+    def __init__(self, index, steps, log_every):
+        self.index, self.steps, self.log_every = index, steps, log_every
+        self.start = self.last_t = time.time()
+        self.last_step = 0
+
+    def step(self, step, loss):
+        if (step - 1) % self.log_every and step != self.steps:
+            return
+        now = time.time()
+        total, interval = now - self.start, now - self.last_t
+        speed = (step - self.last_step) * BATCH / interval
+        log(f"worker_index: {self.index}, step {step}, train_loss: {loss:.6f}, "
+            f"total time cost = {total:.6f}, step per second: {step / total:.6f}, speed: {speed:.6f}")
+        self.last_t, self.last_step = now, step
+
+    def final(self, loss):
+        log(f"worker_index: {self.index}, final train_loss: {loss:.6f}")

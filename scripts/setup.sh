@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Installs what FleetJob needs to build and test on Debian 12, from Debian's packages only.
+# Idempotent: packages already present are not touched, and apt-get update runs only when needed.
+set -euo pipefail
+
+packages=(
+  build-essential cmake pkg-config    # toolchain
+  libgtest-dev libgmock-dev           # tests
+  python3                             # example jobs and .py training scripts
+  procps iproute2                     # ps/kill/ip for the launcher's tests
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo=""
+  [[ $(id -u) -ne 0 ]] && sudo="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $sudo apt-get update -qq
+  $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
