@@ -1,3 +1,5 @@
+#include <algorithm>
+
 #include "fleet/runtime/env_contract.h"
 
 extern char** environ;
@@ -29,6 +31,9 @@ std::optional<Result<ClusterEnv>> DetectClusterEnv(const EnvMap& env) {
   for (const std::string& node : SplitString(*nodes, ',')) {
     auto host = ParseHost(TrimWhitespace(node));
     if (!host) return R(Error{"PADDLE_TRAINERS: " + host.error()});
+    if (std::find(cluster.nodes.begin(), cluster.nodes.end(), *host) != cluster.nodes.end()) {
+      return R(Error{"PADDLE_TRAINERS lists node '" + *host + "' twice"});
+    }
     cluster.nodes.push_back(*host);
   }
   auto rank = ParseNonNegativeInt(*node_rank, "PADDLE_TRAINER_ID");
@@ -75,7 +80,7 @@ std::optional<Result<ClusterEnv>> DetectClusterEnv(const EnvMap& env) {
       if (!parsed) return R(Error{parsed.error()});
       start = *parsed;
     }
-    if (start + cluster.ports_per_node - 1 > 65535) {
+    if (cluster.ports_per_node > 65536 - start) {
       return R(Error{"PADDLE_PORT " + std::to_string(start) + " + TRAINER_PORTS_NUM runs past port 65535"});
     }
     for (const std::string& node : cluster.nodes) {

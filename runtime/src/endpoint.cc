@@ -79,7 +79,8 @@ Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what) {
   int value = 0;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  if (text.empty() || ec != std::errc() || ptr != end || value < 0) {
+  // from_chars accepts a leading '-' ("-0" would pass): digits only.
+  if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() || ptr != end) {
     return Error{std::string(what) + " must be a non-negative integer, got " + Quote(text)};
   }
   return value;
@@ -101,9 +102,10 @@ Result<int> ParsePort(std::string_view text, std::string_view what) {
 Result<std::string> ParseHost(std::string_view text) {
   if (text.empty()) return Error{"empty host name"};
   for (char c : text) {
-    if (c == ':' || c == ',' || c == ' ' || c == '\t' || c == '\n' || c == ';') {
+    const auto byte = static_cast<unsigned char>(c);
+    if (c == ':' || c == ',' || c == ';' || c == ' ' || byte < 0x20 || byte == 0x7f) {
       return Error{"host " + Quote(text) +
-                   " contains a character Paddle cannot parse in an endpoint (':' ',' ';' or space)"};
+                   " contains a character Paddle cannot parse in an endpoint (':' ',' ';', space or a control character)"};
     }
   }
   return std::string(text);

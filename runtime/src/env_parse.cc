@@ -187,7 +187,7 @@ Result<ParsedRole> ParseCollective(const EnvMap& env) {
   if (!device_flag.empty()) {
     auto devices = ParseIntCsv(device_flag, *Find(env, device_flag));
     if (!devices) return Error{devices.error()};
-    if (devices->empty()) return Error{device_flag + " is empty for a " + *Find(env, "PADDLE_DISTRI_BACKEND") + " job"};
+    if (devices->empty()) return Error{device_flag + " is empty for a " + (backend ? *backend : "nccl") + " job"};
     role.selected_devices = *devices;
     const std::string* local_ids = Find(env, "PADDLE_LOCAL_DEVICE_IDS");
     if (local_ids && *local_ids != *Find(env, device_flag)) {

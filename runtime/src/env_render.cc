@@ -164,7 +164,9 @@ EnvMap EnvRenderer::RenderPs(const Process& p) const {
       env["STAGE_ID"] = std::to_string(p.stage);
       env["STAGE_NUM"] = std::to_string(stage_num);
       env["PADDLE_STAGE_TRAINERS_NUM"] = stage_trainer_counts_;
-      env["HETER_DEVICE_TYPE"] = std::string(DeviceKindName(p.device_kind));
+      // Stage 1 is the CPU stage in Paddle's launcher, even when trainers compute on GPUs.
+      env["HETER_DEVICE_TYPE"] =
+          p.role == Role::kTrainer ? "cpu" : std::string(DeviceKindName(p.device_kind));
       env["PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST"] = s >= 2 ? stage_lists_[s - 2] : "";
       env["PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST"] =
           p.stage < stage_num ? stage_lists_[s] : "";

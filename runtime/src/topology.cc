@@ -140,6 +140,11 @@ Result<Topology> BuildCollectiveTopology(const CollectiveLayout& layout) {
                  " nodes but " + std::to_string(layout.nodes.size()) + " nodes"};
   }
   if (auto s = CheckGloo(layout.gloo); !s) return Error{s.error()};
+  if (layout.device_kind != DeviceKind::kCpu) {
+    for (const auto& group : layout.device_groups) {
+      if (group.empty()) return Error{"a GPU/XPU collective job needs at least one device per process"};
+    }
+  }
   std::set<std::string> distinct;
   for (const std::string& node : layout.nodes) {
     if (auto host = ParseHost(node); !host) return Error{host.error()};
@@ -189,6 +194,16 @@ Result<Topology> BuildPsTopology(const PsLayout& layout) {
   topology.gloo = layout.gloo;
   // Paddle numbers nodes by first appearance: servers, then trainers, then heter trainers.
   std::map<std::pair<int, Role>, int> next_local;  // (node, role) -> next local index
+  for (const auto* list : {&layout.servers, &layout.trainers}) {
+    for (const Endpoint& e : *list) {
+      if (auto host = ParseHost(e.host); !host) return Error{host.error()};
+    }
+  }
+  for (const HeterStage& stage : layout.heter_stages) {
+    for (const Endpoint& e : stage.endpoints) {
+      if (auto host = ParseHost(e.host); !host) return Error{host.error()};
+    }
+  }
   auto add = [&](Role role, int rank, int stage, const Endpoint& endpoint) -> Process& {
     Process p;
     p.role = role;
