@@ -4,11 +4,15 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake pkg-config    # toolchain
-  libgtest-dev libgmock-dev           # tests
-  python3                             # example jobs and .py training scripts
-  procps iproute2                     # ps/kill/ip for the launcher's tests
+  build-essential cmake pkg-config                    # toolchain
+  libgtest-dev libgmock-dev                           # tests
+  libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client
+  python3 python3-kubernetes                          # example jobs; a real client for the test API server
+  procps iproute2                                     # ps/kill/ip for the launcher's tests
 )
+# kubectl drives the test API server as a real client. Debian's kubernetes-client provides it,
+# unless some other kubectl is installed already (its package would conflict).
+command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 
 missing=()
 for p in "${packages[@]}"; do

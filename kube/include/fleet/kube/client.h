@@ -1,0 +1,119 @@
+// Client: the Kubernetes REST API over cpprestsdk (kept out of this header: it compiles slowly).
+// Objects are nlohmann::json. Every call is synchronous and thread-safe; connections are reused.
+//
+// Retries: only transient failures (429 honouring Retry-After, 5xx, connection errors, timeouts)
+// are retried, with jittered exponential backoff, and only for requests that are safe to repeat:
+// reads always; create (a repeat answers AlreadyExists, which the caller treats as success where it
+// uses deterministic names); update/patch/delete (a stale repeat answers Conflict/NotFound). Other
+// 4xx answers return at once.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "fleet/kube/config.h"
+#include "fleet/kube/status.h"
+
+namespace fleet::kube {
+
+using Json = nlohmann::json;
+
+// A resource type: {"", "v1", "pods"}, {"coordination.k8s.io", "v1", "leases"},
+// {"fleet.paddlepaddle.org", "v1alpha1", "fleetjobs"}.
+struct Resource {
+  std::string group;
+  std::string version;
+  std::string plural;
+  bool namespaced = true;
+
+  static Resource Pods() { return {"", "v1", "pods", true}; }
+  static Resource ConfigMaps() { return {"", "v1", "configmaps", true}; }
+  static Resource Services() { return {"", "v1", "services", true}; }
+  static Resource Events() { return {"", "v1", "events", true}; }
+  static Resource Leases() { return {"coordination.k8s.io", "v1", "leases", true}; }
+  // "/api/v1" or "/apis/<group>/<version>"
+  std::string ApiPrefix() const;
+};
+
+struct ClientOptions {
+  double qps = 0;                    // client-side rate limit; 0 = off
+  int burst = 0;                     // bucket size (defaults to max(1, qps) when qps > 0)
+  std::chrono::milliseconds request_timeout{30000};
+  size_t max_response_bytes = 64u << 20;   // larger answers are kMalformed, never buffered whole
+  int max_attempts = 5;              // for retryable failures, including the first attempt
+  std::chrono::milliseconds backoff_base{100};
+  std::chrono::milliseconds backoff_cap{5000};
+  std::string user_agent = "fleetjob";
+};
+
+struct ListOptions {
+  std::string label_selector;
+  std::string field_selector;
+  int64_t limit = 0;                 // page size; List() follows continue tokens itself
+  std::string resource_version;      // "" = most recent (quorum read)
+};
+
+struct DeleteOptions {
+  std::string propagation_policy;    // "", "Background", "Foreground", "Orphan"
+  std::optional<int64_t> grace_period_seconds;
+  std::string precondition_uid;
+};
+
+enum class WatchEventType { kAdded, kModified, kDeleted, kBookmark, kError };
+
+struct WatchEvent {
+  WatchEventType type = WatchEventType::kAdded;
+  Json object;                       // for kError: the API Status object
+};
+
+struct WatchOptions {
+  std::string resource_version;      // resume point; "" = from now (with synthetic ADDED events)
+  std::string label_selector;
+  std::string field_selector;
+  bool allow_bookmarks = true;
+  int timeout_seconds = 300;         // the server ends the watch after this long
+};
+
+// A cancellation flag shared between a caller and a blocking call (Watch, retries' sleeps).
+class CancelToken {
+ public:
+  void Cancel() { cancelled_ = true; }
+  bool cancelled() const { return cancelled_; }
+ private:
+  std::atomic<bool> cancelled_{false};
+};
+
+class Client {
+ public:
+  static StatusOr<std::shared_ptr<Client>> Create(const ClusterConfig& config,
+                                                  const ClientOptions& options = {});
+  virtual ~Client() = default;
+
+  virtual StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) = 0;
+  // All pages; the returned list's metadata.resourceVersion is the one to watch from.
+  virtual StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options = {}) = 0;
+  virtual StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) = 0;
+  virtual StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) = 0;
+  virtual StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) = 0;
+  // RFC 7386 JSON merge patch; subresource "" or "status".
+  virtual StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name,
+                                    const Json& patch, const std::string& subresource = "") = 0;
+  virtual ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
+                           const DeleteOptions& options = {}) = 0;
+  // Streams events to `on_event` until the server ends the watch (OK), the handler returns false
+  // (OK), `cancel` fires (kCancelled) or the connection fails (kUnavailable). An ERROR event with
+  // code 410 is returned as kGone. Lines are bounded by max_response_bytes.
+  virtual ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                          const std::function<bool(const WatchEvent&)>& on_event,
+                          const CancelToken& cancel) = 0;
+  virtual StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
+                                       const std::string& container = "", int64_t tail_lines = -1) = 0;
+};
+
+}  // namespace fleet::kube
