@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iostream>
@@ -52,16 +53,17 @@ int main(int argc, char** argv) {
   }
 
   HostFacts host = ReadHostFacts();
-  char gloo_template[] = "/tmp/fleetrun-gloo-XXXXXX";
-  if (!::mkdtemp(gloo_template)) return Fail(1, std::string("cannot create a gloo directory: ") + std::strerror(errno));
-  host.gloo_dir = gloo_template;
+  const char* tmp = std::getenv("TMPDIR");
+  std::string gloo_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/fleetrun-gloo-XXXXXX";
+  if (!::mkdtemp(gloo_dir.data())) return Fail(1, "cannot create a gloo directory in " + gloo_dir + ": " + std::strerror(errno));
+  host.gloo_dir = gloo_dir;
   auto plan = PlanLaunch(*options, host);
   if (!plan) {
-    ::rmdir(gloo_template);
+    ::rmdir(gloo_dir.c_str());
     return Fail(kUsageError, plan.error());
   }
   if (!MakeDirectories(plan->log_dir)) {
-    ::rmdir(gloo_template);
+    ::rmdir(gloo_dir.c_str());
     return Fail(1, "cannot create log directory '" + plan->log_dir + "': " + std::strerror(errno));
   }
 
@@ -79,6 +81,6 @@ int main(int argc, char** argv) {
   SupervisorOptions supervisor;
   supervisor.grace_period_seconds = options->grace_period_seconds;
   const int status = Supervise(*plan, host.env, supervisor);
-  ::rmdir(gloo_template);  // only when empty: a gloo FILE store that used it keeps its files
+  ::rmdir(gloo_dir.c_str());  // only when empty: a gloo FILE store that used it keeps its files
   return status;
 }

@@ -134,6 +134,7 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
   script_args += "]";
   return {
       {"gpus", text(gpus)},
+      {"grace_period", std::to_string(grace_period_seconds)},
       {"heter_devices", text(heter_devices)},
       {"heter_worker_num", text(heter_worker_num)},
       {"heter_workers", text(heter_workers)},

@@ -135,14 +135,6 @@ Result<std::vector<int>> PortRange(int start, int count, const std::string& what
   return ports;
 }
 
-Result<std::vector<Endpoint>> LocalEndpoints(const HostFacts& host, int count) {
-  auto ports = host.free_ports(count);
-  if (!ports) return Error{ports.error()};
-  std::vector<Endpoint> endpoints;
-  for (int port : *ports) endpoints.push_back(Endpoint{"127.0.0.1", port});
-  return endpoints;
-}
-
 struct Placement {
   Topology topology;
   int node_rank = 0;
@@ -221,19 +213,9 @@ Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
   return placement;
 }
 
-// Endpoints without ports get Paddle's fixed defaults on a multi-node job and free ports when
-// everything runs on this machine.
-Status FillPorts(std::vector<Endpoint>& endpoints, bool local, int fixed_start, const HostFacts& host) {
-  const int missing = static_cast<int>(std::count_if(endpoints.begin(), endpoints.end(),
-                                                     [](const Endpoint& e) { return e.port == 0; }));
-  if (missing == 0) return OkStatus();
-  Result<std::vector<int>> ports = local ? host.free_ports(missing) : PortRange(fixed_start, missing, "default port");
-  if (!ports) return Error{ports.error()};
-  size_t next = 0;
-  for (Endpoint& e : endpoints) {
-    if (e.port == 0) e.port = (*ports)[next++];
-  }
-  return OkStatus();
+// `count` endpoints on this machine whose ports are chosen later (port 0).
+std::vector<Endpoint> Unassigned(int count) {
+  return std::vector<Endpoint>(static_cast<size_t>(count), Endpoint{"127.0.0.1", 0});
 }
 
 Result<std::vector<int>> StageCounts(const std::string& text) {
@@ -247,9 +229,104 @@ Result<std::vector<int>> StageCounts(const std::string& text) {
   return counts;
 }
 
+Status PlanHeterStages(const LaunchOptions& o, PsLayout& layout) {
+  if (!IsSet(o.heter_devices)) return Error{"--run_mode=ps-heter needs --heter_devices (e.g. gpu or gpu;cpu)"};
+  std::vector<DeviceKind> devices;
+  for (const std::string& item : SplitString(*o.heter_devices, ';')) {
+    auto kind = ParseDeviceKind(TrimWhitespace(item));
+    if (!kind) return Error{"--heter_devices: " + kind.error()};
+    devices.push_back(*kind);
+  }
+  std::vector<int> counts;
+  if (IsSet(o.heter_worker_num)) {
+    auto parsed = StageCounts(*o.heter_worker_num);
+    if (!parsed) return Error{parsed.error()};
+    counts = *parsed;
+  }
+  if (IsSet(o.heter_workers)) {
+    for (const std::string& stage : SplitString(*o.heter_workers, ';')) {
+      auto endpoints = ParseEndpointListPortsOptional(stage);
+      if (!endpoints) return Error{"--heter_workers: " + endpoints.error()};
+      if (endpoints->empty()) return Error{"--heter_workers has an empty stage"};
+      layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, *endpoints});
+    }
+    if (!counts.empty() && counts.size() != layout.heter_stages.size()) {
+      return Error{"--heter_worker_num gives " + std::to_string(counts.size()) + " stages but --heter_workers " +
+                   std::to_string(layout.heter_stages.size())};
+    }
+    for (size_t s = 0; s < counts.size(); ++s) {
+      if (counts[s] != static_cast<int>(layout.heter_stages[s].endpoints.size())) {
+        return Error{"heter stage " + std::to_string(s + 2) + ": --heter_worker_num says " +
+                     std::to_string(counts[s]) + " but --heter_workers lists " +
+                     std::to_string(layout.heter_stages[s].endpoints.size())};
+      }
+    }
+  } else if (!counts.empty()) {
+    for (int count : counts) layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, Unassigned(count)});
+  } else {
+    return Error{"--run_mode=ps-heter needs --heter_workers or --heter_worker_num"};
+  }
+  if (devices.size() != layout.heter_stages.size()) {
+    return Error{"--heter_devices gives " + std::to_string(devices.size()) + " devices for " +
+                 std::to_string(layout.heter_stages.size()) + " heter stages (one per stage, ';'-separated)"};
+  }
+  for (size_t s = 0; s < devices.size(); ++s) layout.heter_stages[s].device = devices[s];
+  return OkStatus();
+}
+
+// Chooses every port still 0 (--server_num/--worker_num/--heter_worker_num processes and bare heter
+// IPs) and the gloo HTTP port. On one machine: free ports, all from ONE request so that no two can
+// coincide. On several nodes every node must compute the same ports without talking to the others:
+// Paddle's fixed 6170 + the process's position in the job (servers, trainers, heter trainers), and
+// the HTTP port after them, skipping ports taken on server 0's host.
+Result<int> AssignPorts(PsLayout& layout, const LaunchOptions& o, const HostFacts& host) {
+  std::vector<Endpoint*> all;
+  for (Endpoint& e : layout.servers) all.push_back(&e);
+  for (Endpoint& e : layout.trainers) all.push_back(&e);
+  for (HeterStage& stage : layout.heter_stages) {
+    for (Endpoint& e : stage.endpoints) all.push_back(&e);
+  }
+  std::set<std::string> hosts;
+  for (const Endpoint* e : all) hosts.insert(e->host);
+  const bool local = hosts.size() == 1;
+  const std::string& http_host = layout.servers.front().host;
+  auto taken_on_http_host = [&](int port) {
+    return std::any_of(all.begin(), all.end(), [&](const Endpoint* e) { return e->host == http_host && e->port == port; });
+  };
+
+  const int missing = static_cast<int>(std::count_if(all.begin(), all.end(), [](const Endpoint* e) { return e->port == 0; }));
+  const int wanted = missing + (o.http_port ? 0 : 1);
+  std::vector<int> free;
+  if (local && wanted > 0) {
+    auto ports = host.free_ports(wanted);
+    if (!ports) return Error{ports.error()};
+    free = *ports;
+  }
+  size_t next_free = 0;
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (all[i]->port != 0) continue;
+    all[i]->port = local ? free[next_free++] : kDefaultPsPort + static_cast<int>(i);
+    if (all[i]->port > 65535) return Error{"default ports run past 65535; give ports explicitly"};
+  }
+  int http_port = 0;
+  if (o.http_port) {
+    http_port = *o.http_port;
+    if (taken_on_http_host(http_port)) {
+      return Error{"--http_port=" + std::to_string(http_port) + " is also a process endpoint on " + http_host};
+    }
+  } else if (local) {
+    http_port = free[next_free];
+  } else {
+    http_port = kDefaultPsPort + static_cast<int>(all.size());
+    while (taken_on_http_host(http_port)) ++http_port;
+    if (http_port > 65535) return Error{"no default port left for the gloo HTTP store; pass --http_port"};
+  }
+  return http_port;
+}
+
 Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode mode) {
   PsLayout layout;
-  // Servers: ip:port lists, or N local servers.
+  // Servers: an ip:port list, or N local servers.
   if (IsSet(o.servers)) {
     auto servers = ParseEndpointList(*o.servers);
     if (!servers) return Error{"--servers: " + servers.error()};
@@ -259,9 +336,7 @@ Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode 
     }
     layout.servers = *servers;
   } else if (o.server_num) {
-    auto servers = LocalEndpoints(host, *o.server_num);
-    if (!servers) return Error{servers.error()};
-    layout.servers = *servers;
+    layout.servers = Unassigned(*o.server_num);
   } else {
     return Error{"a parameter-server job needs --server_num or --servers"};
   }
@@ -274,78 +349,23 @@ Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode 
                    std::to_string(workers->size()) + " workers"};
     }
     layout.trainers = *workers;
+    // Paddle gives bare worker IPs fixed ports after the servers', even on one machine.
+    for (size_t i = 0; i < layout.trainers.size(); ++i) {
+      if (layout.trainers[i].port != 0) continue;
+      layout.trainers[i].port = kDefaultPsPort + static_cast<int>(layout.servers.size() + i);
+      if (layout.trainers[i].port > 65535) return Error{"--workers: default ports run past 65535"};
+    }
   } else if (o.worker_num) {
-    auto workers = LocalEndpoints(host, *o.worker_num);
-    if (!workers) return Error{workers.error()};
-    layout.trainers = *workers;
+    layout.trainers = Unassigned(*o.worker_num);
   } else {
     return Error{"a parameter-server job needs --worker_num or --workers"};
   }
-  // Heter stages.
   if (mode == JobMode::kHeterParameterServer) {
-    if (!IsSet(o.heter_devices)) return Error{"--run_mode=ps-heter needs --heter_devices (e.g. gpu or gpu;cpu)"};
-    std::vector<DeviceKind> devices;
-    for (const std::string& item : SplitString(*o.heter_devices, ';')) {
-      auto kind = ParseDeviceKind(TrimWhitespace(item));
-      if (!kind) return Error{"--heter_devices: " + kind.error()};
-      devices.push_back(*kind);
-    }
-    std::vector<int> counts;
-    if (IsSet(o.heter_worker_num)) {
-      auto parsed = StageCounts(*o.heter_worker_num);
-      if (!parsed) return Error{parsed.error()};
-      counts = *parsed;
-    }
-    if (IsSet(o.heter_workers)) {
-      for (const std::string& stage : SplitString(*o.heter_workers, ';')) {
-        auto endpoints = ParseEndpointListPortsOptional(stage);
-        if (!endpoints) return Error{"--heter_workers: " + endpoints.error()};
-        if (endpoints->empty()) return Error{"--heter_workers has an empty stage"};
-        layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, *endpoints});
-      }
-      if (!counts.empty()) {
-        if (counts.size() != layout.heter_stages.size()) {
-          return Error{"--heter_worker_num gives " + std::to_string(counts.size()) + " stages but --heter_workers " +
-                       std::to_string(layout.heter_stages.size())};
-        }
-        for (size_t s = 0; s < counts.size(); ++s) {
-          if (counts[s] != static_cast<int>(layout.heter_stages[s].endpoints.size())) {
-            return Error{"heter stage " + std::to_string(s + 2) + ": --heter_worker_num says " +
-                         std::to_string(counts[s]) + " but --heter_workers lists " +
-                         std::to_string(layout.heter_stages[s].endpoints.size())};
-          }
-        }
-      }
-    } else if (!counts.empty()) {
-      for (int count : counts) {
-        auto endpoints = LocalEndpoints(host, count);
-        if (!endpoints) return Error{endpoints.error()};
-        layout.heter_stages.push_back(HeterStage{DeviceKind::kCpu, *endpoints});
-      }
-    } else {
-      return Error{"--run_mode=ps-heter needs --heter_workers or --heter_worker_num"};
-    }
-    if (devices.size() != layout.heter_stages.size()) {
-      return Error{"--heter_devices gives " + std::to_string(devices.size()) + " devices for " +
-                   std::to_string(layout.heter_stages.size()) + " heter stages (one per stage, ';'-separated)"};
-    }
-    for (size_t s = 0; s < devices.size(); ++s) layout.heter_stages[s].device = devices[s];
+    if (auto s = PlanHeterStages(o, layout); !s) return Error{s.error()};
   }
+  auto http_port = AssignPorts(layout, o, host);
+  if (!http_port) return Error{http_port.error()};
 
-  std::set<std::string> hosts;
-  for (const Endpoint& e : layout.servers) hosts.insert(e.host);
-  for (const Endpoint& e : layout.trainers) hosts.insert(e.host);
-  for (const HeterStage& stage : layout.heter_stages) {
-    for (const Endpoint& e : stage.endpoints) hosts.insert(e.host);
-  }
-  const bool local = hosts.size() == 1;
-  int assigned = static_cast<int>(layout.servers.size());
-  if (auto s = FillPorts(layout.trainers, /*local=*/false, kDefaultPsPort + assigned, host); !s) return Error{s.error()};
-  assigned += static_cast<int>(layout.trainers.size());
-  for (HeterStage& stage : layout.heter_stages) {
-    if (auto s = FillPorts(stage.endpoints, local, kDefaultPsPort + assigned, host); !s) return Error{s.error()};
-    assigned += static_cast<int>(stage.endpoints.size());
-  }
   // Devices: trainers use GPUs only when --gpus is given; gpu/xpu heter stages always do.
   auto gpus = ResolveGpus(o, host);
   if (!gpus) return Error{gpus.error()};
@@ -359,21 +379,13 @@ Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode 
   auto gloo = GlooFromEnv(host);
   if (!gloo) return Error{gloo.error()};
   layout.gloo = *gloo;
-  int http_port = 0;
-  if (o.http_port) {
-    http_port = *o.http_port;
-  } else {
-    auto port = local ? host.free_ports(1) : PortRange(kDefaultPsPort + assigned, 1, "default port");
-    if (!port) return Error{port.error()};
-    http_port = port->front();
-  }
-  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, http_port}.ToString();
+  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, *http_port}.ToString();
 
   auto topology = BuildPsTopology(layout);
   if (!topology) return Error{topology.error()};
   Placement placement;
   placement.topology = std::move(*topology);
-  if (!local) {
+  if (placement.topology.nodes.size() > 1) {
     auto node = FindThisNode(placement.topology.nodes, o, host, "--servers/--workers/--heter_workers");
     if (!node) return Error{node.error()};
     placement.node_rank = *node;
@@ -436,6 +448,9 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
     const std::string* role = FindEnv(host, "TRAINING_ROLE");
     only.process.role = *role == "PSERVER" ? Role::kServer
                         : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer;
+    if (const std::string* id = FindEnv(host, "PADDLE_TRAINER_ID")) {
+      if (auto rank = ParseNonNegativeInt(*id, "PADDLE_TRAINER_ID")) only.process.rank = *rank;
+    }
     only.log_file = LogPrefix(only.process.role) + "0";
     only.echo_to_terminal = true;
     plan.processes.push_back(std::move(only));

@@ -130,6 +130,7 @@ bool Supervisor::Start(const LocalProcess& spec, Child& child) {
   }
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
+  const std::string exec_failed = "fleetrun: cannot execute " + spec.argv.front() + ": ";
 
   pid_t pid = ::fork();
   if (pid == 0) {
@@ -145,8 +146,11 @@ bool Supervisor::Start(const LocalProcess& spec, Child& child) {
     ::dup2(out_fd, 1);
     ::dup2(out_fd, 2);
     ::execvpe(argv[0], argv.data(), envp.data());
-    const char msg[] = "fleetrun: exec failed\n";
-    (void)!::write(2, msg, sizeof msg - 1);
+    // fleetrun is single-threaded, so strerror is safe enough here; the line goes to the log.
+    const char* reason = std::strerror(errno);
+    (void)!::write(2, exec_failed.data(), exec_failed.size());
+    (void)!::write(2, reason, std::strlen(reason));
+    (void)!::write(2, "\n", 1);
     ::_exit(127);
   }
   if (null_fd >= 0) ::close(null_fd);

@@ -240,6 +240,11 @@ Result<Topology> BuildPsTopology(const PsLayout& layout) {
   if (topology.gloo.http_endpoint.empty() && topology.gloo.rendezvous == 3) {
     return Error{"PS jobs need the gloo HTTP endpoint (server 0's host and the --http_port)"};
   }
+  for (const Process& p : topology.processes) {  // server 0 binds both
+    if (p.endpoint.ToString() == topology.gloo.http_endpoint) {
+      return Error{"the gloo HTTP endpoint " + topology.gloo.http_endpoint + " is also a process endpoint"};
+    }
+  }
   return topology;
 }
 
