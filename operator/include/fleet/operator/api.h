@@ -1,0 +1,95 @@
+// The FleetJob API (fleet.paddlepaddle.org/v1alpha1) as C++ values, and the checks the CRD's
+// OpenAPI schema and CEL rules cannot express. crds/fleetjob.yaml is the schema users see; this
+// file is what the operator decides with. ParseFleetJob never throws: a malformed object is an
+// error naming the field and what to do, which the operator turns into phase Failed.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fleet/runtime/result.h"
+#include "fleet/runtime/topology.h"
+
+namespace fleet::op {
+
+using Json = nlohmann::json;
+
+inline constexpr const char* kGroup = "fleet.paddlepaddle.org";
+inline constexpr const char* kVersion = "v1alpha1";
+inline constexpr const char* kKind = "FleetJob";
+inline constexpr const char* kPlural = "fleetjobs";
+
+enum class Network { kPodIP, kService, kHostNetwork };
+enum class Gloo { kNone, kWorkers, kAll };
+enum class RestartPolicy { kNever, kOnFailure, kExitCode };
+enum class CleanPodPolicy { kRunning, kAll, kNone };
+enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins };
+enum class RoleKind { kServer, kWorker, kHeter };
+
+// One group of identical pods: the servers, the workers, or one heter stage.
+struct RoleSpec {
+  RoleKind kind = RoleKind::kWorker;
+  int stage = 1;                     // heter stages are 2..S, in spec order
+  std::string name;                  // "server", "worker", or the heter stage's name
+  int replicas = 0;
+  RestartPolicy restart_policy = RestartPolicy::kNever;
+  DeviceKind device = DeviceKind::kCpu;   // heter stages
+  Json template_;                    // a core/v1 PodTemplateSpec
+};
+
+struct RunPolicy {
+  int backoff_limit = 3;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
+  bool suspend = false;
+  int64_t pending_timeout_seconds = 600;   // a pod Pending this long gets a condition
+};
+
+struct Scheduling {
+  GangScheduler gang = GangScheduler::kNone;
+  std::string queue;
+  std::string priority_class_name;
+};
+
+struct SidecarSpec {
+  std::string image = "fleetjob/sidecar:0.1.0";
+  Json resources;                    // core/v1 ResourceRequirements; defaults when empty
+  int metrics_port = 9102;
+};
+
+struct FleetJobSpec {
+  JobMode mode = JobMode::kCollective;
+  Network network = Network::kPodIP;
+  Gloo gloo = Gloo::kNone;
+  int processes_per_pod = 1;         // collective: pods running fleetrun get the cluster env
+  int port = 6170;                   // PADDLE_PORT of every pod (PodIP/Service); first port per pod
+  std::vector<RoleSpec> roles;       // server (if any), worker, heter stages
+  RunPolicy run_policy;
+  Scheduling scheduling;
+  SidecarSpec sidecar;
+
+  const RoleSpec* Find(RoleKind kind) const;
+  int TotalPods() const;
+};
+
+struct FleetJob {
+  std::string name;
+  std::string ns;
+  std::string uid;
+  int64_t generation = 0;
+  FleetJobSpec spec;
+  Json object;                       // the whole object as read, status included
+};
+
+// Reads a FleetJob object. Errors read like "spec.heter[0].device: must be cpu, gpu or xpu".
+Result<FleetJob> ParseFleetJob(const Json& object);
+
+std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
+
+}  // namespace fleet::op

@@ -1,0 +1,80 @@
+// PlanReconcile: the operator's decisions as a pure function
+//   (FleetJob, observed children, now, settings) -> actions + status + events + requeue.
+// No I/O, no clock, no logging: the controller around it reads the cache, calls this, and carries
+// the actions out. Level-based: the same inputs always give the same plan, and carrying out a plan
+// twice is harmless (creates of deterministic names answer AlreadyExists; deletes NotFound).
+#pragma once
+
+#include <chrono>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fleet/operator/api.h"
+
+namespace fleet::op {
+
+using Time = std::chrono::system_clock::time_point;
+
+// Labels on every child: which job, role, index and run (the job's restart count when the pod was
+// made: pods of an older run belong to a run that was restarted and are removed).
+inline constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
+inline constexpr const char* kRoleLabel = "fleet.paddlepaddle.org/role";
+inline constexpr const char* kIndexLabel = "fleet.paddlepaddle.org/index";
+inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
+// The endpoints ConfigMap says which run and which hosts its lists were computed for.
+inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
+inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-digest";
+// Where pods mount the endpoints ConfigMap (one file per key).
+inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
+
+enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kFleetJob };
+enum class Verb { kCreate, kUpdate, kDelete };
+
+struct Action {
+  Verb verb = Verb::kCreate;
+  ObjectKind kind = ObjectKind::kPod;
+  std::string name;
+  Json object;          // for create/update
+  std::string reason;   // why (for logs and tests)
+};
+
+struct PlannedEvent {
+  std::string type;     // Normal | Warning
+  std::string reason;
+  std::string message;
+};
+
+struct Observed {
+  std::vector<Json> pods;              // pods labelled with the job's name
+  std::optional<Json> endpoints;       // the job's endpoints ConfigMap
+  std::optional<Json> service;         // Service mode: the job's headless Service
+  std::optional<Json> pod_group;       // gang scheduling: the job's PodGroup
+};
+
+struct OperatorSettings {
+  bool native_sidecar = true;          // Kubernetes >= 1.29: the sidecar is an init container
+                                       // with restartPolicy Always and a startup probe
+  std::string cluster_domain = "cluster.local";
+  std::string sidecar_service_account_token_audience;   // "" = the API server's default
+  int host_port_base = 0;              // HostNetwork: the job's allocated port range start
+};
+
+struct ReconcilePlan {
+  std::vector<Action> actions;
+  Json status;                         // the FleetJob's .status as it should be
+  std::vector<PlannedEvent> events;
+  std::optional<std::chrono::seconds> requeue_after;
+};
+
+ReconcilePlan PlanReconcile(const Json& job_object, const Observed& observed, Time now,
+                            const OperatorSettings& settings);
+
+// Names of the job's children.
+std::string EndpointsConfigMapName(const std::string& job);
+
+// RFC 3339 in UTC, second precision, as Kubernetes writes timestamps; and back (nullopt if bad).
+std::string FormatTime(Time t);
+std::optional<Time> ParseTime(const std::string& text);
+
+}  // namespace fleet::op

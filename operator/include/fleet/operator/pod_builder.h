@@ -1,0 +1,25 @@
+// BuildPod: a FleetJob pod from its role's template — deterministic name, labels, owner
+// reference, the wiring env and endpoints volume, networking per spec.network, gang-scheduler
+// hooks, and the fleet-sidecar gate that holds the main containers until the endpoint lists exist.
+#pragma once
+
+#include "fleet/operator/planner.h"
+#include "fleet/operator/wiring.h"
+
+namespace fleet::op {
+
+Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
+              const OperatorSettings& settings);
+
+// The job's headless Service (Service mode): pod DNS names <pod>.<job>.<ns>.svc.<domain>.
+Json BuildService(const FleetJob& job);
+
+// The gang's PodGroup (Volcano scheduling.volcano.sh/v1beta1 or scheduler-plugins
+// scheduling.x-k8s.io/v1alpha1) with minMember = every pod of the job.
+Json BuildPodGroup(const FleetJob& job);
+std::string PodGroupName(const FleetJob& job);
+
+// The controller reference every child carries.
+Json OwnerReference(const FleetJob& job);
+
+}  // namespace fleet::op

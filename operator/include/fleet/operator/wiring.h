@@ -1,0 +1,80 @@
+// Wiring: how the Paddle env of the contract library reaches processes in pods.
+//
+// The job's topology is rendered once with a symbolic host per pod ("@<ordinal>@"). For each pod,
+// a variable whose value names only the pod itself goes straight into the pod spec (its own host
+// becomes $(POD_IP), expanded by the kubelet); a variable that names other pods (the endpoint
+// lists) becomes a key of the job's endpoints ConfigMap, which the pod references by env and also
+// mounts as files (the scalable path past the kernel's 128 KiB limit for one variable). Once every
+// pod's host is known (its IP, its stable DNS name, or its node's IP) the ConfigMap's values are the
+// same templates with the hosts filled in. One renderer, so pods get exactly the env fleetrun gives.
+#pragma once
+
+#include <map>
+#include <memory>
+#include <utility>
+#include <string>
+#include <vector>
+
+#include "fleet/operator/api.h"
+#include "fleet/runtime/env_contract.h"
+
+namespace fleet::op {
+
+// One pod of the job: its role, its index within the role, its ordinal among all pods.
+struct PodSlot {
+  const RoleSpec* role = nullptr;
+  int index = 0;
+  int ordinal = 0;
+  std::string name;          // <job>-<role>-<index>
+};
+
+std::vector<PodSlot> PodSlots(const FleetJob& job);
+std::string PodName(const FleetJob& job, const RoleSpec& role, int index);
+
+// The port of a pod's first process: spec.port, or in HostNetwork mode the pod's own port from the
+// job's allocated range (host_port_base + ordinal * processesPerPod).
+int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base);
+// The gloo HTTP store's port on server 0.
+int GlooHttpPort(const FleetJob& job, int host_port_base);
+// The stable DNS name of a pod in Service mode (the job's headless Service is named after the job).
+std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain);
+// GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).
+int TemplateGpus(const Json& pod_template);
+
+// A ConfigMap value with holes for pod hosts.
+struct HostTemplate {
+  std::vector<std::string> literals;   // literals.size() == holes.size() + 1
+  std::vector<int> holes;              // pod ordinals
+  std::string Fill(const std::vector<std::string>& hosts) const;
+};
+
+class JobWiring {
+ public:
+  // Fails when the job cannot be wired (e.g. an endpoint list over the kernel's per-variable limit).
+  // `cluster_domain` names Service-mode hosts: <pod>.<job>.<namespace>.svc.<cluster_domain>.
+  static Result<JobWiring> Build(const FleetJob& job, int host_port_base,
+                                 const std::string& cluster_domain = "cluster.local");
+
+  // The pod's env entries (core/v1 EnvVar objects): POD_IP first, then the contract variables
+  // inline or as configMapKeyRef into `config_map`.
+  Json PodEnv(const PodSlot& slot, const std::string& config_map) const;
+  // The ConfigMap data for the given pod hosts (indexed by ordinal).
+  std::map<std::string, std::string> EndpointsData(const std::vector<std::string>& hosts) const;
+  const std::map<std::string, HostTemplate>& templates() const { return templates_; }
+
+ private:
+  EnvMap SymbolicEnv(int ordinal) const;
+  std::string SharedKey(int ordinal, const std::string& var) const;
+
+  const FleetJob* job_ = nullptr;
+  int host_port_base_ = 0;
+  std::string cluster_domain_;
+  std::vector<PodSlot> slots_;
+  std::shared_ptr<const Topology> topology_;           // symbolic hosts
+  std::shared_ptr<const EnvRenderer> renderer_;
+  std::vector<int> process_of_slot_;                   // ordinal -> index in topology processes
+  std::map<std::string, HostTemplate> templates_;      // ConfigMap key -> template
+  std::map<std::pair<std::string, std::string>, std::string> key_of_;  // (role name, var) -> key
+};
+
+}  // namespace fleet::op

@@ -1,0 +1,274 @@
+#include "fleet/operator/api.h"
+
+#include <set>
+
+namespace fleet::op {
+namespace {
+
+// Reads optional typed fields of a JSON object, remembering the first error with its field path.
+class FieldReader {
+ public:
+  FieldReader(const Json& object, std::string path) : object_(object), path_(std::move(path)) {}
+
+  bool Has(const char* key) const { return object_.is_object() && object_.contains(key) && !object_[key].is_null(); }
+  const Json& Get(const char* key) const { return object_[key]; }
+  std::string Path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+
+  void Int(const char* key, int64_t min, int64_t max, int64_t& out) {
+    if (!Has(key)) return;
+    const Json& v = object_[key];
+    if (!v.is_number_integer()) return Fail(Path(key) + ": must be an integer");
+    const int64_t n = v.get<int64_t>();
+    if (n < min || n > max) {
+      return Fail(Path(key) + ": must be between " + std::to_string(min) + " and " + std::to_string(max) +
+                  ", got " + std::to_string(n));
+    }
+    out = n;
+  }
+  void Int(const char* key, int64_t min, int64_t max, int& out) {
+    int64_t wide = out;
+    Int(key, min, max, wide);
+    out = static_cast<int>(wide);
+  }
+  void Bool(const char* key, bool& out) {
+    if (!Has(key)) return;
+    if (!object_[key].is_boolean()) return Fail(Path(key) + ": must be true or false");
+    out = object_[key].get<bool>();
+  }
+  void String(const char* key, std::string& out) {
+    if (!Has(key)) return;
+    if (!object_[key].is_string()) return Fail(Path(key) + ": must be a string");
+    out = object_[key].get<std::string>();
+  }
+  template <typename E>
+  void Enum(const char* key, const std::vector<std::pair<const char*, E>>& values, E& out) {
+    if (!Has(key)) return;
+    std::string names;
+    for (const auto& [name, value] : values) {
+      if (object_[key].is_string() && object_[key].get<std::string>() == name) {
+        out = value;
+        return;
+      }
+      names += (names.empty() ? "" : ", ") + std::string(name);
+    }
+    Fail(Path(key) + ": must be one of " + names + ", got " + object_[key].dump());
+  }
+  void Fail(const std::string& message) {
+    if (error_.empty()) error_ = message;
+  }
+  const std::string& error() const { return error_; }
+
+ private:
+  const Json& object_;
+  std::string path_;
+  std::string error_;
+};
+
+const std::vector<std::pair<const char*, RestartPolicy>> kRestartPolicies = {
+    {"Never", RestartPolicy::kNever}, {"OnFailure", RestartPolicy::kOnFailure}, {"ExitCode", RestartPolicy::kExitCode}};
+
+// A role's replicas, restart policy and pod template; `min_replicas` is 0 for optional roles.
+Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind kind, int min_replicas) {
+  RoleSpec role;
+  role.kind = kind;
+  if (!json.is_object()) return Error{path + ": must be an object with replicas and template"};
+  FieldReader r(json, path);
+  if (!r.Has("replicas")) return Error{path + ".replicas: is required"};
+  r.Int("replicas", min_replicas, 10000, role.replicas);
+  r.Enum("restartPolicy", kRestartPolicies, role.restart_policy);
+  if (!r.error().empty()) return Error{r.error()};
+  if (!r.Has("template") || !r.Get("template").is_object()) {
+    return Error{path + ".template: is required (a pod template with at least one container)"};
+  }
+  role.template_ = r.Get("template");
+  const Json& spec = role.template_.value("spec", Json::object());
+  const Json containers = spec.is_object() ? spec.value("containers", Json::array()) : Json::array();
+  if (!containers.is_array() || containers.empty()) {
+    return Error{path + ".template.spec.containers: needs at least one container"};
+  }
+  std::set<std::string> names;
+  for (size_t i = 0; i < containers.size(); ++i) {
+    const Json& c = containers[i];
+    const std::string where = path + ".template.spec.containers[" + std::to_string(i) + "]";
+    if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
+      return Error{where + ".name: is required"};
+    }
+    if (!names.insert(c["name"].get<std::string>()).second) return Error{where + ".name: is used twice"};
+    if (!c.contains("image") || !c["image"].is_string() || c["image"].get<std::string>().empty()) {
+      return Error{where + ".image: is required"};
+    }
+  }
+  if (spec.is_object() && spec.contains("restartPolicy") && spec["restartPolicy"] != "Never") {
+    return Error{path + ".template.spec.restartPolicy: must be Never or unset; use " + path +
+                 ".restartPolicy to choose how the operator restarts pods"};
+  }
+  return role;
+}
+
+bool IsDnsLabel(const std::string& s, size_t max) {
+  if (s.empty() || s.size() > max) return false;
+  for (char c : s) {
+    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
+  }
+  return s.front() != '-' && s.back() != '-';
+}
+
+}  // namespace
+
+std::string_view RoleKindName(RoleKind kind) {
+  switch (kind) {
+    case RoleKind::kServer: return "server";
+    case RoleKind::kWorker: return "worker";
+    case RoleKind::kHeter: return "heter";
+  }
+  return "worker";
+}
+
+const RoleSpec* FleetJobSpec::Find(RoleKind kind) const {
+  for (const RoleSpec& r : roles) {
+    if (r.kind == kind) return &r;
+  }
+  return nullptr;
+}
+
+int FleetJobSpec::TotalPods() const {
+  int total = 0;
+  for (const RoleSpec& r : roles) total += r.replicas;
+  return total;
+}
+
+Result<FleetJob> ParseFleetJob(const Json& object) {
+  FleetJob job;
+  job.object = object;
+  if (!object.is_object() || !object.contains("metadata") || !object["metadata"].is_object()) {
+    return Error{"metadata: is required"};
+  }
+  const Json& meta = object["metadata"];
+  job.name = meta.value("name", "");
+  job.ns = meta.value("namespace", "default");
+  job.uid = meta.value("uid", "");
+  job.generation = meta.value("generation", int64_t{0});
+  // Pod names are <job>-<role>-<index> and Service names <job>-<role>-<index> too: a DNS label.
+  if (!IsDnsLabel(job.name, 40)) {
+    return Error{"metadata.name: must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "
+                 "so that pod and service names derived from it stay valid"};
+  }
+  if (!object.contains("spec") || !object["spec"].is_object()) return Error{"spec: is required"};
+  const Json& spec = object["spec"];
+  FleetJobSpec& s = job.spec;
+  FieldReader r(spec, "spec");
+
+  std::optional<JobMode> mode;
+  if (r.Has("mode")) {
+    JobMode m = JobMode::kCollective;
+    r.Enum("mode", {{"collective", JobMode::kCollective}, {"ps", JobMode::kParameterServer},
+                    {"ps-heter", JobMode::kHeterParameterServer}}, m);
+    mode = m;
+  }
+  r.Enum("network", {{"PodIP", Network::kPodIP}, {"Service", Network::kService}, {"HostNetwork", Network::kHostNetwork}},
+         s.network);
+  r.Enum("gloo", {{"None", Gloo::kNone}, {"Workers", Gloo::kWorkers}, {"All", Gloo::kAll}}, s.gloo);
+  r.Int("processesPerPod", 1, 64, s.processes_per_pod);
+  r.Int("port", 1024, 65535, s.port);
+  if (!r.error().empty()) return Error{r.error()};
+
+  if (r.Has("server")) {
+    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0);
+    if (!server) return Error{server.error()};
+    server->name = "server";
+    if (server->replicas > 0) s.roles.push_back(*server);
+  }
+  if (!r.Has("worker")) return Error{"spec.worker: is required"};
+  auto worker = ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1);
+  if (!worker) return Error{worker.error()};
+  worker->name = "worker";
+  s.roles.push_back(*worker);
+  if (r.Has("heter")) {
+    const Json& heter = r.Get("heter");
+    if (!heter.is_array()) return Error{"spec.heter: must be a list of heter stages"};
+    std::set<std::string> names;
+    for (size_t i = 0; i < heter.size(); ++i) {
+      const std::string path = "spec.heter[" + std::to_string(i) + "]";
+      auto stage = ParseRole(heter[i], path, RoleKind::kHeter, 1);
+      if (!stage) return Error{stage.error()};
+      stage->stage = static_cast<int>(i) + 2;
+      stage->name = heter[i].value("name", "heter" + std::to_string(i + 1));
+      if (!IsDnsLabel(stage->name, 12) || stage->name == "server" || stage->name == "worker") {
+        return Error{path + ".name: must be a short DNS label (at most 12 characters), not server or worker"};
+      }
+      if (!names.insert(stage->name).second) return Error{path + ".name: '" + stage->name + "' is used twice"};
+      FieldReader hr(heter[i], path);
+      hr.Enum("device", {{"cpu", DeviceKind::kCpu}, {"gpu", DeviceKind::kGpu}, {"xpu", DeviceKind::kXpu}}, stage->device);
+      if (!hr.error().empty()) return Error{hr.error()};
+      s.roles.push_back(*stage);
+    }
+  }
+
+  // The mode: given, or derived from the roles present.
+  const bool has_server = s.Find(RoleKind::kServer) != nullptr;
+  const bool has_heter = s.Find(RoleKind::kHeter) != nullptr;
+  s.mode = mode.value_or(has_heter ? JobMode::kHeterParameterServer
+                                   : has_server ? JobMode::kParameterServer : JobMode::kCollective);
+  if (s.mode == JobMode::kCollective && (has_server || has_heter)) {
+    return Error{"spec.mode: collective jobs have workers only; remove spec.server/spec.heter or set mode ps"};
+  }
+  if (s.mode != JobMode::kCollective && !has_server) {
+    return Error{"spec.server: a " + std::string(JobModeName(s.mode)) + " job needs at least one server"};
+  }
+  if (s.mode == JobMode::kParameterServer && has_heter) {
+    return Error{"spec.mode: heter stages need mode ps-heter (or leave mode unset)"};
+  }
+  if (s.mode == JobMode::kHeterParameterServer && !has_heter) {
+    return Error{"spec.heter: a ps-heter job needs at least one heter stage"};
+  }
+  if (s.processes_per_pod > 1 && s.mode != JobMode::kCollective) {
+    return Error{"spec.processesPerPod: only collective pods run several processes (fleetrun inside the pod)"};
+  }
+  if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
+
+  if (spec.contains("runPolicy")) {
+    FieldReader rp(spec["runPolicy"], "spec.runPolicy");
+    RunPolicy& p = s.run_policy;
+    rp.Int("backoffLimit", 0, 1000, p.backoff_limit);
+    if (rp.Has("activeDeadlineSeconds")) {
+      int64_t v = 0;
+      rp.Int("activeDeadlineSeconds", 1, int64_t{1} << 40, v);
+      p.active_deadline_seconds = v;
+    }
+    if (rp.Has("ttlSecondsAfterFinished")) {
+      int64_t v = 0;
+      rp.Int("ttlSecondsAfterFinished", 0, int64_t{1} << 40, v);
+      p.ttl_seconds_after_finished = v;
+    }
+    rp.Enum("cleanPodPolicy", {{"Running", CleanPodPolicy::kRunning}, {"All", CleanPodPolicy::kAll},
+                               {"None", CleanPodPolicy::kNone}}, p.clean_pod_policy);
+    rp.Bool("suspend", p.suspend);
+    rp.Int("pendingTimeoutSeconds", 1, int64_t{1} << 40, p.pending_timeout_seconds);
+    if (!rp.error().empty()) return Error{rp.error()};
+  }
+  if (spec.contains("scheduling")) {
+    FieldReader sc(spec["scheduling"], "spec.scheduling");
+    sc.Enum("gang", {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
+                     {"SchedulerPlugins", GangScheduler::kSchedulerPlugins}}, s.scheduling.gang);
+    sc.String("queue", s.scheduling.queue);
+    sc.String("priorityClassName", s.scheduling.priority_class_name);
+    if (!sc.error().empty()) return Error{sc.error()};
+    if (!s.scheduling.queue.empty() && s.scheduling.gang != GangScheduler::kVolcano) {
+      return Error{"spec.scheduling.queue: queues are Volcano's; set spec.scheduling.gang to Volcano"};
+    }
+  }
+  if (spec.contains("sidecar")) {
+    FieldReader sd(spec["sidecar"], "spec.sidecar");
+    sd.String("image", s.sidecar.image);
+    sd.Int("metricsPort", 1024, 65535, s.sidecar.metrics_port);
+    if (sd.Has("resources")) s.sidecar.resources = sd.Get("resources");
+    if (!sd.error().empty()) return Error{sd.error()};
+    if (s.sidecar.metrics_port >= s.port && s.sidecar.metrics_port < s.port + s.processes_per_pod) {
+      return Error{"spec.sidecar.metricsPort: overlaps the Paddle ports spec.port.." +
+                   std::to_string(s.port + s.processes_per_pod - 1)};
+    }
+  }
+  return job;
+}
+
+}  // namespace fleet::op

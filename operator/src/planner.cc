@@ -1,0 +1,510 @@
+#include "fleet/operator/planner.h"
+
+#include <algorithm>
+#include <ctime>
+#include <functional>
+#include <map>
+#include <set>
+
+#include "fleet/operator/pod_builder.h"
+#include "fleet/operator/wiring.h"
+
+namespace fleet::op {
+namespace {
+
+using std::chrono::seconds;
+
+// ---- reading pods ----
+
+std::string Label(const Json& obj, const char* key) {
+  const Json& labels = obj.value("metadata", Json::object()).value("labels", Json::object());
+  return labels.contains(key) && labels[key].is_string() ? labels[key].get<std::string>() : "";
+}
+std::string Name(const Json& obj) { return obj.value("metadata", Json::object()).value("name", ""); }
+bool Terminating(const Json& obj) { return obj.value("metadata", Json::object()).contains("deletionTimestamp"); }
+std::string Phase(const Json& pod) { return pod.value("status", Json::object()).value("phase", "Pending"); }
+bool Finished(const Json& pod) { return Phase(pod) == "Succeeded" || Phase(pod) == "Failed"; }
+
+bool PodReady(const Json& pod) {
+  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
+    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  }
+  return false;
+}
+
+// The exit code of the pod's first terminated main container (the training process).
+std::optional<int> ExitCode(const Json& pod) {
+  for (const Json& cs : pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
+    const Json& state = cs.value("state", Json::object());
+    if (state.contains("terminated")) return state["terminated"].value("exitCode", 0);
+  }
+  return std::nullopt;
+}
+
+bool Evicted(const Json& pod) { return pod.value("status", Json::object()).value("reason", "") == "Evicted"; }
+
+// The pod's host for the endpoint lists, once known.
+std::string PodHost(const Json& pod, Network network) {
+  const Json& status = pod.value("status", Json::object());
+  return status.value(network == Network::kHostNetwork ? "hostIP" : "podIP", "");
+}
+
+// ---- status ----
+
+Json FindCondition(const Json& status, const std::string& type) {
+  for (const Json& c : status.value("conditions", Json::array())) {
+    if (c.value("type", "") == type) return c;
+  }
+  return nullptr;
+}
+
+// Sets a condition, keeping lastTransitionTime when its status does not change.
+void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
+                  const std::string& message, Time now) {
+  Json conditions = status.value("conditions", Json::array());
+  const std::string v = value ? "True" : "False";
+  for (Json& c : conditions) {
+    if (c.value("type", "") != type) continue;
+    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatTime(now);
+    c["status"] = v;
+    c["reason"] = reason;
+    c["message"] = message;
+    status["conditions"] = conditions;
+    return;
+  }
+  conditions.push_back({{"type", type}, {"status", v}, {"reason", reason}, {"message", message},
+                        {"lastTransitionTime", FormatTime(now)}});
+  status["conditions"] = conditions;
+}
+
+bool ConditionTrue(const Json& status, const std::string& type) {
+  Json c = FindCondition(status, type);
+  return !c.is_null() && c.value("status", "") == "True";
+}
+
+class Planner {
+ public:
+  Planner(const Json& object, const Observed& observed, Time now, const OperatorSettings& settings)
+      : object_(object), observed_(observed), now_(now), settings_(settings) {
+    plan_.status = object.value("status", Json::object());
+    if (!plan_.status.is_object()) plan_.status = Json::object();
+  }
+
+  ReconcilePlan Run();
+
+ private:
+  Json& status() { return plan_.status; }
+  std::string PhaseNow() const { return plan_.status.value("phase", ""); }
+  int Run_() const { return plan_.status.value("restartCount", 0); }
+  void Event(const std::string& type, const std::string& reason, const std::string& message) {
+    plan_.events.push_back({type, reason, message});
+  }
+  void RequeueAfter(seconds after) {
+    after = std::max(after, seconds(1));
+    if (!plan_.requeue_after || after < *plan_.requeue_after) plan_.requeue_after = after;
+  }
+  void SetPhase(const std::string& phase, const std::string& message) {
+    if (PhaseNow() != phase) {
+      Event(phase == "Failed" ? "Warning" : "Normal", phase, message.empty() ? "FleetJob is " + phase : message);
+    }
+    status()["phase"] = phase;
+    status()["message"] = message;
+  }
+  void Fail(const std::string& reason, const std::string& message);
+  void Delete(ObjectKind kind, const std::string& name, const std::string& why) {
+    plan_.actions.push_back({Verb::kDelete, kind, name, nullptr, why});
+  }
+  void Create(ObjectKind kind, Json object, const std::string& why) {
+    std::string name = Name(object);
+    plan_.actions.push_back({Verb::kCreate, kind, name, std::move(object), why});
+  }
+  void DeletePods(const std::function<bool(const Json&)>& which, const std::string& why) {
+    for (const Json& pod : observed_.pods) {
+      if (!Terminating(pod) && which(pod)) Delete(ObjectKind::kPod, Name(pod), why);
+    }
+  }
+  void CleanUp();
+  void FinishedJob();
+  bool HandleFailures(const std::map<std::string, const Json*>& current);
+  void Restart(const std::string& why);
+  void CountRoles(const std::map<std::string, const Json*>& current);
+  void CheckPending(const std::map<std::string, const Json*>& current);
+
+  const Json& object_;
+  const Observed& observed_;
+  const Time now_;
+  const OperatorSettings& settings_;
+  ReconcilePlan plan_;
+  std::optional<FleetJob> job_;
+  std::vector<PodSlot> slots_;
+};
+
+void Planner::Fail(const std::string& reason, const std::string& message) {
+  SetCondition(status(), "Failed", true, reason, message, now_);
+  SetCondition(status(), "Running", false, reason, message, now_);
+  SetCondition(status(), "Restarting", false, reason, message, now_);
+  SetPhase("Failed", message);
+  if (!status().contains("completionTime")) status()["completionTime"] = FormatTime(now_);
+}
+
+// What is left of a finished job, per cleanPodPolicy: Running deletes pods still running
+// (servers, heter trainers), All deletes every pod, None keeps them.
+void Planner::CleanUp() {
+  if (!job_) return;
+  switch (job_->spec.run_policy.clean_pod_policy) {
+    case CleanPodPolicy::kNone: return;
+    case CleanPodPolicy::kAll: DeletePods([](const Json&) { return true; }, "cleanPodPolicy All"); return;
+    case CleanPodPolicy::kRunning:
+      DeletePods([](const Json& pod) { return !Finished(pod); }, "cleanPodPolicy Running");
+      return;
+  }
+}
+
+void Planner::FinishedJob() {
+  CleanUp();
+  const auto ttl = job_->spec.run_policy.ttl_seconds_after_finished;
+  if (!ttl) return;
+  const auto finished = ParseTime(status().value("completionTime", ""));
+  const Time expiry = finished.value_or(now_) + seconds(*ttl);
+  if (now_ >= expiry) {
+    plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, job_->name, nullptr, "ttlSecondsAfterFinished"});
+  } else {
+    RequeueAfter(std::chrono::duration_cast<seconds>(expiry - now_) + seconds(1));
+  }
+}
+
+// A restart of the whole job: every pod of this run goes, the next run is wired afresh (new
+// addresses mean new lists). Service-mode jobs replace only failed pods (DNS names are stable).
+void Planner::Restart(const std::string& why) {
+  const int restarts = Run_() + 1;
+  status()["restartCount"] = restarts;
+  SetCondition(status(), "Restarting", true, "Restarting", why, now_);
+  SetPhase("Restarting", why);
+  Event("Warning", "Restarting", why + " (restart " + std::to_string(restarts) + " of at most " +
+                                     std::to_string(job_->spec.run_policy.backoff_limit) + ")");
+}
+
+// Returns true when the plan is complete (the job failed or is restarting).
+bool Planner::HandleFailures(const std::map<std::string, const Json*>& current) {
+  std::vector<const PodSlot*> retry;
+  for (const PodSlot& slot : slots_) {
+    auto it = current.find(slot.name);
+    if (it == current.end() || Phase(*it->second) != "Failed") continue;
+    const Json& pod = *it->second;
+    const auto code = ExitCode(pod);
+    const bool evicted = Evicted(pod);
+    const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
+                             code ? " failed with exit code " + std::to_string(*code) : " failed");
+    bool retryable = false;
+    switch (slot.role->restart_policy) {
+      case RestartPolicy::kNever: retryable = false; break;
+      case RestartPolicy::kOnFailure: retryable = true; break;
+      // Codes >= 128 are deaths by signal (OOM kill, preemption): worth another try.
+      case RestartPolicy::kExitCode: retryable = evicted || (code && *code >= 128); break;
+    }
+    if (!retryable) {
+      Fail("PodFailed", what + " and the " + slot.role->name + " restartPolicy does not restart it");
+      CleanUp();
+      return true;
+    }
+    retry.push_back(&slot);
+  }
+  if (retry.empty()) return false;
+  const std::string first = "pod " + retry.front()->name + (Evicted(*current.at(retry.front()->name)) ? " was evicted" : " failed");
+  if (Run_() >= job_->spec.run_policy.backoff_limit) {
+    Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Run_()) +
+                                     " times (backoffLimit " + std::to_string(job_->spec.run_policy.backoff_limit) + ")");
+    CleanUp();
+    return true;
+  }
+  if (job_->spec.network == Network::kService) {
+    for (const PodSlot* slot : retry) Delete(ObjectKind::kPod, slot->name, "restart failed pod");
+    Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)");
+  } else {
+    Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer");
+  }
+  return true;
+}
+
+void Planner::CountRoles(const std::map<std::string, const Json*>& current) {
+  Json replicas = Json::object();
+  for (const RoleSpec& role : job_->spec.roles) {
+    int active = 0, ready = 0, succeeded = 0, failed = 0;
+    for (const PodSlot& slot : slots_) {
+      if (slot.role != &role) continue;
+      auto it = current.find(slot.name);
+      if (it == current.end()) continue;
+      const std::string phase = Phase(*it->second);
+      if (phase == "Succeeded") ++succeeded;
+      else if (phase == "Failed") ++failed;
+      else ++active;
+      if (phase == "Running" && PodReady(*it->second)) ++ready;
+    }
+    replicas[role.name] = {{"replicas", role.replicas}, {"active", active}, {"ready", ready},
+                           {"succeeded", succeeded}, {"failed", failed}};
+  }
+  status()["replicaStatuses"] = replicas;
+}
+
+// Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.
+void Planner::CheckPending(const std::map<std::string, const Json*>& current) {
+  const seconds timeout(job_->spec.run_policy.pending_timeout_seconds);
+  std::string stuck;
+  for (const auto& [name, pod] : current) {
+    if (Phase(*pod) != "Pending" || !PodHost(*pod, Network::kPodIP).empty()) continue;
+    const auto created = ParseTime(pod->value("metadata", Json::object()).value("creationTimestamp", ""));
+    if (!created) continue;
+    if (now_ - *created < timeout) {
+      RequeueAfter(std::chrono::duration_cast<seconds>(timeout - (now_ - *created)) + seconds(1));
+      continue;
+    }
+    std::string why = "no reason given by the scheduler";
+    for (const Json& c : pod->value("status", Json::object()).value("conditions", Json::array())) {
+      if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False") {
+        why = c.value("reason", "") + ": " + c.value("message", "");
+      }
+    }
+    stuck = "pod " + name + " has been Pending for more than " + std::to_string(timeout.count()) + "s (" + why + ")";
+    break;
+  }
+  if (!stuck.empty()) {
+    if (!ConditionTrue(status(), "Unschedulable")) Event("Warning", "Unschedulable", stuck);
+    SetCondition(status(), "Unschedulable", true, "PodPending", stuck, now_);
+  } else if (!FindCondition(status(), "Unschedulable").is_null()) {
+    SetCondition(status(), "Unschedulable", false, "PodsScheduled", "", now_);
+  }
+}
+
+ReconcilePlan Planner::Run() {
+  const Json& meta = object_.value("metadata", Json::object());
+  if (meta.contains("deletionTimestamp")) return plan_;  // garbage collection removes the children
+
+  auto parsed = ParseFleetJob(object_);
+  if (!parsed) {
+    // Nothing is created for a spec the operator cannot run; the message says what to fix.
+    if (PhaseNow() != "Failed") {
+      Fail("InvalidSpec", parsed.error());
+    }
+    return plan_;
+  }
+  job_ = std::move(*parsed);
+  const FleetJobSpec& spec = job_->spec;
+  status()["observedGeneration"] = job_->generation;
+  status()["mode"] = std::string(JobModeName(spec.mode));
+  if (!status().contains("restartCount")) status()["restartCount"] = 0;
+  slots_ = PodSlots(*job_);
+
+  if (PhaseNow() == "Succeeded" || PhaseNow() == "Failed") {
+    FinishedJob();
+    return plan_;
+  }
+  auto wiring = JobWiring::Build(*job_, settings_.host_port_base, settings_.cluster_domain);
+  if (!wiring) {
+    Fail("InvalidSpec", wiring.error());
+    return plan_;
+  }
+
+  if (spec.run_policy.suspend) {
+    DeletePods([](const Json&) { return true; }, "suspended");
+    if (!ConditionTrue(status(), "Suspended")) SetCondition(status(), "Suspended", true, "Suspended", "spec.runPolicy.suspend is true", now_);
+    SetCondition(status(), "Running", false, "Suspended", "", now_);
+    status().erase("startTime");  // activeDeadlineSeconds counts from the resume
+    SetPhase("Suspended", "the job is suspended; its pods are removed until spec.runPolicy.suspend is false");
+    return plan_;
+  }
+  if (ConditionTrue(status(), "Suspended")) {
+    SetCondition(status(), "Suspended", false, "Resumed", "spec.runPolicy.suspend is false", now_);
+    Event("Normal", "Resumed", "the job is resumed");
+  }
+  if (!status().contains("startTime")) status()["startTime"] = FormatTime(now_);
+  if (spec.run_policy.active_deadline_seconds) {
+    const Time deadline = ParseTime(status()["startTime"].get<std::string>()).value_or(now_) +
+                          seconds(*spec.run_policy.active_deadline_seconds);
+    if (now_ >= deadline) {
+      Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
+                                   std::to_string(*spec.run_policy.active_deadline_seconds));
+      DeletePods([](const Json& pod) { return !Finished(pod); }, "activeDeadlineSeconds");
+      return plan_;
+    }
+    RequeueAfter(std::chrono::duration_cast<seconds>(deadline - now_) + seconds(1));
+  }
+
+  // Gang scheduling: the PodGroup comes first; Volcano must admit it before any pod exists, so
+  // that a partial gang never holds GPUs.
+  if (spec.scheduling.gang != GangScheduler::kNone) {
+    if (!observed_.pod_group) {
+      Create(ObjectKind::kPodGroup, BuildPodGroup(*job_), "gang scheduling");
+      SetPhase("Pending", "waiting for the PodGroup to be admitted");
+      return plan_;
+    }
+    const std::string pg_phase = observed_.pod_group->value("status", Json::object()).value("phase", "");
+    if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
+      const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(*job_) + " (minMember " +
+                                  std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
+                                  ")" + (pg_phase.empty() ? "" : "; it is " + pg_phase);
+      if (!ConditionTrue(status(), "GangPending")) Event("Normal", "GangPending", message);
+      SetCondition(status(), "GangPending", true, "PodGroupNotAdmitted", message, now_);
+      SetPhase("Pending", message);
+      RequeueAfter(seconds(10));
+      return plan_;
+    }
+    if (!FindCondition(status(), "GangPending").is_null()) {
+      SetCondition(status(), "GangPending", false, "PodGroupAdmitted", "", now_);
+    }
+  }
+  if (spec.network == Network::kService && !observed_.service) {
+    Create(ObjectKind::kService, BuildService(*job_), "stable DNS names for the pods");
+  }
+
+  // This run's pods by name; everything else (older runs, scaled-away slots) goes.
+  const int run = Run_();
+  std::set<std::string> wanted;
+  for (const PodSlot& slot : slots_) wanted.insert(slot.name);
+  std::map<std::string, const Json*> current;
+  std::set<std::string> occupied;  // names still taken by some pod, live or terminating
+  bool stale = false;
+  for (const Json& pod : observed_.pods) {
+    const std::string name = Name(pod);
+    occupied.insert(name);
+    if (Terminating(pod)) {
+      stale = stale || Label(pod, kRunLabel) != std::to_string(run);
+      continue;
+    }
+    if (!wanted.count(name)) {
+      Delete(ObjectKind::kPod, name, "no longer part of the job");
+    } else if (Label(pod, kRunLabel) != std::to_string(run)) {
+      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + ", the job restarted");
+      stale = true;
+    } else {
+      current[name] = &pod;
+    }
+  }
+
+  // Success: every worker of this run succeeded.
+  const RoleSpec* workers = spec.Find(RoleKind::kWorker);
+  int workers_done = 0;
+  for (const PodSlot& slot : slots_) {
+    auto it = current.find(slot.name);
+    if (slot.role == workers && it != current.end() && Phase(*it->second) == "Succeeded") ++workers_done;
+  }
+  CountRoles(current);
+  if (workers_done == workers->replicas) {
+    SetCondition(status(), "Succeeded", true, "WorkersSucceeded", "all workers finished successfully", now_);
+    SetCondition(status(), "Running", false, "WorkersSucceeded", "", now_);
+    SetPhase("Succeeded", "all " + std::to_string(workers->replicas) + " workers finished successfully");
+    status()["completionTime"] = FormatTime(now_);
+    FinishedJob();
+    return plan_;
+  }
+  if (HandleFailures(current)) {
+    if (PhaseNow() == "Restarting" && spec.network != Network::kService) {
+      DeletePods([](const Json&) { return true; }, "whole-job restart");
+    }
+    return plan_;
+  }
+
+  // Addresses: once every pod of the run has one, publish the lists. A pod whose address changed
+  // under a published list (it was replaced) means a restart in PodIP/HostNetwork mode.
+  std::vector<std::string> hosts(slots_.size());
+  bool all_known = true;
+  for (const PodSlot& slot : slots_) {
+    if (spec.network == Network::kService) {
+      hosts[static_cast<size_t>(slot.ordinal)] = ServiceHost(*job_, slot.name, settings_.cluster_domain);
+      continue;
+    }
+    auto it = current.find(slot.name);
+    std::string host = it == current.end() ? "" : PodHost(*it->second, spec.network);
+    all_known = all_known && !host.empty();
+    hosts[static_cast<size_t>(slot.ordinal)] = host;
+  }
+  std::string digest;
+  for (const std::string& h : hosts) digest += h + ",";
+  digest = std::to_string(std::hash<std::string>{}(digest));
+  const Json* published = observed_.endpoints ? &*observed_.endpoints : nullptr;
+  const Json published_meta = published ? published->value("metadata", Json::object()) : Json::object();
+  const std::string published_run = published_meta.value("annotations", Json::object()).value(kRunAnnotation, "");
+  const std::string published_digest = published_meta.value("annotations", Json::object()).value(kHostsAnnotation, "");
+  if (spec.network != Network::kService && published && published_run == std::to_string(run) &&
+      all_known && published_digest != digest) {
+    if (Run_() >= spec.run_policy.backoff_limit) {
+      Fail("BackoffLimitExceeded", "a pod was replaced and got a new address, and the job has already been restarted " +
+                                       std::to_string(Run_()) + " times");
+      CleanUp();
+      return plan_;
+    }
+    Restart("a pod was replaced and got a new address; restarting the whole job so every peer gets the new lists");
+    DeletePods([](const Json&) { return true; }, "whole-job restart");
+    return plan_;
+  }
+
+  // Missing pods: create them (a name still held by a terminating pod waits for it to go, so
+  // two live pods never share a (role, index)).
+  int created = 0;
+  for (const PodSlot& slot : slots_) {
+    if (occupied.count(slot.name)) continue;
+    Create(ObjectKind::kPod, BuildPod(*job_, slot, *wiring, run, settings_), "missing");
+    ++created;
+  }
+  if (all_known && created == 0 && (!published || published_run != std::to_string(run) || published_digest != digest)) {
+    Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
+               {"metadata", {{"name", EndpointsConfigMapName(job_->name)}, {"namespace", job_->ns},
+                             {"labels", {{kJobLabel, job_->name}}},
+                             {"annotations", {{kRunAnnotation, std::to_string(run)}, {kHostsAnnotation, digest}}},
+                             {"ownerReferences", Json::array({OwnerReference(*job_)})}}},
+               {"data", wiring->EndpointsData(hosts)}};
+    if (published) {
+      cm["metadata"]["resourceVersion"] = published_meta.value("resourceVersion", "");
+      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, EndpointsConfigMapName(job_->name), cm, "new addresses"});
+    } else {
+      Create(ObjectKind::kConfigMap, cm, "all pods have addresses");
+    }
+    Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) + " pods");
+  }
+  const bool wired = all_known && created == 0 && published && published_run == std::to_string(run) && published_digest == digest;
+
+  CheckPending(current);
+  bool all_running = current.size() == slots_.size();
+  for (const auto& [name, pod] : current) all_running = all_running && Phase(*pod) == "Running";
+  if (stale) {
+    SetPhase("Restarting", status().value("message", ""));
+  } else if (created > 0 || current.size() < slots_.size() || !all_known) {
+    SetPhase("Pending", "creating pods and waiting for their addresses");
+  } else if (!wired || !all_running) {
+    SetPhase("Starting", wired ? "waiting for all pods to run" : "publishing the endpoint lists");
+  } else {
+    if (ConditionTrue(status(), "Restarting")) SetCondition(status(), "Restarting", false, "Running", "", now_);
+    SetCondition(status(), "Running", true, "AllPodsRunning", "all pods are running with their endpoint lists", now_);
+    SetPhase("Running", "");
+  }
+  return plan_;
+}
+
+}  // namespace
+
+std::string FormatTime(Time t) {
+  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
+  std::tm tm{};
+  ::gmtime_r(&secs, &tm);
+  char buf[32];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
+  return buf;
+}
+
+std::optional<Time> ParseTime(const std::string& text) {
+  std::tm tm{};
+  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
+  if (!end) return std::nullopt;
+  if (*end == '.') {  // fractional seconds: ignored
+    ++end;
+    while (*end >= '0' && *end <= '9') ++end;
+  }
+  if (*end != 'Z') return std::nullopt;
+  return std::chrono::system_clock::from_time_t(::timegm(&tm));
+}
+
+ReconcilePlan PlanReconcile(const Json& job_object, const Observed& observed, Time now,
+                            const OperatorSettings& settings) {
+  return Planner(job_object, observed, now, settings).Run();
+}
+
+}  // namespace fleet::op

@@ -1,0 +1,181 @@
+#include "fleet/operator/pod_builder.h"
+
+namespace fleet::op {
+namespace {
+
+constexpr const char* kSidecarName = "fleet-sidecar";
+constexpr const char* kTokenVolume = "fleet-sidecar-token";
+constexpr const char* kEndpointsVolume = "fleet-endpoints";
+constexpr const char* kServiceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount";
+
+// Injected containers carry requests and limits: namespaces with a ResourceQuota reject pods
+// whose containers have none.
+Json SidecarResources(const SidecarSpec& sidecar) {
+  if (sidecar.resources.is_object() && !sidecar.resources.empty()) return sidecar.resources;
+  return {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"cpu", "200m"}, {"memory", "64Mi"}}}};
+}
+
+Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
+                      bool own_token) {
+  Json c = {
+      {"name", kSidecarName},
+      {"image", job.spec.sidecar.image},
+      {"args", Json::array({"gate", "--namespace=" + job.ns, "--job=" + job.name, "--pod=" + slot.name,
+                            "--role=" + slot.role->name, "--run=" + std::to_string(run),
+                            "--config-map=" + EndpointsConfigMapName(job.name),
+                            "--metrics-port=" + std::to_string(job.spec.sidecar.metrics_port)})},
+      {"env", Json::array({{{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
+                           {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}}})},
+      {"resources", SidecarResources(job.spec.sidecar)},
+      {"securityContext", {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"allowPrivilegeEscalation", false},
+                           {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}}}},
+  };
+  if (own_token) {
+    c["volumeMounts"] = Json::array({{{"name", kTokenVolume}, {"mountPath", kServiceAccountMount}, {"readOnly", true}}});
+  }
+  if (settings.native_sidecar) {
+    // A native sidecar (Kubernetes >= 1.29): main containers start once its startup probe passes,
+    // and it keeps running beside them (metrics, readiness).
+    c["restartPolicy"] = "Always";
+    c["ports"] = Json::array({{{"name", "fleet-metrics"}, {"containerPort", job.spec.sidecar.metrics_port}}});
+    c["startupProbe"] = {{"httpGet", {{"path", "/startup"}, {"port", job.spec.sidecar.metrics_port}}},
+                         {"periodSeconds", 1}, {"failureThreshold", 86400}};
+    c["readinessProbe"] = {{"httpGet", {{"path", "/readyz"}, {"port", job.spec.sidecar.metrics_port}}},
+                           {"periodSeconds", 5}};
+  } else {
+    c["args"].push_back("--exit-when-ready");  // a plain init container: gate, then exit 0
+  }
+  return c;
+}
+
+// Only the sidecar needs the API, so only it gets a token: a projected, expiring service-account
+// token mounted into its container alone (automounting is switched off for the pod).
+Json TokenVolume(const OperatorSettings& settings) {
+  Json token = {{"path", "token"}, {"expirationSeconds", 3600}};
+  if (!settings.sidecar_service_account_token_audience.empty()) {
+    token["audience"] = settings.sidecar_service_account_token_audience;
+  }
+  return {{"name", kTokenVolume},
+          {"projected",
+           {{"sources",
+             Json::array({{{"serviceAccountToken", token}},
+                          {{"configMap", {{"name", "kube-root-ca.crt"}, {"items", Json::array({{{"key", "ca.crt"}, {"path", "ca.crt"}}})}}}},
+                          {{"downwardAPI",
+                            {{"items", Json::array({{{"path", "namespace"},
+                                                     {"fieldRef", {{"fieldPath", "metadata.namespace"}}}}})}}}}})}}}};
+}
+
+}  // namespace
+
+std::string EndpointsConfigMapName(const std::string& job) { return job + "-endpoints"; }
+std::string PodGroupName(const FleetJob& job) { return job.name; }
+
+Json OwnerReference(const FleetJob& job) {
+  return {{"apiVersion", std::string(kGroup) + "/" + kVersion}, {"kind", kKind}, {"name", job.name},
+          {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
+}
+
+Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
+              const OperatorSettings& settings) {
+  const RoleSpec& role = *slot.role;
+  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
+  Json meta = role.template_.value("metadata", Json::object());
+  Json labels = meta.value("labels", Json::object());
+  labels[kJobLabel] = job.name;
+  labels[kRoleLabel] = role.name;
+  labels[kIndexLabel] = std::to_string(slot.index);
+  labels[kRunLabel] = std::to_string(run);
+  Json annotations = meta.value("annotations", Json::object());
+  Json spec = role.template_.value("spec", Json::object());
+
+  switch (job.spec.scheduling.gang) {
+    case GangScheduler::kVolcano:
+      spec["schedulerName"] = "volcano";
+      annotations["scheduling.k8s.io/group-name"] = PodGroupName(job);
+      break;
+    case GangScheduler::kSchedulerPlugins:
+      labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job);
+      break;
+    case GangScheduler::kNone:
+      break;
+  }
+  if (!job.spec.scheduling.priority_class_name.empty()) {
+    spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
+  }
+  pod["metadata"] = {{"name", slot.name}, {"namespace", job.ns}, {"labels", labels},
+                     {"ownerReferences", Json::array({OwnerReference(job)})}};
+  if (!annotations.empty()) pod["metadata"]["annotations"] = annotations;
+
+  spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
+  if (job.spec.network == Network::kService) {
+    spec["hostname"] = slot.name;
+    spec["subdomain"] = job.name;
+  } else if (job.spec.network == Network::kHostNetwork) {
+    spec["hostNetwork"] = true;
+    spec["dnsPolicy"] = "ClusterFirstWithHostNet";
+  }
+
+  // The wiring env and the endpoint files go to every container of the template.
+  const std::string config_map = EndpointsConfigMapName(job.name);
+  const Json env = wiring.PodEnv(slot, config_map);
+  const int port = PodPort(job, slot, settings.host_port_base);
+  Json& containers = spec["containers"];
+  for (size_t i = 0; i < containers.size(); ++i) {
+    Json& c = containers[i];
+    Json merged = env;
+    for (const Json& e : c.value("env", Json::array())) merged.push_back(e);  // the user's last: they win
+    c["env"] = merged;
+    Json mounts = c.value("volumeMounts", Json::array());
+    mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
+    c["volumeMounts"] = mounts;
+    if (i == 0) {
+      Json ports = c.value("ports", Json::array());
+      for (int p = 0; p < job.spec.processes_per_pod; ++p) {
+        Json entry = {{"name", "paddle-" + std::to_string(p)}, {"containerPort", port + p}, {"protocol", "TCP"}};
+        if (job.spec.network == Network::kHostNetwork) entry["hostPort"] = port + p;
+        ports.push_back(entry);
+      }
+      c["ports"] = ports;
+    }
+  }
+  Json volumes = spec.value("volumes", Json::array());
+  volumes.push_back({{"name", kEndpointsVolume}, {"configMap", {{"name", config_map}, {"optional", true}}}});
+
+  // Least privilege: unless the template brings its own service account, the pod runs without an
+  // automounted token and only the sidecar container gets one.
+  const bool own_token = !spec.contains("serviceAccountName");
+  if (own_token) {
+    spec["automountServiceAccountToken"] = false;
+    volumes.push_back(TokenVolume(settings));
+  }
+  spec["volumes"] = volumes;
+  Json init = spec.value("initContainers", Json::array());
+  init.insert(init.begin(), SidecarContainer(job, slot, run, settings, own_token));
+  spec["initContainers"] = init;
+  pod["spec"] = spec;
+  return pod;
+}
+
+Json BuildService(const FleetJob& job) {
+  return {{"apiVersion", "v1"},
+          {"kind", "Service"},
+          {"metadata", {{"name", job.name}, {"namespace", job.ns}, {"labels", {{kJobLabel, job.name}}},
+                        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"spec", {{"clusterIP", "None"},
+                    {"publishNotReadyAddresses", true},  // peers must resolve before they are Ready
+                    {"selector", {{kJobLabel, job.name}}}}}};
+}
+
+Json BuildPodGroup(const FleetJob& job) {
+  const bool volcano = job.spec.scheduling.gang == GangScheduler::kVolcano;
+  Json spec = {{"minMember", job.spec.TotalPods()}};
+  if (volcano && !job.spec.scheduling.queue.empty()) spec["queue"] = job.spec.scheduling.queue;
+  if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
+  return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
+          {"kind", "PodGroup"},
+          {"metadata", {{"name", PodGroupName(job)}, {"namespace", job.ns}, {"labels", {{kJobLabel, job.name}}},
+                        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"spec", spec}};
+}
+
+}  // namespace fleet::op

@@ -1,0 +1,272 @@
+#include "fleet/operator/wiring.h"
+
+#include <algorithm>
+
+namespace fleet::op {
+namespace {
+
+// Linux refuses an exec whose single "NAME=value" string exceeds MAX_ARG_STRLEN (32 pages).
+constexpr size_t kMaxEnvValue = 131072 - 64;
+// A ConfigMap (like any object) is limited to about 1 MiB by etcd.
+constexpr size_t kMaxConfigMapBytes = 1000 * 1000;
+
+std::string Symbol(int ordinal) { return "@" + std::to_string(ordinal) + "@"; }
+
+// Splits a value into literals and "@<ordinal>@" holes.
+HostTemplate ParseTemplate(const std::string& value) {
+  HostTemplate t;
+  std::string literal;
+  size_t i = 0;
+  while (i < value.size()) {
+    if (value[i] == '@') {
+      size_t end = value.find('@', i + 1);
+      if (end != std::string::npos && end > i + 1 &&
+          std::all_of(value.begin() + static_cast<long>(i) + 1, value.begin() + static_cast<long>(end),
+                      [](char c) { return c >= '0' && c <= '9'; })) {
+        t.literals.push_back(literal);
+        literal.clear();
+        t.holes.push_back(std::stoi(value.substr(i + 1, end - i - 1)));
+        i = end + 1;
+        continue;
+      }
+    }
+    literal += value[i++];
+  }
+  t.literals.push_back(literal);
+  return t;
+}
+
+bool NamesOthers(const HostTemplate& t, int self) {
+  return std::any_of(t.holes.begin(), t.holes.end(), [self](int h) { return h != self; });
+}
+
+int GlooLevel(Gloo gloo) {
+  switch (gloo) {
+    case Gloo::kNone: return 0;
+    case Gloo::kWorkers: return 1;
+    case Gloo::kAll: return 2;
+  }
+  return 0;
+}
+
+}  // namespace
+
+std::string HostTemplate::Fill(const std::vector<std::string>& hosts) const {
+  std::string out = literals.front();
+  for (size_t i = 0; i < holes.size(); ++i) {
+    out += hosts.at(static_cast<size_t>(holes[i]));
+    out += literals[i + 1];
+  }
+  return out;
+}
+
+std::string PodName(const FleetJob& job, const RoleSpec& role, int index) {
+  return job.name + "-" + role.name + "-" + std::to_string(index);
+}
+
+std::vector<PodSlot> PodSlots(const FleetJob& job) {
+  std::vector<PodSlot> slots;
+  for (const RoleSpec& role : job.spec.roles) {
+    for (int i = 0; i < role.replicas; ++i) {
+      slots.push_back(PodSlot{&role, i, static_cast<int>(slots.size()), PodName(job, role, i)});
+    }
+  }
+  return slots;
+}
+
+int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base) {
+  if (job.spec.network != Network::kHostNetwork) return job.spec.port;
+  return host_port_base + slot.ordinal * job.spec.processes_per_pod;
+}
+
+int GlooHttpPort(const FleetJob& job, int host_port_base) {
+  if (job.spec.network != Network::kHostNetwork) return job.spec.port + job.spec.processes_per_pod;
+  return host_port_base + job.spec.TotalPods() * job.spec.processes_per_pod;
+}
+
+std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain) {
+  return pod + "." + job.name + "." + job.ns + ".svc." + cluster_domain;
+}
+
+int TemplateGpus(const Json& pod_template) {
+  const Json* containers = nullptr;
+  if (pod_template.contains("spec") && pod_template["spec"].contains("containers")) {
+    containers = &pod_template["spec"]["containers"];
+  }
+  if (!containers || !containers->is_array() || containers->empty()) return 0;
+  const Json& limits = (*containers)[0].value("resources", Json::object()).value("limits", Json::object());
+  if (!limits.contains("nvidia.com/gpu")) return 0;
+  const Json& v = limits["nvidia.com/gpu"];
+  if (v.is_number_integer()) return std::max(0, v.get<int>());
+  if (v.is_string()) {
+    auto n = ParseNonNegativeInt(v.get<std::string>(), "nvidia.com/gpu");
+    return n ? *n : 0;
+  }
+  return 0;
+}
+
+Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, const std::string& cluster_domain) {
+  JobWiring w;
+  w.job_ = &job;
+  w.host_port_base_ = host_port_base;
+  w.cluster_domain_ = cluster_domain;
+  w.slots_ = PodSlots(job);
+  const FleetJobSpec& spec = job.spec;
+  auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), PodPort(job, slot, host_port_base)}; };
+
+  if (spec.mode == JobMode::kCollective && spec.processes_per_pod > 1) {
+    // Pods run fleetrun, which reads the cluster env; there is no per-process topology here.
+  } else if (spec.mode == JobMode::kCollective) {
+    CollectiveLayout layout;
+    for (const PodSlot& slot : w.slots_) {
+      layout.nodes.push_back(Symbol(slot.ordinal));
+      layout.node_ports.push_back({PodPort(job, slot, host_port_base)});
+    }
+    const int gpus = TemplateGpus(spec.roles.front().template_);
+    layout.device_kind = gpus > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
+    std::vector<int> devices;
+    for (int g = 0; g < gpus; ++g) devices.push_back(g);
+    layout.device_groups = {devices};
+    layout.gloo.with_gloo = GlooLevel(spec.gloo);
+    auto topology = BuildCollectiveTopology(layout);
+    if (!topology) return Error{topology.error()};
+    w.topology_ = std::make_shared<Topology>(std::move(*topology));
+  } else {
+    PsLayout layout;
+    for (const PodSlot& slot : w.slots_) {
+      switch (slot.role->kind) {
+        case RoleKind::kServer: layout.servers.push_back(endpoint(slot)); break;
+        case RoleKind::kWorker: layout.trainers.push_back(endpoint(slot)); break;
+        case RoleKind::kHeter:
+          if (layout.heter_stages.size() < static_cast<size_t>(slot.role->stage - 1)) {
+            layout.heter_stages.push_back(HeterStage{slot.role->device, {}});
+          }
+          layout.heter_stages.back().endpoints.push_back(endpoint(slot));
+          break;
+      }
+    }
+    // A pod owns its devices: a GPU trainer sees its GPU as device 0, nothing to remap.
+    if (TemplateGpus(spec.Find(RoleKind::kWorker)->template_) > 0) layout.trainer_device = DeviceKind::kGpu;
+    layout.gloo.with_gloo = GlooLevel(spec.gloo);
+    layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, GlooHttpPort(job, host_port_base)}.ToString();
+    auto topology = BuildPsTopology(layout);
+    if (!topology) return Error{topology.error()};
+    w.topology_ = std::make_shared<Topology>(std::move(*topology));
+  }
+  if (w.topology_) {
+    w.renderer_ = std::make_shared<EnvRenderer>(*w.topology_);
+    w.process_of_slot_.assign(w.slots_.size(), -1);
+    for (size_t p = 0; p < w.topology_->processes.size(); ++p) {
+      const HostTemplate t = ParseTemplate(w.topology_->processes[p].endpoint.host);
+      w.process_of_slot_[static_cast<size_t>(t.holes.front())] = static_cast<int>(p);
+    }
+  }
+
+  // The shared variables, from the first pod of each role: a key per variable, qualified by the
+  // role where roles see different values (the heter stages' previous/next lists).
+  std::map<std::string, std::map<std::string, std::string>> by_var;  // var -> role -> value
+  for (const RoleSpec& role : spec.roles) {
+    const PodSlot* first = nullptr;
+    for (const PodSlot& slot : w.slots_) {
+      if (slot.role == &role) {
+        first = &slot;
+        break;
+      }
+    }
+    if (!first) continue;
+    for (const auto& [var, value] : w.SymbolicEnv(first->ordinal)) {
+      if (NamesOthers(ParseTemplate(value), first->ordinal)) by_var[var][role.name] = value;
+    }
+  }
+  for (const auto& [var, per_role] : by_var) {
+    const bool same = std::all_of(per_role.begin(), per_role.end(),
+                                  [&](const auto& rv) { return rv.second == per_role.begin()->second; });
+    for (const auto& [role, value] : per_role) {
+      const std::string key = same ? var : var + "." + role;
+      w.key_of_[{role, var}] = key;
+      w.templates_.emplace(key, ParseTemplate(value));
+    }
+  }
+
+  // Refuse what cannot work: a list over the kernel's limit for one variable, or a ConfigMap over
+  // etcd's object limit. Hosts are measured at their longest for the network mode.
+  const size_t host_bytes = spec.network == Network::kService
+                                ? ServiceHost(job, PodName(job, spec.roles.front(), 99999), cluster_domain).size()
+                                : std::string("255.255.255.255").size();
+  size_t total = 0;
+  for (const auto& [key, t] : w.templates_) {
+    size_t bytes = t.holes.size() * host_bytes;
+    for (const std::string& l : t.literals) bytes += l.size();
+    total += bytes;
+    if (bytes > kMaxEnvValue) {
+      return Error{"spec: the endpoint list " + key + " would be about " + std::to_string(bytes / 1024) +
+                   " KiB, over Linux's 128 KiB limit for one environment variable; use fewer pods, or "
+                   "spec.processesPerPod to run several processes per pod"};
+    }
+  }
+  if (total > kMaxConfigMapBytes) {
+    return Error{"spec: the endpoint lists would take about " + std::to_string(total / 1024) +
+                 " KiB, over the 1 MiB limit of a ConfigMap; use fewer pods"};
+  }
+  return w;
+}
+
+EnvMap JobWiring::SymbolicEnv(int ordinal) const {
+  const PodSlot& slot = slots_.at(static_cast<size_t>(ordinal));
+  if (!topology_) {  // collective pods running fleetrun: the cluster inputs
+    ClusterEnv cluster;
+    cluster.ports_per_node = job_->spec.processes_per_pod;
+    for (const PodSlot& s : slots_) {
+      cluster.nodes.push_back(Symbol(s.ordinal));
+      std::vector<Endpoint> chunk;
+      for (int i = 0; i < cluster.ports_per_node; ++i) {
+        chunk.push_back(Endpoint{Symbol(s.ordinal), PodPort(*job_, s, host_port_base_) + i});
+      }
+      cluster.node_endpoints.push_back(std::move(chunk));
+    }
+    cluster.node_rank = slot.index;
+    cluster.pod_ip = Symbol(ordinal);
+    return RenderClusterEnv(cluster);
+  }
+  const Process& process = topology_->processes.at(static_cast<size_t>(process_of_slot_.at(static_cast<size_t>(ordinal))));
+  return renderer_->Render(process);
+}
+
+Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const {
+  Json env = Json::array();
+  // POD_IP comes first: later values refer to it as $(POD_IP).
+  switch (job_->spec.network) {
+    case Network::kPodIP:
+      env.push_back({{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
+      break;
+    case Network::kHostNetwork:
+      env.push_back({{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.hostIP"}}}}}});
+      break;
+    case Network::kService:
+      env.push_back({{"name", "POD_IP"}, {"value", ServiceHost(*job_, slot.name, cluster_domain_)}});
+      break;
+  }
+  const std::string self = Symbol(slot.ordinal);
+  for (const auto& [var, value] : SymbolicEnv(slot.ordinal)) {
+    if (var == "POD_IP") continue;
+    const HostTemplate t = ParseTemplate(value);
+    if (NamesOthers(t, slot.ordinal)) {
+      const std::string& key = key_of_.at({slot.role->name, var});
+      env.push_back({{"name", var},
+                     {"valueFrom", {{"configMapKeyRef", {{"name", config_map}, {"key", key}}}}}});
+    } else {
+      std::vector<std::string> hosts(static_cast<size_t>(slot.ordinal) + 1);
+      hosts.back() = "$(POD_IP)";
+      env.push_back({{"name", var}, {"value", t.Fill(hosts)}});
+    }
+  }
+  return env;
+}
+
+std::map<std::string, std::string> JobWiring::EndpointsData(const std::vector<std::string>& hosts) const {
+  std::map<std::string, std::string> data;
+  for (const auto& [key, t] : templates_) data[key] = t.Fill(hosts);
+  return data;
+}
+
+}  // namespace fleet::op
