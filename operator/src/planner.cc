@@ -244,6 +244,11 @@ void Planner::CountRoles(const std::map<std::string, const Json*>& current) {
                            {"succeeded", succeeded}, {"failed", failed}};
   }
   status()["replicaStatuses"] = replicas;
+  int heter_ready = 0;  // one printer column for all heter stages
+  for (const RoleSpec& role : job_->spec.roles) {
+    if (role.kind == RoleKind::kHeter) heter_ready += replicas[role.name]["ready"].get<int>();
+  }
+  status()["heterReady"] = heter_ready;
 }
 
 // Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.
