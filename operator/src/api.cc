@@ -1,5 +1,6 @@
 #include "fleet/operator/api.h"
 
+#include <cstdint>
 #include <set>
 
 namespace fleet::op {
@@ -143,11 +144,13 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   if (!object.is_object() || !object.contains("metadata") || !object["metadata"].is_object()) {
     return Error{"metadata: is required"};
   }
-  const Json& meta = object["metadata"];
-  job.name = meta.value("name", "");
-  job.ns = meta.value("namespace", "default");
-  job.uid = meta.value("uid", "");
-  job.generation = meta.value("generation", int64_t{0});
+  FieldReader md(object["metadata"], "metadata");
+  job.ns = "default";
+  md.String("name", job.name);
+  md.String("namespace", job.ns);
+  md.String("uid", job.uid);
+  md.Int("generation", 0, INT64_MAX, job.generation);
+  if (!md.error().empty()) return Error{md.error()};
   // Pod names are <job>-<role>-<index> and Service names <job>-<role>-<index> too: a DNS label.
   if (!IsDnsLabel(job.name, 40)) {
     return Error{"metadata.name: must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "
@@ -192,7 +195,10 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
       auto stage = ParseRole(heter[i], path, RoleKind::kHeter, 1);
       if (!stage) return Error{stage.error()};
       stage->stage = static_cast<int>(i) + 2;
-      stage->name = heter[i].value("name", "heter" + std::to_string(i + 1));
+      stage->name = "heter" + std::to_string(i + 1);
+      FieldReader hn(heter[i], path);
+      hn.String("name", stage->name);
+      if (!hn.error().empty()) return Error{hn.error()};
       if (!IsDnsLabel(stage->name, 12) || stage->name == "server" || stage->name == "worker") {
         return Error{path + ".name: must be a short DNS label (at most 12 characters), not server or worker"};
       }
@@ -263,10 +269,14 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     sd.Int("metricsPort", 1024, 65535, s.sidecar.metrics_port);
     if (sd.Has("resources")) s.sidecar.resources = sd.Get("resources");
     if (!sd.error().empty()) return Error{sd.error()};
-    if (s.sidecar.metrics_port >= s.port && s.sidecar.metrics_port < s.port + s.processes_per_pod) {
-      return Error{"spec.sidecar.metricsPort: overlaps the Paddle ports spec.port.." +
-                   std::to_string(s.port + s.processes_per_pod - 1)};
-    }
+  }
+  // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
+  // gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).
+  if (s.network != Network::kHostNetwork && s.sidecar.metrics_port >= s.port &&
+      s.sidecar.metrics_port <= s.port + s.processes_per_pod) {
+    return Error{"spec.sidecar.metricsPort: " + std::to_string(s.sidecar.metrics_port) + " overlaps the pod's ports " +
+                 std::to_string(s.port) + ".." + std::to_string(s.port + s.processes_per_pod) +
+                 " (spec.port, processesPerPod, and the gloo HTTP store after them); move spec.port or the metrics port"};
   }
   return job;
 }

@@ -95,7 +95,11 @@ class Planner {
  private:
   Json& status() { return plan_.status; }
   std::string PhaseNow() const { return plan_.status.value("phase", ""); }
-  int Run_() const { return plan_.status.value("restartCount", 0); }
+  int Restarts() const { return plan_.status.value("restartCount", 0); }
+  // The pods' generation: a new run (new pods, new lists) after a whole-job restart, a resume or
+  // a change of replicas. Only failure restarts count against backoffLimit.
+  int CurrentRun() const { return plan_.status.value("run", 0); }
+  void NewRun() { status()["run"] = CurrentRun() + 1; }
   void Event(const std::string& type, const std::string& reason, const std::string& message) {
     plan_.events.push_back({type, reason, message});
   }
@@ -105,13 +109,15 @@ class Planner {
   }
   void SetPhase(const std::string& phase, const std::string& message) {
     if (PhaseNow() != phase) {
-      Event(phase == "Failed" ? "Warning" : "Normal", phase, message.empty() ? "FleetJob is " + phase : message);
+      const bool bad = phase == "Failed" || phase == "Restarting";
+      Event(bad ? "Warning" : "Normal", phase, message.empty() ? "FleetJob is " + phase : message);
     }
     status()["phase"] = phase;
     status()["message"] = message;
   }
   void Fail(const std::string& reason, const std::string& message);
   void Delete(ObjectKind kind, const std::string& name, const std::string& why) {
+    if (!deleted_.insert({kind, name}).second) return;  // one delete per object and plan
     plan_.actions.push_back({Verb::kDelete, kind, name, nullptr, why});
   }
   void Create(ObjectKind kind, Json object, const std::string& why) {
@@ -126,7 +132,7 @@ class Planner {
   void CleanUp();
   void FinishedJob();
   bool HandleFailures(const std::map<std::string, const Json*>& current);
-  void Restart(const std::string& why);
+  void Restart(const std::string& why, bool whole_job);
   void CountRoles(const std::map<std::string, const Json*>& current);
   void CheckPending(const std::map<std::string, const Json*>& current);
 
@@ -137,6 +143,7 @@ class Planner {
   ReconcilePlan plan_;
   std::optional<FleetJob> job_;
   std::vector<PodSlot> slots_;
+  std::set<std::pair<ObjectKind, std::string>> deleted_;
 };
 
 void Planner::Fail(const std::string& reason, const std::string& message) {
@@ -175,13 +182,18 @@ void Planner::FinishedJob() {
 
 // A restart of the whole job: every pod of this run goes, the next run is wired afresh (new
 // addresses mean new lists). Service-mode jobs replace only failed pods (DNS names are stable).
-void Planner::Restart(const std::string& why) {
-  const int restarts = Run_() + 1;
+void Planner::Restart(const std::string& why, bool whole_job) {
+  const int restarts = Restarts() + 1;
   status()["restartCount"] = restarts;
-  SetCondition(status(), "Restarting", true, "Restarting", why, now_);
-  SetPhase("Restarting", why);
-  Event("Warning", "Restarting", why + " (restart " + std::to_string(restarts) + " of at most " +
-                                     std::to_string(job_->spec.run_policy.backoff_limit) + ")");
+  if (whole_job) {
+    NewRun();
+    DeletePods([](const Json&) { return true; }, "whole-job restart");
+  }
+  const std::string message = why + " (restart " + std::to_string(restarts) + " of at most " +
+                              std::to_string(job_->spec.run_policy.backoff_limit) + ")";
+  SetCondition(status(), "Restarting", true, "Restarting", message, now_);
+  SetCondition(status(), "Running", false, "Restarting", message, now_);
+  SetPhase("Restarting", message);
 }
 
 // Returns true when the plan is complete (the job failed or is restarting).
@@ -211,17 +223,17 @@ bool Planner::HandleFailures(const std::map<std::string, const Json*>& current) 
   }
   if (retry.empty()) return false;
   const std::string first = "pod " + retry.front()->name + (Evicted(*current.at(retry.front()->name)) ? " was evicted" : " failed");
-  if (Run_() >= job_->spec.run_policy.backoff_limit) {
-    Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Run_()) +
+  if (Restarts() >= job_->spec.run_policy.backoff_limit) {
+    Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Restarts()) +
                                      " times (backoffLimit " + std::to_string(job_->spec.run_policy.backoff_limit) + ")");
     CleanUp();
     return true;
   }
   if (job_->spec.network == Network::kService) {
     for (const PodSlot* slot : retry) Delete(ObjectKind::kPod, slot->name, "restart failed pod");
-    Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)");
+    Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
   } else {
-    Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer");
+    Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
   }
   return true;
 }
@@ -280,6 +292,13 @@ void Planner::CheckPending(const std::map<std::string, const Json*>& current) {
   }
 }
 
+// "server=2,worker=4,gpu=2": the replicas a run was wired for.
+std::string ReplicaSignature(const FleetJobSpec& spec) {
+  std::string out;
+  for (const RoleSpec& role : spec.roles) out += (out.empty() ? "" : ",") + role.name + "=" + std::to_string(role.replicas);
+  return out;
+}
+
 ReconcilePlan Planner::Run() {
   const Json& meta = object_.value("metadata", Json::object());
   if (meta.contains("deletionTimestamp")) return plan_;  // garbage collection removes the children
@@ -287,9 +306,7 @@ ReconcilePlan Planner::Run() {
   auto parsed = ParseFleetJob(object_);
   if (!parsed) {
     // Nothing is created for a spec the operator cannot run; the message says what to fix.
-    if (PhaseNow() != "Failed") {
-      Fail("InvalidSpec", parsed.error());
-    }
+    if (PhaseNow() != "Failed") Fail("InvalidSpec", parsed.error());
     return plan_;
   }
   job_ = std::move(*parsed);
@@ -297,6 +314,7 @@ ReconcilePlan Planner::Run() {
   status()["observedGeneration"] = job_->generation;
   status()["mode"] = std::string(JobModeName(spec.mode));
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
+  if (!status().contains("run")) status()["run"] = 0;
   slots_ = PodSlots(*job_);
 
   if (PhaseNow() == "Succeeded" || PhaseNow() == "Failed") {
@@ -311,7 +329,10 @@ ReconcilePlan Planner::Run() {
 
   if (spec.run_policy.suspend) {
     DeletePods([](const Json&) { return true; }, "suspended");
-    if (!ConditionTrue(status(), "Suspended")) SetCondition(status(), "Suspended", true, "Suspended", "spec.runPolicy.suspend is true", now_);
+    if (!ConditionTrue(status(), "Suspended")) {
+      SetCondition(status(), "Suspended", true, "Suspended", "spec.runPolicy.suspend is true", now_);
+      NewRun();  // pods made after the resume are wired afresh
+    }
     SetCondition(status(), "Running", false, "Suspended", "", now_);
     status().erase("startTime");  // activeDeadlineSeconds counts from the resume
     SetPhase("Suspended", "the job is suspended; its pods are removed until spec.runPolicy.suspend is false");
@@ -361,8 +382,19 @@ ReconcilePlan Planner::Run() {
     Create(ObjectKind::kService, BuildService(*job_), "stable DNS names for the pods");
   }
 
+  // A change of replicas rewires the job: Paddle's processes read their peers once, at start, so
+  // every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged.
+  const std::string signature = ReplicaSignature(spec);
+  const std::string wired_for = status().value("runReplicas", "");
+  if (!wired_for.empty() && wired_for != signature) {
+    NewRun();
+    Event("Normal", "Rewiring", "replicas changed (" + wired_for + " -> " + signature +
+                                    "); restarting every pod with the new endpoint lists");
+  }
+  status()["runReplicas"] = signature;
+
   // This run's pods by name; everything else (older runs, scaled-away slots) goes.
-  const int run = Run_();
+  const std::string run = std::to_string(CurrentRun());
   std::set<std::string> wanted;
   for (const PodSlot& slot : slots_) wanted.insert(slot.name);
   std::map<std::string, const Json*> current;
@@ -371,15 +403,13 @@ ReconcilePlan Planner::Run() {
   for (const Json& pod : observed_.pods) {
     const std::string name = Name(pod);
     occupied.insert(name);
-    if (Terminating(pod)) {
-      stale = stale || Label(pod, kRunLabel) != std::to_string(run);
-      continue;
-    }
+    const bool old_run = Label(pod, kRunLabel) != run;
+    stale = stale || old_run;
+    if (Terminating(pod)) continue;
     if (!wanted.count(name)) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
-    } else if (Label(pod, kRunLabel) != std::to_string(run)) {
-      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + ", the job restarted");
-      stale = true;
+    } else if (old_run) {
+      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
     } else {
       current[name] = &pod;
     }
@@ -401,44 +431,47 @@ ReconcilePlan Planner::Run() {
     FinishedJob();
     return plan_;
   }
-  if (HandleFailures(current)) {
-    if (PhaseNow() == "Restarting" && spec.network != Network::kService) {
-      DeletePods([](const Json&) { return true; }, "whole-job restart");
-    }
-    return plan_;
-  }
+  if (HandleFailures(current)) return plan_;
 
-  // Addresses: once every pod of the run has one, publish the lists. A pod whose address changed
-  // under a published list (it was replaced) means a restart in PodIP/HostNetwork mode.
+  // Addresses: once every pod of the run has one, publish the lists (Service mode: the DNS names,
+  // known from the start). Under lists already published for this run, a pod that vanished or came
+  // back with another address was replaced: its peers hold its old address, so the job restarts.
+  const Json* published = observed_.endpoints ? &*observed_.endpoints : nullptr;
+  const Json annotations = published ? published->value("metadata", Json::object()).value("annotations", Json::object())
+                                     : Json::object();
+  const bool published_this_run = published && annotations.value(kRunAnnotation, "") == run;
+  const std::vector<std::string> published_hosts =
+      published_this_run ? SplitString(annotations.value(kHostsAnnotation, ""), ',') : std::vector<std::string>{};
   std::vector<std::string> hosts(slots_.size());
   bool all_known = true;
+  std::string replaced;
   for (const PodSlot& slot : slots_) {
+    std::string& host = hosts[static_cast<size_t>(slot.ordinal)];
     if (spec.network == Network::kService) {
-      hosts[static_cast<size_t>(slot.ordinal)] = ServiceHost(*job_, slot.name, settings_.cluster_domain);
+      host = ServiceHost(*job_, slot.name, settings_.cluster_domain);
       continue;
     }
     auto it = current.find(slot.name);
-    std::string host = it == current.end() ? "" : PodHost(*it->second, spec.network);
+    host = it == current.end() ? "" : PodHost(*it->second, spec.network);
     all_known = all_known && !host.empty();
-    hosts[static_cast<size_t>(slot.ordinal)] = host;
-  }
-  std::string digest;
-  for (const std::string& h : hosts) digest += h + ",";
-  digest = std::to_string(std::hash<std::string>{}(digest));
-  const Json* published = observed_.endpoints ? &*observed_.endpoints : nullptr;
-  const Json published_meta = published ? published->value("metadata", Json::object()) : Json::object();
-  const std::string published_run = published_meta.value("annotations", Json::object()).value(kRunAnnotation, "");
-  const std::string published_digest = published_meta.value("annotations", Json::object()).value(kHostsAnnotation, "");
-  if (spec.network != Network::kService && published && published_run == std::to_string(run) &&
-      all_known && published_digest != digest) {
-    if (Run_() >= spec.run_policy.backoff_limit) {
-      Fail("BackoffLimitExceeded", "a pod was replaced and got a new address, and the job has already been restarted " +
-                                       std::to_string(Run_()) + " times");
-      CleanUp();
-      return plan_;
+    if (published_hosts.size() == slots_.size() && replaced.empty()) {
+      const std::string& before = published_hosts[static_cast<size_t>(slot.ordinal)];
+      // PodIP: a vanished pod can only come back with a new IP. HostNetwork: it may come back on
+      // the same node with the same address, so wait and compare.
+      if (it == current.end() && !occupied.count(slot.name) && spec.network == Network::kPodIP) {
+        replaced = "pod " + slot.name + " disappeared";
+      }
+      else if (!host.empty() && host != before) replaced = "pod " + slot.name + " came back at " + host + " (was " + before + ")";
     }
-    Restart("a pod was replaced and got a new address; restarting the whole job so every peer gets the new lists");
-    DeletePods([](const Json&) { return true; }, "whole-job restart");
+  }
+  if (!replaced.empty()) {
+    if (Restarts() >= spec.run_policy.backoff_limit) {
+      Fail("BackoffLimitExceeded", replaced + " and the job has already been restarted " + std::to_string(Restarts()) +
+                                       " times (backoffLimit " + std::to_string(spec.run_policy.backoff_limit) + ")");
+      CleanUp();
+    } else {
+      Restart(replaced + "; restarting the whole job so that every peer gets its new address", true);
+    }
     return plan_;
   }
 
@@ -447,35 +480,40 @@ ReconcilePlan Planner::Run() {
   int created = 0;
   for (const PodSlot& slot : slots_) {
     if (occupied.count(slot.name)) continue;
-    Create(ObjectKind::kPod, BuildPod(*job_, slot, *wiring, run, settings_), "missing");
+    Create(ObjectKind::kPod, BuildPod(*job_, slot, *wiring, CurrentRun(), settings_), "missing");
     ++created;
   }
-  if (all_known && created == 0 && (!published || published_run != std::to_string(run) || published_digest != digest)) {
+  const std::string hosts_annotation = JoinStrings(hosts, ",");
+  const bool up_to_date = published_this_run && annotations.value(kHostsAnnotation, "") == hosts_annotation;
+  if (all_known && !up_to_date) {
     Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
                {"metadata", {{"name", EndpointsConfigMapName(job_->name)}, {"namespace", job_->ns},
                              {"labels", {{kJobLabel, job_->name}}},
-                             {"annotations", {{kRunAnnotation, std::to_string(run)}, {kHostsAnnotation, digest}}},
+                             {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts_annotation}}},
                              {"ownerReferences", Json::array({OwnerReference(*job_)})}}},
                {"data", wiring->EndpointsData(hosts)}};
     if (published) {
-      cm["metadata"]["resourceVersion"] = published_meta.value("resourceVersion", "");
-      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, EndpointsConfigMapName(job_->name), cm, "new addresses"});
+      cm["metadata"]["resourceVersion"] = published->value("metadata", Json::object()).value("resourceVersion", "");
+      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, EndpointsConfigMapName(job_->name), cm, "run " + run});
     } else {
-      Create(ObjectKind::kConfigMap, cm, "all pods have addresses");
+      Create(ObjectKind::kConfigMap, cm, "every pod has an address");
     }
-    Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) + " pods");
+    Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) +
+                                              " pods for run " + run);
   }
-  const bool wired = all_known && created == 0 && published && published_run == std::to_string(run) && published_digest == digest;
 
   CheckPending(current);
   bool all_running = current.size() == slots_.size();
-  for (const auto& [name, pod] : current) all_running = all_running && Phase(*pod) == "Running";
+  for (const auto& [name, pod] : current) {
+    // Workers that already finished do not make the job any less Running.
+    all_running = all_running && (Phase(*pod) == "Running" || Phase(*pod) == "Succeeded");
+  }
   if (stale) {
     SetPhase("Restarting", status().value("message", ""));
   } else if (created > 0 || current.size() < slots_.size() || !all_known) {
     SetPhase("Pending", "creating pods and waiting for their addresses");
-  } else if (!wired || !all_running) {
-    SetPhase("Starting", wired ? "waiting for all pods to run" : "publishing the endpoint lists");
+  } else if (!up_to_date || !all_running) {
+    SetPhase("Starting", up_to_date ? "waiting for all pods to run" : "publishing the endpoint lists");
   } else {
     if (ConditionTrue(status(), "Restarting")) SetCondition(status(), "Restarting", false, "Running", "", now_);
     SetCondition(status(), "Running", true, "AllPodsRunning", "all pods are running with their endpoint lists", now_);

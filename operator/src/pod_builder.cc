@@ -17,13 +17,14 @@ Json SidecarResources(const SidecarSpec& sidecar) {
 
 Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
                       bool own_token) {
+  const int port = SidecarPort(job, slot, settings.host_port_base);
   Json c = {
       {"name", kSidecarName},
       {"image", job.spec.sidecar.image},
       {"args", Json::array({"gate", "--namespace=" + job.ns, "--job=" + job.name, "--pod=" + slot.name,
                             "--role=" + slot.role->name, "--run=" + std::to_string(run),
                             "--config-map=" + EndpointsConfigMapName(job.name),
-                            "--metrics-port=" + std::to_string(job.spec.sidecar.metrics_port)})},
+                            "--metrics-port=" + std::to_string(port)})},
       {"env", Json::array({{{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
                            {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}}})},
       {"resources", SidecarResources(job.spec.sidecar)},
@@ -37,10 +38,10 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const O
     // A native sidecar (Kubernetes >= 1.29): main containers start once its startup probe passes,
     // and it keeps running beside them (metrics, readiness).
     c["restartPolicy"] = "Always";
-    c["ports"] = Json::array({{{"name", "fleet-metrics"}, {"containerPort", job.spec.sidecar.metrics_port}}});
-    c["startupProbe"] = {{"httpGet", {{"path", "/startup"}, {"port", job.spec.sidecar.metrics_port}}},
+    c["ports"] = Json::array({{{"name", "fleet-metrics"}, {"containerPort", port}}});
+    c["startupProbe"] = {{"httpGet", {{"path", "/startup"}, {"port", port}}},
                          {"periodSeconds", 1}, {"failureThreshold", 86400}};
-    c["readinessProbe"] = {{"httpGet", {{"path", "/readyz"}, {"port", job.spec.sidecar.metrics_port}}},
+    c["readinessProbe"] = {{"httpGet", {{"path", "/readyz"}, {"port", port}}},
                            {"periodSeconds", 5}};
   } else {
     c["args"].push_back("--exit-when-ready");  // a plain init container: gate, then exit 0
@@ -113,6 +114,17 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   } else if (job.spec.network == Network::kHostNetwork) {
     spec["hostNetwork"] = true;
     spec["dnsPolicy"] = "ClusterFirstWithHostNet";
+    if (job.spec.processes_per_pod > 1) {
+      // fleetrun inside the pod takes the node's address as its node identity: one pod per node.
+      Json affinity = spec.value("affinity", Json::object());
+      Json anti = affinity.value("podAntiAffinity", Json::object());
+      Json required = anti.value("requiredDuringSchedulingIgnoredDuringExecution", Json::array());
+      required.push_back({{"labelSelector", {{"matchLabels", {{kJobLabel, job.name}}}}},
+                          {"topologyKey", "kubernetes.io/hostname"}});
+      anti["requiredDuringSchedulingIgnoredDuringExecution"] = required;
+      affinity["podAntiAffinity"] = anti;
+      spec["affinity"] = affinity;
+    }
   }
 
   // The wiring env and the endpoint files go to every container of the template.

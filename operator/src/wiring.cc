@@ -76,13 +76,20 @@ std::vector<PodSlot> PodSlots(const FleetJob& job) {
 
 int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base) {
   if (job.spec.network != Network::kHostNetwork) return job.spec.port;
-  return host_port_base + slot.ordinal * job.spec.processes_per_pod;
+  return host_port_base + slot.ordinal * (job.spec.processes_per_pod + 1);
+}
+
+int SidecarPort(const FleetJob& job, const PodSlot& slot, int host_port_base) {
+  if (job.spec.network != Network::kHostNetwork) return job.spec.sidecar.metrics_port;
+  return PodPort(job, slot, host_port_base) + job.spec.processes_per_pod;
 }
 
 int GlooHttpPort(const FleetJob& job, int host_port_base) {
   if (job.spec.network != Network::kHostNetwork) return job.spec.port + job.spec.processes_per_pod;
-  return host_port_base + job.spec.TotalPods() * job.spec.processes_per_pod;
+  return host_port_base + job.spec.TotalPods() * (job.spec.processes_per_pod + 1);
 }
+
+int HostPortRangeSize(const FleetJob& job) { return job.spec.TotalPods() * (job.spec.processes_per_pod + 1) + 1; }
 
 std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain) {
   return pod + "." + job.name + "." + job.ns + ".svc." + cluster_domain;
@@ -162,20 +169,21 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     }
   }
 
-  // The shared variables, from the first pod of each role: a key per variable, qualified by the
-  // role where roles see different values (the heter stages' previous/next lists).
+  // The shared variables: those naming another pod, in the first or the last pod of a role (the
+  // first server names only itself in PADDLE_GLOO_HTTP_ENDPOINT, the others name it). A key per
+  // variable, qualified by the role where roles see different values (heter previous/next lists).
   std::map<std::string, std::map<std::string, std::string>> by_var;  // var -> role -> value
   for (const RoleSpec& role : spec.roles) {
-    const PodSlot* first = nullptr;
+    std::vector<int> samples;
     for (const PodSlot& slot : w.slots_) {
-      if (slot.role == &role) {
-        first = &slot;
-        break;
-      }
+      if (slot.role != &role) continue;
+      if (samples.size() < 2) samples.push_back(slot.ordinal);
+      else samples.back() = slot.ordinal;
     }
-    if (!first) continue;
-    for (const auto& [var, value] : w.SymbolicEnv(first->ordinal)) {
-      if (NamesOthers(ParseTemplate(value), first->ordinal)) by_var[var][role.name] = value;
+    for (int ordinal : samples) {
+      for (const auto& [var, value] : w.SymbolicEnv(ordinal)) {
+        if (NamesOthers(ParseTemplate(value), ordinal)) by_var[var][role.name] = value;
+      }
     }
   }
   for (const auto& [var, per_role] : by_var) {
@@ -250,10 +258,10 @@ Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const
   for (const auto& [var, value] : SymbolicEnv(slot.ordinal)) {
     if (var == "POD_IP") continue;
     const HostTemplate t = ParseTemplate(value);
-    if (NamesOthers(t, slot.ordinal)) {
-      const std::string& key = key_of_.at({slot.role->name, var});
+    auto shared = key_of_.find({slot.role->name, var});
+    if (shared != key_of_.end()) {
       env.push_back({{"name", var},
-                     {"valueFrom", {{"configMapKeyRef", {{"name", config_map}, {"key", key}}}}}});
+                     {"valueFrom", {{"configMapKeyRef", {{"name", config_map}, {"key", shared->second}}}}}});
     } else {
       std::vector<std::string> hosts(static_cast<size_t>(slot.ordinal) + 1);
       hosts.back() = "$(POD_IP)";

@@ -32,10 +32,16 @@ std::vector<PodSlot> PodSlots(const FleetJob& job);
 std::string PodName(const FleetJob& job, const RoleSpec& role, int index);
 
 // The port of a pod's first process: spec.port, or in HostNetwork mode the pod's own port from the
-// job's allocated range (host_port_base + ordinal * processesPerPod).
+// job's allocated range (host_port_base + ordinal * (processesPerPod + 1)).
 int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base);
+// The sidecar's metrics/probe port: spec.sidecar.metricsPort, or in HostNetwork mode the port after
+// the pod's Paddle ports (on the host network every port is the node's: each pod needs its own).
+int SidecarPort(const FleetJob& job, const PodSlot& slot, int host_port_base);
 // The gloo HTTP store's port on server 0.
 int GlooHttpPort(const FleetJob& job, int host_port_base);
+// HostNetwork: how many consecutive host ports the job needs (per pod its Paddle ports and the
+// sidecar's, then the gloo HTTP store's).
+int HostPortRangeSize(const FleetJob& job);
 // The stable DNS name of a pod in Service mode (the job's headless Service is named after the job).
 std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain);
 // GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).

@@ -1,0 +1,348 @@
+// A job's life after its pods exist: steady state, success and cleanup, TTL, activeDeadlineSeconds,
+// suspend/resume, deletion, and the events of each transition.
+//
+// The stories use PS jobs with one server; the wiring of several servers is covered in
+// env_contract_test.cc.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builders.h"
+#include "fleet/operator/planner.h"
+#include "world.h"
+
+namespace fleet::op::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+std::vector<std::pair<std::string, std::string>> TypesAndReasons(const std::vector<PlannedEvent>& events) {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const PlannedEvent& e : events) out.emplace_back(e.type, e.reason);
+  return out;
+}
+
+// ---- steady state ----
+
+TEST(SteadyStateTest, RunningJobNeedsNothing) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Advance(30);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_TRUE(plan.events.empty());
+  EXPECT_FALSE(plan.requeue_after.has_value());
+  EXPECT_EQ(plan.status["phase"], "Running");
+  const Json running = Condition(plan.status, "Running");
+  EXPECT_EQ(running.value("status", ""), "True");
+  EXPECT_EQ(running.value("reason", ""), "AllPodsRunning");
+  EXPECT_EQ(plan.status["restartCount"], 0);
+  EXPECT_EQ(plan.status["replicaStatuses"],
+            Json({{"server", {{"replicas", 1}, {"active", 1}, {"ready", 1}, {"succeeded", 0}, {"failed", 0}}},
+                  {"worker", {{"replicas", 4}, {"active", 4}, {"ready", 4}, {"succeeded", 0}, {"failed", 0}}}}));
+}
+
+TEST(SteadyStateTest, ReadyCountsOnlyReadyPods) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Ready(false); });
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["active"], 4);
+  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["ready"], 3);
+}
+
+TEST(SteadyStateTest, SamePlanForTheSameInputs) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  const ReconcilePlan a = PlanReconcile(world.job, world.observed, At(30), world.settings);
+  const ReconcilePlan b = PlanReconcile(world.job, world.observed, At(30), world.settings);
+  EXPECT_EQ(Describe(a), Describe(b));
+}
+
+TEST(SteadyStateTest, SamePlanForTheSameInputsWhileCreating) {
+  const Json job = JobBuilder("wd").Collective(4, 8).ActiveDeadlineSeconds(600).Obj();
+  const ReconcilePlan a = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan b = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  EXPECT_EQ(Describe(a), Describe(b));
+  EXPECT_EQ(a.actions.size(), 4u);
+}
+
+TEST(SteadyStateTest, ConditionTimesStayPutWhileNothingChanges) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  const Json before = Condition(world.Status(), "Running");
+  world.Advance(3600);
+  world.Step();
+  EXPECT_EQ(Condition(world.Status(), "Running"), before);
+}
+
+// ---- success ----
+
+TEST(SuccessTest, AllWorkersSucceededFinishesTheJobAndStopsTheServers) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  world.Advance(100);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(100)));
+  EXPECT_EQ(Condition(plan.status, "Succeeded").value("status", ""), "True");
+  EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), std::vector<std::string>{"wd-server-0"});
+  EXPECT_EQ(plan.actions.size(), 1u) << Describe(plan);
+  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["succeeded"], 4);
+  EXPECT_EQ(TypesAndReasons(plan.events), (std::vector<std::pair<std::string, std::string>>{{"Normal", "Succeeded"}}));
+}
+
+// Regression (fixed): planner.cc Run sets phase Starting ("waiting for all pods to run") whenever some current pod
+// is not Running, and a Succeeded worker is not Running. A PS job whose first workers finish while
+// the others still train flips Running -> Starting (Normal event "Starting") until the last worker
+// is done. Expected: the job stays Running with no event.
+TEST(SuccessTest, JobStaysRunningWhileTheFirstWorkersFinish) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Succeeded(); });
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_EQ(plan.status["phase"], "Running");
+  EXPECT_THAT(plan.events, IsEmpty()) << Describe(plan);
+  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["succeeded"], 1);
+  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["active"], 3);
+}
+
+TEST(SuccessTest, CleanPodPolicyAllDeletesEveryPod) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("All").Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), kAllPods);
+  EXPECT_EQ(plan.actions.size(), 5u);
+}
+
+TEST(SuccessTest, CleanPodPolicyNoneKeepsEveryPod) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("None").Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+}
+
+TEST(SuccessTest, FinishedJobStaysFinished) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  world.Advance(100);
+  world.Step();
+  world.Reap();
+  world.Advance(100);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_TRUE(plan.events.empty());
+  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(100))) << "completionTime is not moved";
+}
+
+TEST(SuccessTest, TtlRequeuesUntilExpiryThenDeletesTheJob) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).TtlSecondsAfterFinished(100).Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  world.Step();
+  ASSERT_EQ(world.Status()["phase"], "Succeeded");
+  ASSERT_TRUE(world.plan.requeue_after.has_value());
+  EXPECT_GE(world.plan.requeue_after->count(), 100);
+  EXPECT_LE(world.plan.requeue_after->count(), 101);
+
+  world.Reap();
+  world.Advance(40);
+  const ReconcilePlan& before = world.Step();
+  EXPECT_TRUE(before.actions.empty()) << Describe(before);
+  ASSERT_TRUE(before.requeue_after.has_value());
+  EXPECT_GE(before.requeue_after->count(), 60);
+  EXPECT_LE(before.requeue_after->count(), 61);
+  EXPECT_FALSE(world.job_deleted);
+
+  world.Advance(60);
+  const ReconcilePlan& after = world.Step();
+  EXPECT_NE(FindAction(after, Verb::kDelete, ObjectKind::kFleetJob, "wd"), nullptr) << Describe(after);
+  EXPECT_TRUE(world.job_deleted);
+}
+
+TEST(SuccessTest, TtlAppliesToFailedJobsToo) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).TtlSecondsAfterFinished(0).Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(1); });
+  world.Step();
+  EXPECT_EQ(world.Status()["phase"], "Failed");
+  world.Step();
+  EXPECT_TRUE(world.job_deleted) << Describe(world.plan);
+}
+
+// ---- activeDeadlineSeconds ----
+
+TEST(DeadlineTest, RequeuesForTheRemainingTime) {
+  const ReconcilePlan plan =
+      PlanReconcile(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3600).Obj(), Observed{}, T0(), OperatorSettings{});
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_GE(plan.requeue_after->count(), 3600);
+  EXPECT_LE(plan.requeue_after->count(), 3601);
+
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3600).Obj());
+  world.Advance(1800);
+  const ReconcilePlan& later = world.Step();
+  EXPECT_TRUE(later.actions.empty());
+  ASSERT_TRUE(later.requeue_after.has_value());
+  EXPECT_GE(later.requeue_after->count(), 1800);
+  EXPECT_LE(later.requeue_after->count(), 1801);
+}
+
+TEST(DeadlineTest, PastTheDeadlineTheJobFailsAndRunningPodsGo) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3600).Obj());
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Succeeded(); });
+  world.Advance(3600);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_EQ(plan.status["phase"], "Failed");
+  const Json failed = Condition(plan.status, "Failed");
+  EXPECT_EQ(failed.value("reason", ""), "DeadlineExceeded");
+  EXPECT_THAT(failed.value("message", ""), HasSubstr("activeDeadlineSeconds=3600"));
+  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(3600)));
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
+            (std::vector<std::string>{"wd-server-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
+  EXPECT_EQ(plan.actions.size(), 4u);
+  EXPECT_EQ(TypesAndReasons(plan.events), (std::vector<std::pair<std::string, std::string>>{{"Warning", "Failed"}}));
+}
+
+// ---- suspend / resume ----
+
+TEST(SuspendTest, SuspendRemovesEveryPodAndKeepsTheJob) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Advance(60);
+  world.EditSpec("/spec/runPolicy/suspend", true);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), kAllPods);
+  EXPECT_EQ(plan.actions.size(), 5u) << Describe(plan);
+  EXPECT_EQ(plan.status["phase"], "Suspended");
+  EXPECT_EQ(Condition(plan.status, "Suspended").value("status", ""), "True");
+  EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
+  EXPECT_FALSE(plan.status.contains("startTime"));
+  EXPECT_FALSE(world.job_deleted);
+
+  world.Reap();
+  const ReconcilePlan& quiet = world.Step();
+  EXPECT_TRUE(quiet.actions.empty()) << Describe(quiet);
+  EXPECT_TRUE(quiet.events.empty());
+  EXPECT_EQ(quiet.status["phase"], "Suspended");
+}
+
+TEST(SuspendTest, JobCreatedSuspendedCreatesNothing) {
+  const ReconcilePlan plan =
+      PlanReconcile(JobBuilder("wd").Ps(1, 4).Suspend(true).Obj(), Observed{}, T0(), OperatorSettings{});
+  EXPECT_TRUE(plan.actions.empty());
+  EXPECT_EQ(plan.status["phase"], "Suspended");
+  EXPECT_EQ(Condition(plan.status, "Suspended").value("status", ""), "True");
+}
+
+TEST(SuspendTest, ResumeRecreatesThePods) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.EditSpec("/spec/runPolicy/suspend", true);
+  world.Step();
+  world.Reap();
+  world.Step();
+  world.Advance(600);
+  world.EditSpec("/spec/runPolicy/suspend", false);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), kAllPods);
+  const Json suspended = Condition(plan.status, "Suspended");
+  EXPECT_EQ(suspended.value("status", ""), "False");
+  EXPECT_EQ(suspended.value("reason", ""), "Resumed");
+  EXPECT_EQ(suspended.value("lastTransitionTime", ""), FormatTime(At(600)));
+  EXPECT_EQ(plan.status["startTime"], FormatTime(At(600))) << "activeDeadlineSeconds counts from the resume";
+  EXPECT_EQ(plan.status["phase"], "Pending");
+  bool resumed_event = false;
+  for (const PlannedEvent& e : plan.events) resumed_event = resumed_event || e.reason == "Resumed";
+  EXPECT_TRUE(resumed_event);
+}
+
+// Regression (fixed): planner.cc Run keeps the endpoints ConfigMap of run N across a suspend. On resume the pods
+// are recreated with the same run label and get new IPs; the published lists then name run N with
+// other hosts, which the planner reads as "a pod was replaced and got a new address" and restarts
+// the whole job (restartCount 1, phase Restarting, every pod deleted again), counted against
+// backoffLimit (with backoffLimit 0 a resume fails the job). Expected: the resumed pods are wired
+// with republished lists and the job runs with restartCount 0.
+TEST(SuspendTest, ResumeIsNotCountedAsARestart) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.EditSpec("/spec/runPolicy/suspend", true);
+  world.Step();
+  world.Reap();
+  world.EditSpec("/spec/runPolicy/suspend", false);
+  world.Settle();
+
+  EXPECT_EQ(world.Status()["restartCount"], 0);
+  EXPECT_EQ(world.Status()["phase"], "Running");
+  for (const PlannedEvent& e : world.events) EXPECT_NE(e.reason, "Restarting") << e.message;
+}
+
+// ---- deletion ----
+
+TEST(DeletionTest, JobBeingDeletedGetsNoActions) {
+  World running = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  Json job = running.job;
+  job["metadata"]["deletionTimestamp"] = FormatTime(At(10));
+  for (int i = 0; i < 4; ++i) running.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Failed(1); });
+
+  const ReconcilePlan plan = PlanReconcile(job, running.observed, At(20), running.settings);
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_TRUE(plan.events.empty());
+  EXPECT_EQ(plan.status, job["status"]);
+}
+
+TEST(DeletionTest, NewJobBeingDeletedCreatesNothing) {
+  const ReconcilePlan plan =
+      PlanReconcile(JobBuilder("wd").Ps(1, 4).Deleting(T0()).Obj(), Observed{}, T0(), OperatorSettings{});
+  EXPECT_TRUE(plan.actions.empty());
+  EXPECT_TRUE(plan.events.empty());
+}
+
+// ---- events ----
+
+TEST(EventsTest, HappyPathEmitsOneEventPerTransition) {
+  World world(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Step();
+  EXPECT_EQ(TypesAndReasons(world.plan.events),
+            (std::vector<std::pair<std::string, std::string>>{{"Normal", "Pending"}}));
+  world.StartPods();
+  world.Step();
+  EXPECT_EQ(TypesAndReasons(world.plan.events),
+            (std::vector<std::pair<std::string, std::string>>{{"Normal", "EndpointsPublished"}, {"Normal", "Starting"}}));
+  world.Step();
+  EXPECT_EQ(TypesAndReasons(world.plan.events),
+            (std::vector<std::pair<std::string, std::string>>{{"Normal", "Running"}}));
+  world.Step();
+  EXPECT_THAT(world.plan.events, IsEmpty());
+}
+
+TEST(EventsTest, FailureIsAWarning) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Failed(2); });
+  world.Step();
+  ASSERT_EQ(world.plan.events.size(), 1u) << Describe(world.plan);
+  EXPECT_EQ(world.plan.events[0].type, "Warning");
+  EXPECT_EQ(world.plan.events[0].reason, "Failed");
+  EXPECT_THAT(world.plan.events[0].message, HasSubstr("wd-worker-3"));
+}
+
+// Regression (fixed): planner.cc Restart emits two events for one restart: SetPhase("Restarting") adds a Normal
+// event with reason Restarting, then Restart adds a Warning event with reason Restarting. Expected:
+// one Warning event per restart (kubectl describe shows the same restart twice, once as Normal).
+TEST(EventsTest, RestartIsOneWarning) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "OnFailure").Obj());
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Failed(2); });
+  world.Step();
+  EXPECT_EQ(TypesAndReasons(world.plan.events),
+            (std::vector<std::pair<std::string, std::string>>{{"Warning", "Restarting"}}))
+      << Describe(world.plan);
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

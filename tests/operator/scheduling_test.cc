@@ -1,0 +1,239 @@
+// Placement: pods stuck Pending past the timeout, gang scheduling through a PodGroup (Volcano and
+// scheduler-plugins), and scaling the workers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "builders.h"
+#include "fleet/operator/planner.h"
+#include "fleet/runtime/env_contract.h"
+#include "world.h"
+
+namespace fleet::op::testing {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+constexpr char kNoGpu[] = "0/4 nodes are available: 4 Insufficient nvidia.com/gpu.";
+
+// ---- pods stuck Pending ----
+
+TEST(PendingTimeoutTest, BeforeTheTimeoutTheJobRequeuesForTheRest) {
+  World world(JobBuilder("wd").Collective(2, 8).PendingTimeoutSeconds(300).Obj());
+  world.Step();
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Ip("10.3.0.1").Phase("Running"); });
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Unschedulable(kNoGpu); });
+  world.Advance(100);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_TRUE(Condition(plan.status, "Unschedulable").is_null());
+  ASSERT_TRUE(plan.requeue_after.has_value());
+  EXPECT_GE(plan.requeue_after->count(), 200);
+  EXPECT_LE(plan.requeue_after->count(), 201);
+}
+
+TEST(PendingTimeoutTest, PastTheTimeoutAConditionQuotesTheScheduler) {
+  World world(JobBuilder("wd").Collective(2, 8).PendingTimeoutSeconds(300).Obj());
+  world.Step();
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Ip("10.3.0.1").Phase("Running"); });
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Unschedulable(kNoGpu); });
+  world.Advance(301);
+  const ReconcilePlan& plan = world.Step();
+
+  const Json unschedulable = Condition(plan.status, "Unschedulable");
+  ASSERT_FALSE(unschedulable.is_null()) << plan.status.dump();
+  EXPECT_EQ(unschedulable["status"], "True");
+  EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr("wd-worker-1"));
+  EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr(kNoGpu));
+  EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr("Unschedulable"));
+  EXPECT_EQ(plan.status["phase"], "Pending");
+  ASSERT_EQ(plan.events.size(), 1u) << Describe(plan);
+  EXPECT_EQ(plan.events[0].type, "Warning");
+  EXPECT_EQ(plan.events[0].reason, "Unschedulable");
+
+  // Still stuck: the condition stays, no second event.
+  world.Advance(60);
+  const ReconcilePlan& again = world.Step();
+  EXPECT_EQ(Condition(again.status, "Unschedulable").value("status", ""), "True");
+  EXPECT_THAT(again.events, IsEmpty());
+
+  // Scheduled at last: the condition clears.
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Ip("10.3.0.2").Phase("Running"); });
+  const ReconcilePlan& placed = world.Step();
+  EXPECT_EQ(Condition(placed.status, "Unschedulable").value("status", ""), "False");
+}
+
+// ---- gang scheduling ----
+
+TEST(GangTest, VolcanoPodGroupComesFirstAndHoldsThePods) {
+  World world(JobBuilder("wd").Ps(1, 4).Gang("Volcano", "research").PriorityClass("high").Obj());
+  const ReconcilePlan& first = world.Step();
+
+  ASSERT_EQ(first.actions.size(), 1u) << Describe(first);
+  const Action& pg = first.actions[0];
+  EXPECT_EQ(pg.verb, Verb::kCreate);
+  EXPECT_EQ(pg.kind, ObjectKind::kPodGroup);
+  EXPECT_EQ(pg.name, "wd");
+  EXPECT_EQ(pg.object["apiVersion"], "scheduling.volcano.sh/v1beta1");
+  EXPECT_EQ(pg.object["kind"], "PodGroup");
+  EXPECT_EQ(pg.object["spec"]["minMember"], 5);
+  EXPECT_EQ(pg.object["spec"]["queue"], "research");
+  EXPECT_EQ(pg.object["spec"]["priorityClassName"], "high");
+  EXPECT_EQ(pg.object["metadata"]["ownerReferences"][0]["uid"], kUid);
+  EXPECT_EQ(first.status["phase"], "Pending");
+
+  // Volcano has not admitted it: still no pods, and a condition that names the PodGroup.
+  (*world.observed.pod_group)["status"] = {{"phase", "Pending"}};
+  const ReconcilePlan& held = world.Step();
+  EXPECT_TRUE(held.actions.empty()) << Describe(held);
+  const Json gang = Condition(held.status, "GangPending");
+  EXPECT_EQ(gang.value("status", ""), "True");
+  EXPECT_THAT(gang.value("message", ""), HasSubstr("PodGroup wd"));
+  EXPECT_THAT(gang.value("message", ""), HasSubstr("minMember 5"));
+  EXPECT_THAT(gang.value("message", ""), HasSubstr("queue research"));
+  EXPECT_EQ(held.status["phase"], "Pending");
+  EXPECT_TRUE(held.requeue_after.has_value());
+  EXPECT_TRUE(world.observed.pods.empty());
+
+  // Admitted: the pods come, each pointing at the gang.
+  (*world.observed.pod_group)["status"] = {{"phase", "Inqueue"}};
+  const ReconcilePlan& admitted = world.Step();
+  EXPECT_EQ(ActionNames(admitted, Verb::kCreate, ObjectKind::kPod),
+            (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
+  for (const Action& a : admitted.actions) {
+    if (a.kind != ObjectKind::kPod) continue;
+    EXPECT_EQ(a.object["spec"]["schedulerName"], "volcano") << a.name;
+    EXPECT_EQ(a.object["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "wd") << a.name;
+    EXPECT_EQ(a.object["spec"]["priorityClassName"], "high") << a.name;
+  }
+  EXPECT_EQ(Condition(admitted.status, "GangPending").value("status", ""), "False");
+  EXPECT_EQ(ActionNames(admitted, Verb::kCreate, ObjectKind::kPodGroup), std::vector<std::string>{});
+}
+
+TEST(GangTest, VolcanoPodGroupNeverAdmittedKeepsTheJobPending) {
+  World world(JobBuilder("wd").Collective(4, 8).Gang("Volcano").Obj());
+  world.Step();
+  for (int i = 0; i < 5; ++i) {
+    world.Advance(600);
+    const ReconcilePlan& plan = world.Step();
+    EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  }
+  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_EQ(world.Status()["phase"], "Pending");
+  EXPECT_EQ(Condition(world.Status(), "GangPending").value("status", ""), "True");
+  int gang_events = 0;
+  for (const PlannedEvent& e : world.events) gang_events += e.reason == "GangPending";
+  EXPECT_EQ(gang_events, 1);
+}
+
+TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
+  World world(JobBuilder("wd").Ps(1, 4).Gang("SchedulerPlugins").Obj());
+  const ReconcilePlan& first = world.Step();
+  ASSERT_EQ(first.actions.size(), 1u) << Describe(first);
+  EXPECT_EQ(first.actions[0].kind, ObjectKind::kPodGroup);
+  EXPECT_EQ(first.actions[0].object["apiVersion"], "scheduling.x-k8s.io/v1alpha1");
+  EXPECT_EQ(first.actions[0].object["spec"]["minMember"], 5);
+  EXPECT_FALSE(first.actions[0].object["spec"].contains("queue"));
+
+  const ReconcilePlan& second = world.Step();
+  EXPECT_EQ(ActionNames(second, Verb::kCreate, ObjectKind::kPod).size(), 5u) << Describe(second);
+  for (const Action& a : second.actions) {
+    if (a.kind != ObjectKind::kPod) continue;
+    EXPECT_EQ(a.object["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "wd") << a.name;
+    EXPECT_NE(a.object["spec"].value("schedulerName", ""), "volcano") << a.name;
+  }
+}
+
+// ---- scaling workers ----
+
+// The pods' env as Paddle reads it after a rescale: each worker knows `workers` trainers.
+void ExpectWiredFor(const World& world, int workers) {
+  ASSERT_TRUE(world.observed.endpoints.has_value());
+  for (const Json& pod : world.observed.pods) {
+    SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
+    auto env = ResolveEnv(pod, world.observed.endpoints);
+    ASSERT_TRUE(env.ok()) << env.error();
+    auto role = ParseProcessEnv(*env, RoleMakerKind::kParameterServer);
+    ASSERT_TRUE(role.ok()) << role.error();
+    EXPECT_EQ(role->trainers_num, workers);
+    EXPECT_EQ(role->trainer_endpoints.size(), static_cast<size_t>(workers));
+  }
+}
+
+TEST(ScalingTest, ScaleDownDeletesTheRemovedWorkers) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.EditSpec("/spec/worker/replicas", 2);
+  const ReconcilePlan& plan = world.Step();
+
+  const std::vector<std::string> deleted = ActionNames(plan, Verb::kDelete, ObjectKind::kPod);
+  EXPECT_THAT(deleted, Contains("wd-worker-2"));
+  EXPECT_THAT(deleted, Contains("wd-worker-3"));
+  EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), IsEmpty());
+
+  world.Settle();
+  EXPECT_EQ(world.Status()["phase"], "Running");
+  EXPECT_EQ(world.LivePodNames(), (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1"}));
+  EXPECT_EQ(world.Status()["replicaStatuses"]["worker"]["replicas"], 2);
+  ExpectWiredFor(world, 2);
+}
+
+// Regression (fixed): planner.cc Run, on a scale-down, first deletes the scaled-away pods ("no longer part of the
+// job") and then, because the hosts digest changed, restarts the whole job with
+// DeletePods(all non-terminating), which lists the same two pods again: one plan deletes
+// wd-worker-2 and wd-worker-3 twice each. Expected: every object is named at most once per plan.
+TEST(ScalingTest, ScaleDownPlanNamesEachPodOnce) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.EditSpec("/spec/worker/replicas", 2);
+  const ReconcilePlan& plan = world.Step();
+  std::set<std::string> seen;
+  for (const Action& a : plan.actions) EXPECT_TRUE(seen.insert(a.name).second) << a.name << " twice:\n" << Describe(plan);
+}
+
+// Paddle's processes read their trainer count and peer lists once, at start (a sync server waits
+// for exactly PADDLE_TRAINERS_NUM trainers), so scaling starts a new run: every pod is replaced
+// and wired for the new size. It is not a failure: restartCount stays 0.
+TEST(ScalingTest, ScaleUpRewiresEveryPodForTheNewSize) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 2).Obj());
+  world.EditSpec("/spec/worker/replicas", 4);
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
+            (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1"}));
+  EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod),
+            (std::vector<std::string>{"wd-worker-2", "wd-worker-3"}));
+  EXPECT_EQ(plan.status["observedGeneration"], 2);
+  EXPECT_EQ(plan.status["restartCount"], 0);
+  EXPECT_EQ(plan.status["run"], 1);
+
+  world.Settle();
+  EXPECT_EQ(world.Status()["phase"], "Running");
+  EXPECT_EQ(world.LivePodNames().size(), 5u);
+  ExpectWiredFor(world, 4);
+  const std::string workers = (*world.observed.endpoints)["data"]["PADDLE_TRAINER_ENDPOINTS"];
+  EXPECT_EQ(std::count(workers.begin(), workers.end(), ','), 3) << workers;
+}
+
+// Regression (fixed): planner.cc treats any change of the hosts under published lists of the current run as "a pod
+// was replaced and got a new address" and restarts through the backoffLimit check. Scaling is not a
+// failure, but with backoffLimit 0 a scale-up fails the job (BackoffLimitExceeded, "a pod was
+// replaced...") and every scale consumes one of the job's restarts. Expected: the rescaled job is
+// rewired and runs; backoffLimit is for failures.
+TEST(ScalingTest, ScalingIsNotCountedAgainstBackoffLimit) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 2).BackoffLimit(0).Obj());
+  world.EditSpec("/spec/worker/replicas", 4);
+  world.Settle();
+
+  EXPECT_EQ(world.Status()["phase"], "Running") << Condition(world.Status(), "Failed").dump();
+  EXPECT_TRUE(Condition(world.Status(), "Failed").is_null());
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

@@ -1,0 +1,303 @@
+#include "world.h"
+
+#include <algorithm>
+#include <sstream>
+
+#include <gtest/gtest.h>
+
+namespace fleet::op::testing {
+
+World::World(Json job_object, OperatorSettings operator_settings)
+    : job(std::move(job_object)), settings(std::move(operator_settings)) {}
+
+const ReconcilePlan& World::Reconcile() {
+  plan = PlanReconcile(job, observed, now, settings);
+  job["status"] = plan.status;
+  events.insert(events.end(), plan.events.begin(), plan.events.end());
+  return plan;
+}
+
+Json* World::FindPod(const std::string& name) {
+  for (Json& pod : observed.pods) {
+    if (pod["metadata"]["name"] == name) return &pod;
+  }
+  return nullptr;
+}
+
+void World::Apply() {
+  for (const Action& a : plan.actions) {
+    switch (a.kind) {
+      case ObjectKind::kPod:
+        if (a.verb == Verb::kCreate) {
+          if (FindPod(a.name)) {
+            ++already_exists;
+            break;
+          }
+          Json pod = a.object;
+          pod["metadata"]["creationTimestamp"] = FormatTime(now);
+          pod["metadata"]["uid"] = "pod-uid-" + std::to_string(resource_version_++);
+          pod["status"] = {{"phase", "Pending"}};
+          observed.pods.push_back(std::move(pod));
+        } else if (a.verb == Verb::kDelete) {
+          if (Json* pod = FindPod(a.name); pod && !pod->at("metadata").contains("deletionTimestamp")) {
+            (*pod)["metadata"]["deletionTimestamp"] = FormatTime(now);
+          }
+        } else {
+          ADD_FAILURE() << "the planner updates pod " << a.name << "; pods are immutable";
+        }
+        break;
+      case ObjectKind::kConfigMap:
+        if (a.verb == Verb::kCreate) {
+          if (observed.endpoints) {
+            ++already_exists;
+            break;
+          }
+          observed.endpoints = a.object;
+          (*observed.endpoints)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
+        } else if (a.verb == Verb::kUpdate) {
+          if (!observed.endpoints) {
+            ADD_FAILURE() << "update of a ConfigMap that does not exist: " << a.name;
+            break;
+          }
+          EXPECT_EQ(a.object["metadata"].value("resourceVersion", ""),
+                    (*observed.endpoints)["metadata"].value("resourceVersion", "?"))
+              << "a ConfigMap update without the current resourceVersion is a conflict";
+          observed.endpoints = a.object;
+          (*observed.endpoints)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
+        } else {
+          observed.endpoints.reset();
+        }
+        break;
+      case ObjectKind::kService:
+        if (a.verb == Verb::kDelete) observed.service.reset();
+        else observed.service = a.object;
+        break;
+      case ObjectKind::kPodGroup:
+        if (a.verb == Verb::kDelete) observed.pod_group.reset();
+        else if (!observed.pod_group) observed.pod_group = a.object;
+        else ++already_exists;
+        break;
+      case ObjectKind::kFleetJob:
+        if (a.verb == Verb::kDelete) job_deleted = true;
+        break;
+    }
+  }
+}
+
+const ReconcilePlan& World::Settle(int max_steps) {
+  for (int i = 0; i < max_steps; ++i) {
+    Reap();
+    StartPods();
+    Step();
+    if (plan.actions.empty()) return plan;
+  }
+  ADD_FAILURE() << "the job did not settle in " << max_steps << " steps; last plan:\n" << Describe(plan);
+  return plan;
+}
+
+void World::Reap() {
+  observed.pods.erase(std::remove_if(observed.pods.begin(), observed.pods.end(),
+                                     [](const Json& pod) { return pod["metadata"].contains("deletionTimestamp"); }),
+                      observed.pods.end());
+}
+
+void World::StartPods() {
+  for (Json& pod : observed.pods) {
+    if (pod["metadata"].contains("deletionTimestamp") || pod["status"].value("phase", "") != "Pending") continue;
+    const std::string node = nodes[static_cast<size_t>(next_node_++) % nodes.size()];
+    const bool host_network = pod["spec"].value("hostNetwork", false);
+    const std::string ip = host_network ? node : "10.0.0." + std::to_string(next_ip_++);
+    pod = PodBuilder(pod).HostIp(node).Ip(ip).Phase("Running").Ready().Obj();
+  }
+}
+
+void World::EditSpec(const std::string& pointer, const Json& value) {
+  job[Json::json_pointer(pointer)] = value;
+  job["metadata"]["generation"] = job["metadata"].value("generation", 1) + 1;
+}
+
+void World::Edit(const std::string& name, const std::function<void(PodBuilder&)>& change) {
+  Json* pod = FindPod(name);
+  if (!pod) {
+    ADD_FAILURE() << "no pod " << name;
+    return;
+  }
+  PodBuilder builder(*pod);
+  change(builder);
+  *pod = builder.Obj();
+}
+
+void World::Remove(const std::string& name) {
+  observed.pods.erase(std::remove_if(observed.pods.begin(), observed.pods.end(),
+                                     [&](const Json& pod) { return pod["metadata"]["name"] == name; }),
+                      observed.pods.end());
+}
+
+bool World::HasPod(const std::string& name) const {
+  return std::any_of(observed.pods.begin(), observed.pods.end(),
+                     [&](const Json& pod) { return pod["metadata"]["name"] == name; });
+}
+
+const Json& World::Pod(const std::string& name) const {
+  for (const Json& pod : observed.pods) {
+    if (pod["metadata"]["name"] == name) return pod;
+  }
+  static const Json null_pod;
+  ADD_FAILURE() << "no pod " << name;
+  return null_pod;
+}
+
+std::vector<std::string> World::PodNames() const {
+  std::vector<std::string> names;
+  for (const Json& pod : observed.pods) names.push_back(pod["metadata"]["name"].get<std::string>());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::vector<std::string> World::LivePodNames() const {
+  std::vector<std::string> names;
+  for (const Json& pod : observed.pods) {
+    if (!pod["metadata"].contains("deletionTimestamp")) names.push_back(pod["metadata"]["name"].get<std::string>());
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+// ---- plans ----
+
+std::vector<std::string> ActionNames(const ReconcilePlan& plan, Verb verb, ObjectKind kind) {
+  std::vector<std::string> names;
+  for (const Action& a : plan.actions) {
+    if (a.verb == verb && a.kind == kind) names.push_back(a.name);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+const Action* FindAction(const ReconcilePlan& plan, Verb verb, ObjectKind kind, const std::string& name) {
+  for (const Action& a : plan.actions) {
+    if (a.verb == verb && a.kind == kind && a.name == name) return &a;
+  }
+  return nullptr;
+}
+
+Json Condition(const Json& status, const std::string& type) {
+  for (const Json& c : status.value("conditions", Json::array())) {
+    if (c.value("type", "") == type) return c;
+  }
+  return nullptr;
+}
+
+std::string Describe(const ReconcilePlan& plan) {
+  static const char* kVerbs[] = {"create", "update", "delete"};
+  static const char* kKinds[] = {"Pod", "ConfigMap", "Service", "PodGroup", "FleetJob"};
+  std::ostringstream out;
+  for (const Action& a : plan.actions) {
+    out << kVerbs[static_cast<int>(a.verb)] << " " << kKinds[static_cast<int>(a.kind)] << " " << a.name << " ("
+        << a.reason << ") " << a.object.dump() << "\n";
+  }
+  for (const PlannedEvent& e : plan.events) out << "event " << e.type << " " << e.reason << ": " << e.message << "\n";
+  out << "status " << plan.status.dump() << "\n";
+  out << "requeue " << (plan.requeue_after ? std::to_string(plan.requeue_after->count()) + "s" : "none") << "\n";
+  return out.str();
+}
+
+// ---- the kubelet's view of a pod ----
+
+namespace {
+
+// Kubernetes' $(VAR) expansion: references to variables defined earlier are replaced, $$ is a
+// literal $, and an unknown reference stays as written.
+std::string Expand(const std::string& value, const EnvMap& defined) {
+  std::string out;
+  for (size_t i = 0; i < value.size(); ++i) {
+    if (value[i] == '$' && i + 1 < value.size() && value[i + 1] == '$') {
+      out += '$';
+      ++i;
+      continue;
+    }
+    if (value[i] == '$' && i + 1 < value.size() && value[i + 1] == '(') {
+      const size_t end = value.find(')', i + 2);
+      if (end != std::string::npos) {
+        const std::string name = value.substr(i + 2, end - i - 2);
+        auto it = defined.find(name);
+        if (it != defined.end()) {
+          out += it->second;
+          i = end;
+          continue;
+        }
+      }
+    }
+    out += value[i];
+  }
+  return out;
+}
+
+Result<std::string> FieldRef(const Json& pod, const std::string& path) {
+  const Json status = pod.value("status", Json::object());
+  const Json meta = pod.value("metadata", Json::object());
+  if (path == "status.podIP") return status.value("podIP", "");
+  if (path == "status.hostIP") return status.value("hostIP", "");
+  if (path == "metadata.name") return meta.value("name", "");
+  if (path == "metadata.namespace") return meta.value("namespace", "");
+  return Error{"unsupported fieldRef " + path};
+}
+
+}  // namespace
+
+Result<EnvMap> ResolveEnv(const Json& pod, const std::optional<Json>& config_map, size_t container) {
+  const Json& containers = pod.at("spec").at("containers");
+  if (!containers.is_array() || containers.size() <= container) return Error{"no container " + std::to_string(container)};
+  EnvMap env;
+  for (const Json& e : containers[container].value("env", Json::array())) {
+    const std::string name = e.at("name").get<std::string>();
+    if (e.contains("value")) {
+      env[name] = Expand(e["value"].get<std::string>(), env);
+      continue;
+    }
+    const Json& from = e.at("valueFrom");
+    if (from.contains("fieldRef")) {
+      auto v = FieldRef(pod, from["fieldRef"]["fieldPath"].get<std::string>());
+      if (!v) return Error{name + ": " + v.error()};
+      env[name] = *v;
+    } else if (from.contains("configMapKeyRef")) {
+      const Json& ref = from["configMapKeyRef"];
+      const std::string cm = ref["name"].get<std::string>();
+      const std::string key = ref["key"].get<std::string>();
+      if (!config_map || (*config_map)["metadata"]["name"] != cm) return Error{name + ": configmap \"" + cm + "\" not found"};
+      const Json& data = (*config_map).value("data", Json::object());
+      if (!data.contains(key)) return Error{name + ": couldn't find key " + key + " in ConfigMap " + cm};
+      env[name] = data[key].get<std::string>();
+    } else {
+      return Error{name + ": unsupported valueFrom " + from.dump()};
+    }
+  }
+  return env;
+}
+
+Json ContainerNamed(const Json& pod, const std::string& name) {
+  for (const char* list : {"initContainers", "containers"}) {
+    for (const Json& c : pod.at("spec").value(list, Json::array())) {
+      if (c.value("name", "") == name) return c;
+    }
+  }
+  return nullptr;
+}
+
+Json EnvEntry(const Json& container, const std::string& name) {
+  for (const Json& e : container.value("env", Json::array())) {
+    if (e.value("name", "") == name) return e;
+  }
+  return nullptr;
+}
+
+const std::vector<std::string> kAllPods = {"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"};
+
+World RunningWorld(Json job, OperatorSettings settings) {
+  World world(std::move(job), std::move(settings));
+  world.Settle();
+  EXPECT_EQ(world.Status().value("phase", ""), "Running") << Describe(world.plan);
+  return world;
+}
+
+}  // namespace fleet::op::testing
