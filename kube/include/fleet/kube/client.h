@@ -2,16 +2,24 @@
 // Objects are nlohmann::json. Every call is synchronous and thread-safe; connections are reused.
 //
 // Retries: only transient failures (429 honouring Retry-After, 5xx, connection errors, timeouts)
-// are retried, with jittered exponential backoff, and only for requests that are safe to repeat:
+// are retried, with jittered exponential backoff (a Retry-After over 30 s returns the status to the
+// caller instead of sleeping), and only for requests that are safe to repeat:
 // reads always; create (a repeat answers AlreadyExists, which the caller treats as success where it
-// uses deterministic names); update/patch/delete (a stale repeat answers Conflict/NotFound). Other
-// 4xx answers return at once.
+// uses deterministic names; a create by generateName alone is repeated only after a 429, which the
+// server sends before doing anything); update/patch/delete (a stale repeat answers
+// Conflict/NotFound). Other 4xx answers return at once. A 401 re-reads the token file (when the
+// config has one) and repeats the request once if the token changed.
+// Namespaces: "" means all namespaces for List/Watch; for the single-object calls it means the
+// object's metadata.namespace, else the config's default namespace.
 #pragma once
 
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -83,11 +91,31 @@ struct WatchOptions {
 // A cancellation flag shared between a caller and a blocking call (Watch, retries' sleeps).
 class CancelToken {
  public:
-  void Cancel() { cancelled_ = true; }
+  void Cancel() {
+    std::lock_guard<std::mutex> lock(mu_);
+    cancelled_ = true;
+    cv_.notify_all();
+  }
   bool cancelled() const { return cancelled_; }
+  // Sleeps for `duration` or until Cancel(), whichever comes first; true when cancelled.
+  bool SleepFor(std::chrono::milliseconds duration) const {
+    std::unique_lock<std::mutex> lock(mu_);
+    return cv_.wait_for(lock, duration, [this] { return cancelled_.load(); });
+  }
+
  private:
   std::atomic<bool> cancelled_{false};
+  mutable std::mutex mu_;
+  mutable std::condition_variable cv_;
 };
+
+// cpprestsdk runs all I/O and continuations of the process on one shared thread pool, of 40
+// threads unless sized before its first use. Its handlers are short and never block, and every
+// request hops between them several times, so more threads mostly add wake-ups: on 2 cores, 40
+// threads cost ~2x the client CPU per request of 1 thread. Client::Create sizes the pool to half
+// the cores (1 to 8) when nothing has used it yet. Call this before to choose another size; false
+// when the pool was already running.
+bool ConfigureIoThreads(size_t threads);
 
 class Client {
  public:
@@ -107,8 +135,10 @@ class Client {
   virtual ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
                            const DeleteOptions& options = {}) = 0;
   // Streams events to `on_event` until the server ends the watch (OK), the handler returns false
-  // (OK), `cancel` fires (kCancelled) or the connection fails (kUnavailable). An ERROR event with
-  // code 410 is returned as kGone. Lines are bounded by max_response_bytes.
+  // (OK), `cancel` fires (kCancelled, within ~20 ms, also while connecting) or the connection fails
+  // (kUnavailable). ERROR events are not delivered: they end the watch with their status (code 410
+  // is kGone). A stream that is not JSON lines, or a line over max_response_bytes, is kMalformed.
+  // Not retried (the caller re-lists or re-watches); a 401 re-reads the token file as above.
   virtual ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                           const std::function<bool(const WatchEvent&)>& on_event,
                           const CancelToken& cancel) = 0;

@@ -29,6 +29,9 @@ struct ClusterConfig {
   std::string token_file;
 };
 
+// The current process environment as a map, for the loaders below.
+std::map<std::string, std::string> ProcessEnvironment();
+
 // In-cluster: KUBERNETES_SERVICE_HOST/PORT and the service-account files under `root`
 // (token, ca.crt, namespace). `env` is the process environment.
 StatusOr<ClusterConfig> LoadInClusterConfig(
@@ -36,7 +39,8 @@ StatusOr<ClusterConfig> LoadInClusterConfig(
     const std::string& root = "/var/run/secrets/kubernetes.io/serviceaccount");
 
 // A kubeconfig file: the named context, or the current-context when `context` is empty.
-// Relative file paths in it are resolved against the kubeconfig's directory.
+// Relative file paths in it are resolved against the kubeconfig's directory; *-data fields are
+// base64-decoded into the *_data members. exec / auth-provider / basic-auth users are rejected.
 StatusOr<ClusterConfig> LoadKubeconfig(const std::string& path, const std::string& context = "");
 
 // What a command-line tool does: an explicit --kubeconfig path, else $KUBECONFIG (first existing

@@ -4,7 +4,7 @@
 //    again when Done() is called;
 //  - AddRateLimited: per-key exponential backoff (base * 2^failures, capped), combined with an
 //    overall token bucket; Forget() resets a key's failures;
-//  - AddAfter: delayed adds (requeue-after);
+//  - AddAfter: delayed adds (requeue-after); a key waiting twice keeps the earlier time;
 //  - ShutDown: Get() returns nullopt once the queue is drained (or at once with ShutDownNow).
 // Metrics hooks report depth, queue latency and retries.
 #pragma once
@@ -72,6 +72,7 @@ class WorkQueue {
   std::map<std::string, Clock::time_point> added_at_;
   std::map<std::string, int> failures_;
   std::multimap<Clock::time_point, std::string> delayed_;
+  std::map<std::string, Clock::time_point> delayed_at_;   // key -> its entry in delayed_
   std::condition_variable delayed_cv_;
   bool shutting_down_ = false;
   bool drain_ = true;
