@@ -299,7 +299,7 @@ class ApiError(Exception):
 
 
 def cause(ctype, field, message):
-    return {"type": ctype, "message": message, "field": field}
+    return {"reason": ctype, "message": message, "field": field}  # as the real API names it
 
 
 def required(field, detail=""):
