@@ -13,8 +13,6 @@
 
 #include <yaml-cpp/yaml.h>
 
-extern char** environ;  // NOLINT: POSIX
-
 namespace fleet::kube {
 namespace {
 
@@ -279,16 +277,6 @@ std::string EnvOr(const std::map<std::string, std::string>& env, const std::stri
 }
 
 }  // namespace
-
-std::map<std::string, std::string> ProcessEnvironment() {
-  std::map<std::string, std::string> env;
-  for (char** entry = environ; entry && *entry; ++entry) {
-    const std::string kv(*entry);
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) env.emplace(kv.substr(0, eq), kv.substr(eq + 1));
-  }
-  return env;
-}
 
 StatusOr<ClusterConfig> LoadInClusterConfig(const std::map<std::string, std::string>& env,
                                             const std::string& root) {

@@ -314,10 +314,5 @@ TEST_F(ConfigTest, DefaultWithNothingConfiguredExplainsWhatWasTried) {
   ExpectConfigError(LoadDefaultConfig({{"HOME", dir_}}), {"no cluster configuration", dir_ + "/.kube/config"});
 }
 
-TEST(ProcessEnvironmentTest, SeesTheProcessEnvironment) {
-  ASSERT_EQ(setenv("FLEET_KUBE_TEST_VAR", "a=b", 1), 0);
-  EXPECT_EQ(ProcessEnvironment()["FLEET_KUBE_TEST_VAR"], "a=b");
-}
-
 }  // namespace
 }  // namespace fleet::kube

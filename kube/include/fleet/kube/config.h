@@ -29,8 +29,8 @@ struct ClusterConfig {
   std::string token_file;
 };
 
-// The current process environment as a map, for the loaders below.
-std::map<std::string, std::string> ProcessEnvironment();
+// (The process environment as a map, for the loaders below: fleet::CurrentProcessEnv() in
+// fleet/runtime/env_contract.h.)
 
 // In-cluster: KUBERNETES_SERVICE_HOST/PORT and the service-account files under `root`
 // (token, ca.crt, namespace). `env` is the process environment.
