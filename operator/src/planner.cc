@@ -315,6 +315,8 @@ ReconcilePlan Planner::Run() {
   status()["mode"] = std::string(JobModeName(spec.mode));
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
   if (!status().contains("run")) status()["run"] = 0;
+  // The HostNetwork port block, recorded so that it survives operator restarts.
+  if (spec.network == Network::kHostNetwork) status()["hostPortBase"] = settings_.host_port_base;
   slots_ = PodSlots(*job_);
 
   if (PhaseNow() == "Succeeded" || PhaseNow() == "Failed") {

@@ -229,6 +229,15 @@ TEST(PodCreationTest, ServiceModeCreatesTheHeadlessServiceAndNamesPodsOnIt) {
             Json({{"name", "POD_IP"}, {"value", "wd-worker-1.wd.ns.svc.cluster.local"}}));
 }
 
+TEST(PodCreationTest, HostNetworkJobsRecordTheirPortBlockInStatus) {
+  OperatorSettings settings;
+  settings.host_port_base = 31000;
+  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(1, 2).Network("HostNetwork").Obj(), Observed{}, T0(), settings);
+  EXPECT_EQ(plan.status["hostPortBase"], 31000);
+  const ReconcilePlan pod_ip = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), settings);
+  EXPECT_FALSE(pod_ip.status.contains("hostPortBase"));
+}
+
 TEST(PodCreationTest, HostNetworkPodsTakeTheirPortsFromTheAllocatedRange) {
   OperatorSettings settings;
   settings.host_port_base = 31000;

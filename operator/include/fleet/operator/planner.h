@@ -57,7 +57,8 @@ struct OperatorSettings {
                                        // with restartPolicy Always and a startup probe
   std::string cluster_domain = "cluster.local";
   std::string sidecar_service_account_token_audience;   // "" = the API server's default
-  int host_port_base = 0;              // HostNetwork: the job's allocated port range start
+  int host_port_base = 0;              // HostNetwork: the start of the job's port block
+                                       // (HostPortAllocator); recorded in status.hostPortBase
 };
 
 struct ReconcilePlan {
