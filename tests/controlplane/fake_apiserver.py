@@ -2648,12 +2648,20 @@ class Handler(BaseHTTPRequestHandler):
                 return
             if path.startswith("/fake/"):
                 return self.control(path, raw)
+            with fake.req_lock:
+                fake.in_flight += 1
+            counted = True
             try:
                 if fake.faults.latency_ms:
                     time.sleep(fake.faults.latency_ms / 1000.0)
                 if not self.authenticated():
                     raise ApiError(401, "Unauthorized", "Unauthorized")
                 self.is_watch = self.command == "GET" and self._wants_watch(path, params)
+                if self.is_watch:  # a watch lasts long: the log must not wait for it
+                    with fake.req_lock:
+                        fake.in_flight -= 1
+                        fake.req_lock.notify_all()
+                    counted = False
                 rule = fake.faults.take(self.command, path, self.is_watch)
                 if rule and rule["kind"] == "fail":
                     code = rule["code"]
@@ -2686,7 +2694,8 @@ class Handler(BaseHTTPRequestHandler):
                     self.send_body(500, status_body(500, "InternalError", "Internal error occurred: %r" % (e,)))
                 except OSError:
                     self.close_connection = True
-            fake.log_request(self.command, path, url.query, self.status_code, t0, self.is_watch)
+            finally:  # always logged (and uncounted), even when the client went away mid-answer
+                fake.log_request(self.command, path, url.query, self.status_code, t0, self.is_watch, counted)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
 
@@ -3049,6 +3058,7 @@ class Handler(BaseHTTPRequestHandler):
                 follow = False
             else:
                 lines = list(store.logs.get(key, []))
+            seen = len(lines)  # counted with the snapshot: a line appended after it must be followed
         if since is not None:
             cutoff = time.time() - since
             lines = [x for x in lines if x[0] >= cutoff]
@@ -3072,7 +3082,6 @@ class Handler(BaseHTTPRequestHandler):
         try:
             if data:
                 self._chunk(data)
-            seen = len(store.logs.get(key, []))
             while limit is None or sent < limit:
                 with store.changed:
                     pod = store._find(rt, ns, name)
@@ -3130,6 +3139,7 @@ class Handler(BaseHTTPRequestHandler):
                 return self.send_body(200, {"tokens": sorted(fake.tokens)})
             if parts == ["requests"]:
                 with fake.req_lock:
+                    fake.req_lock.wait_for(lambda: fake.in_flight == 0, timeout=2.0)
                     if m == "DELETE":
                         fake.requests.clear()
                         return self.send_body(200, {"requests": []})
@@ -3182,7 +3192,10 @@ class FakeApiServer:
         self.verbose = verbose
         self.faults = Faults()
         self.requests = collections.deque(maxlen=100000)
-        self.req_lock = threading.Lock()
+        # A Condition so that reading the request log can wait for requests still being answered:
+        # a client may see its response before the handler gets to log it.
+        self.req_lock = threading.Condition()
+        self.in_flight = 0
         self.conn_lock = threading.Lock()
         self.connections = set()
         self.open_watches = set()
@@ -3268,10 +3281,13 @@ class FakeApiServer:
             raise ApiError.bad_request("tokens must be a list of strings")
         self.tokens = set(tokens)
 
-    def log_request(self, method, path, query, code, t0, watch):
+    def log_request(self, method, path, query, code, t0, watch, counted=False):
         with self.req_lock:
             self.requests.append({"method": method, "path": path, "query": query, "code": code,
                                   "time": t0, "durationMs": round((time.time() - t0) * 1000, 3), "watch": watch})
+            if counted:
+                self.in_flight -= 1
+                self.req_lock.notify_all()
 
     def register_watch(self, w):
         with self.conn_lock:
