@@ -7,6 +7,7 @@ packages=(
   build-essential cmake pkg-config                    # toolchain
   libgtest-dev libgmock-dev                           # tests
   libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client
+  prometheus-cpp-dev libcivetweb-dev                  # metrics and the binaries' HTTP endpoints
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
   procps iproute2                                     # ps/kill/ip for the launcher's tests
 )

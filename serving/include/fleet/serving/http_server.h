@@ -1,0 +1,77 @@
+// HttpServer: the small HTTP endpoints every FleetJob binary serves — /healthz, /readyz, the
+// sidecar's /startup, Prometheus' /metrics — on CivetWeb (the server prometheus-cpp's own exposer
+// is built on). Handlers are plain functions of the request; the server bounds what it reads
+// (request line and headers by CivetWeb, bodies by max_body_bytes) and times out slow clients.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fleet/runtime/result.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace fleet::serving {
+
+struct Request {
+  std::string method;
+  std::string path;
+  std::string query;
+  std::string remote_addr;
+  std::string body;            // at most HttpServerOptions::max_body_bytes (else 413 before the handler)
+};
+
+struct Response {
+  int status = 200;
+  std::string content_type = "text/plain; charset=utf-8";
+  std::string body;
+
+  static Response Text(int status, std::string body) { return {status, "text/plain; charset=utf-8", std::move(body)}; }
+};
+
+using Handler = std::function<Response(const Request&)>;
+
+struct Route {
+  std::string path;                    // exact path, e.g. "/healthz"
+  std::vector<std::string> methods;    // others get 405; empty = GET and HEAD
+  Handler handler;
+};
+
+struct HttpServerOptions {
+  int threads = 2;
+  size_t max_body_bytes = 64 * 1024;
+  int request_timeout_ms = 10000;
+};
+
+class HttpServer {
+ public:
+  // Listens on `address`: "HOST:PORT", ":PORT" (every interface) or "PORT"; port 0 picks a free
+  // port (see port()). Fails with a message naming the address when it cannot listen.
+  static Result<std::unique_ptr<HttpServer>> Start(const std::string& address, std::vector<Route> routes,
+                                                   HttpServerOptions options = {});
+  ~HttpServer();                       // stops listening; waits for handlers that are running
+  HttpServer(const HttpServer&) = delete;
+  HttpServer& operator=(const HttpServer&) = delete;
+
+  int port() const { return port_; }
+
+ private:
+  struct Context;
+  HttpServer() = default;
+  std::unique_ptr<Context> context_;
+  int port_ = 0;
+};
+
+// A /metrics route serving `registry` in Prometheus' text exposition format 0.0.4.
+Route MetricsRoute(std::shared_ptr<prometheus::Registry> registry, std::string path = "/metrics");
+
+// A health route: 200 "ok" when `check` returns "", else 503 with what it returned.
+Route HealthRoute(std::string path, std::function<std::string()> check);
+
+}  // namespace fleet::serving
