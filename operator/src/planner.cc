@@ -383,6 +383,11 @@ ReconcilePlan Planner::Run() {
   if (spec.network == Network::kService && !observed_.service) {
     Create(ObjectKind::kService, BuildService(*job_), "stable DNS names for the pods");
   }
+  if (NeedsSidecarAccount(*job_)) {
+    if (!observed_.service_account) Create(ObjectKind::kServiceAccount, BuildSidecarServiceAccount(*job_), "sidecar identity");
+    if (!observed_.role) Create(ObjectKind::kRole, BuildSidecarRole(*job_), "sidecar may read the endpoints");
+    if (!observed_.role_binding) Create(ObjectKind::kRoleBinding, BuildSidecarRoleBinding(*job_), "sidecar identity");
+  }
 
   // A change of replicas rewires the job: Paddle's processes read their peers once, at start, so
   // every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged.

@@ -153,10 +153,11 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json volumes = spec.value("volumes", Json::array());
   volumes.push_back({{"name", kEndpointsVolume}, {"configMap", {{"name", config_map}, {"optional", true}}}});
 
-  // Least privilege: unless the template brings its own service account, the pod runs without an
-  // automounted token and only the sidecar container gets one.
+  // Least privilege: unless the template brings its own service account, the pod runs as the
+  // job's sidecar account without an automounted token, and only the sidecar container gets one.
   const bool own_token = !spec.contains("serviceAccountName");
   if (own_token) {
+    spec["serviceAccountName"] = SidecarServiceAccountName(job);
     spec["automountServiceAccountToken"] = false;
     volumes.push_back(TokenVolume(settings));
   }
@@ -168,11 +169,48 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   return pod;
 }
 
+std::string SidecarServiceAccountName(const FleetJob& job) { return job.name + "-fleet-sidecar"; }
+
+bool NeedsSidecarAccount(const FleetJob& job) {
+  for (const RoleSpec& role : job.spec.roles) {
+    if (!role.template_.value("spec", Json::object()).contains("serviceAccountName")) return true;
+  }
+  return false;
+}
+
+namespace {
+Json ChildMeta(const FleetJob& job, const std::string& name) {
+  return {{"name", name}, {"namespace", job.ns}, {"labels", {{kJobLabel, job.name}}},
+          {"ownerReferences", Json::array({OwnerReference(job)})}};
+}
+}  // namespace
+
+Json BuildSidecarServiceAccount(const FleetJob& job) {
+  return {{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", ChildMeta(job, SidecarServiceAccountName(job))},
+          {"automountServiceAccountToken", false}};
+}
+
+Json BuildSidecarRole(const FleetJob& job) {
+  // resourceNames also limits list and watch, when they select the object by metadata.name (as
+  // the sidecar does).
+  return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
+          {"metadata", ChildMeta(job, SidecarServiceAccountName(job))},
+          {"rules", Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
+                                  {"resourceNames", Json::array({EndpointsConfigMapName(job.name)})},
+                                  {"verbs", Json::array({"get", "list", "watch"})}}})}};
+}
+
+Json BuildSidecarRoleBinding(const FleetJob& job) {
+  const std::string name = SidecarServiceAccountName(job);
+  return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"}, {"metadata", ChildMeta(job, name)},
+          {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", name}}},
+          {"subjects", Json::array({{{"kind", "ServiceAccount"}, {"name", name}, {"namespace", job.ns}}})}};
+}
+
 Json BuildService(const FleetJob& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata", {{"name", job.name}, {"namespace", job.ns}, {"labels", {{kJobLabel, job.name}}},
-                        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"metadata", ChildMeta(job, job.name)},
           {"spec", {{"clusterIP", "None"},
                     {"publishNotReadyAddresses", true},  // peers must resolve before they are Ready
                     {"selector", {{kJobLabel, job.name}}}}}};
@@ -185,8 +223,7 @@ Json BuildPodGroup(const FleetJob& job) {
   if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
   return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
           {"kind", "PodGroup"},
-          {"metadata", {{"name", PodGroupName(job)}, {"namespace", job.ns}, {"labels", {{kJobLabel, job.name}}},
-                        {"ownerReferences", Json::array({OwnerReference(job)})}}},
+          {"metadata", ChildMeta(job, PodGroupName(job))},
           {"spec", spec}};
 }
 

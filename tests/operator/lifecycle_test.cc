@@ -66,7 +66,7 @@ TEST(SteadyStateTest, SamePlanForTheSameInputsWhileCreating) {
   const ReconcilePlan a = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
   const ReconcilePlan b = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
   EXPECT_EQ(Describe(a), Describe(b));
-  EXPECT_EQ(a.actions.size(), 4u);
+  EXPECT_EQ(a.actions.size(), 4u + 3u) << "four pods, the sidecar's account, role and binding";
 }
 
 TEST(SteadyStateTest, ConditionTimesStayPutWhileNothingChanges) {

@@ -110,7 +110,8 @@ TEST(PodCreationTest, NewPsJobCreatesItsSixPodsAndNothingElse) {
   const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), kPsPods);
-  EXPECT_EQ(plan.actions.size(), kPsPods.size()) << Describe(plan);
+  // ... and the sidecar's ServiceAccount, Role and RoleBinding.
+  EXPECT_EQ(plan.actions.size(), kPsPods.size() + 3) << Describe(plan);
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kConfigMap), IsEmpty());
   EXPECT_EQ(plan.status.value("phase", ""), "Pending");
   EXPECT_EQ(plan.status.value("startTime", ""), FormatTime(T0()));
@@ -168,7 +169,7 @@ TEST(PodCreationTest, CollectivePodsAreWellFormed) {
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod),
             (std::vector<std::string>{"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
-  EXPECT_EQ(plan.actions.size(), 4u);
+  EXPECT_EQ(plan.actions.size(), 4u + 3u) << "the pods and the sidecar's account, role and binding";
   EXPECT_EQ(plan.status.value("phase", ""), "Pending");
   EXPECT_EQ(plan.status.value("mode", ""), "collective");
   const std::vector<Json> pods = CreatedPods(plan);
@@ -305,6 +306,60 @@ TEST(PodCreationTest, EveryContainerOfTheTemplateGetsTheWiring) {
   const Json& profiler = pods[0]["spec"]["containers"][1];
   EXPECT_EQ(profiler["env"], pods[0]["spec"]["containers"][0]["env"]);
   EXPECT_FALSE(profiler.contains("ports")) << "Paddle ports belong to the first container";
+}
+
+}  // namespace
+}  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+// The sidecar's API identity: a per-job account whose Role reads the endpoints ConfigMap and
+// nothing else; pods run as it, with the token in the sidecar container only.
+TEST(PodCreationTest, SidecarGetsAPerJobAccountThatCanOnlyReadTheEndpoints) {
+  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), OperatorSettings{});
+  const Action* account = FindAction(plan, Verb::kCreate, ObjectKind::kServiceAccount, "wd-fleet-sidecar");
+  const Action* role = FindAction(plan, Verb::kCreate, ObjectKind::kRole, "wd-fleet-sidecar");
+  const Action* binding = FindAction(plan, Verb::kCreate, ObjectKind::kRoleBinding, "wd-fleet-sidecar");
+  ASSERT_NE(account, nullptr) << Describe(plan);
+  ASSERT_NE(role, nullptr);
+  ASSERT_NE(binding, nullptr);
+  EXPECT_EQ(account->object["automountServiceAccountToken"], false);
+  EXPECT_EQ(role->object["rules"],
+            Json::parse(R"([{"apiGroups":[""],"resources":["configmaps"],"resourceNames":["wd-endpoints"],
+                             "verbs":["get","list","watch"]}])"));
+  EXPECT_EQ(binding->object["roleRef"]["name"], "wd-fleet-sidecar");
+  EXPECT_EQ(binding->object["subjects"][0]["name"], "wd-fleet-sidecar");
+  EXPECT_EQ(binding->object["subjects"][0]["namespace"], kNamespace);
+  for (const Action* a : {account, role, binding}) {
+    EXPECT_EQ(a->object["metadata"]["ownerReferences"][0]["uid"], kUid) << a->name;
+  }
+  for (const Action& a : plan.actions) {
+    if (a.kind == ObjectKind::kPod) {
+      EXPECT_EQ(a.object["spec"]["serviceAccountName"], "wd-fleet-sidecar");
+    }
+  }
+  // Once they exist they are not created again.
+  Observed observed;
+  observed.service_account = account->object;
+  observed.role = role->object;
+  observed.role_binding = binding->object;
+  const ReconcilePlan again = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), observed, T0(), OperatorSettings{});
+  EXPECT_EQ(FindAction(again, Verb::kCreate, ObjectKind::kServiceAccount, "wd-fleet-sidecar"), nullptr);
+  EXPECT_EQ(FindAction(again, Verb::kCreate, ObjectKind::kRole, "wd-fleet-sidecar"), nullptr);
+}
+
+TEST(PodCreationTest, TemplatesWithTheirOwnServiceAccountGetNoSidecarAccount) {
+  Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/server/template/spec/serviceAccountName", "trainer")
+                 .Set("/spec/worker/template/spec/serviceAccountName", "trainer").Obj();
+  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kServiceAccount), IsEmpty());
+  EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kRole), IsEmpty());
+  for (const Action& a : plan.actions) {
+    if (a.kind != ObjectKind::kPod) continue;
+    EXPECT_EQ(a.object["spec"]["serviceAccountName"], "trainer");
+    EXPECT_FALSE(a.object["spec"].contains("automountServiceAccountToken")) << "the user's account keeps its token";
+  }
 }
 
 }  // namespace

@@ -77,6 +77,17 @@ void World::Apply() {
         else if (!observed.pod_group) observed.pod_group = a.object;
         else ++already_exists;
         break;
+      case ObjectKind::kServiceAccount:
+      case ObjectKind::kRole:
+      case ObjectKind::kRoleBinding: {
+        std::optional<Json>& slot = a.kind == ObjectKind::kServiceAccount ? observed.service_account
+                                    : a.kind == ObjectKind::kRole         ? observed.role
+                                                                          : observed.role_binding;
+        if (a.verb == Verb::kDelete) slot.reset();
+        else if (!slot) slot = a.object;
+        else ++already_exists;
+        break;
+      }
       case ObjectKind::kFleetJob:
         if (a.verb == Verb::kDelete) job_deleted = true;
         break;

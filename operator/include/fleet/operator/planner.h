@@ -28,7 +28,7 @@ inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-di
 // Where pods mount the endpoints ConfigMap (one file per key).
 inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
 
-enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kFleetJob };
+enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob };
 enum class Verb { kCreate, kUpdate, kDelete };
 
 struct Action {
@@ -50,6 +50,11 @@ struct Observed {
   std::optional<Json> endpoints;       // the job's endpoints ConfigMap
   std::optional<Json> service;         // Service mode: the job's headless Service
   std::optional<Json> pod_group;       // gang scheduling: the job's PodGroup
+  // The sidecar's identity: a per-job ServiceAccount allowed to read the job's endpoints
+  // ConfigMap and nothing else (for pods whose template names no serviceAccountName).
+  std::optional<Json> service_account;
+  std::optional<Json> role;
+  std::optional<Json> role_binding;
 };
 
 struct OperatorSettings {

@@ -19,6 +19,15 @@ Json BuildService(const FleetJob& job);
 Json BuildPodGroup(const FleetJob& job);
 std::string PodGroupName(const FleetJob& job);
 
+// The sidecar's least-privilege identity, for pods whose template brings no serviceAccountName:
+// a ServiceAccount, a Role that may only get/list/watch the job's endpoints ConfigMap, and the
+// RoleBinding between them (all named SidecarServiceAccountName(job)).
+std::string SidecarServiceAccountName(const FleetJob& job);
+bool NeedsSidecarAccount(const FleetJob& job);
+Json BuildSidecarServiceAccount(const FleetJob& job);
+Json BuildSidecarRole(const FleetJob& job);
+Json BuildSidecarRoleBinding(const FleetJob& job);
+
 // The controller reference every child carries.
 Json OwnerReference(const FleetJob& job);
 
