@@ -552,6 +552,42 @@ std::optional<Time> ParseTime(const std::string& text) {
   return std::chrono::system_clock::from_time_t(::timegm(&tm));
 }
 
+Json PodForPlanning(const Json& pod) {
+  const Json& meta = pod.value("metadata", Json::object());
+  Json out_meta = Json::object();
+  for (const char* key : {"name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion"}) {
+    if (meta.contains(key)) out_meta[key] = meta[key];
+  }
+  const Json& status = pod.value("status", Json::object());
+  Json out_status = Json::object();
+  for (const char* key : {"phase", "reason", "message", "podIP", "hostIP", "conditions"}) {
+    if (status.contains(key)) out_status[key] = status[key];
+  }
+  if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
+    Json containers = Json::array();
+    for (const Json& c : status["containerStatuses"]) {
+      if (!c.is_object()) continue;
+      Json kept = Json::object();
+      for (const char* key : {"name", "state", "ready", "restartCount"}) {
+        if (c.contains(key)) kept[key] = c[key];
+      }
+      containers.push_back(std::move(kept));
+    }
+    out_status["containerStatuses"] = std::move(containers);
+  }
+  return {{"metadata", std::move(out_meta)}, {"status", std::move(out_status)}};
+}
+
+Json FailedStatus(Json status, const std::string& reason, const std::string& message, Time now) {
+  if (!status.is_object()) status = Json::object();
+  SetCondition(status, "Failed", true, reason, message, now);
+  SetCondition(status, "Running", false, reason, message, now);
+  status["phase"] = "Failed";
+  status["message"] = message;
+  if (!status.contains("completionTime")) status["completionTime"] = FormatTime(now);
+  return status;
+}
+
 ReconcilePlan PlanReconcile(const Json& job_object, const Observed& observed, Time now,
                             const OperatorSettings& settings) {
   return Planner(job_object, observed, now, settings).Run();

@@ -1,0 +1,126 @@
+// Controller: the FleetJob reconcile loop around the pure planner.
+//
+//   informers (FleetJobs; the jobs' pods, ConfigMaps, Services, ServiceAccounts, Roles,
+//   RoleBindings, selected by the job-name label) -> work queue of job keys -> workers:
+//   read the job and its children from the caches -> PlanReconcile -> write the status (optimistic
+//   concurrency: the plan is committed only if the job has not changed since it was read) ->
+//   carry out the actions (pod creates and deletes in parallel) -> record events -> requeue.
+//
+// Caches lag behind the API server. Two guards keep a lagging cache from repeating work:
+//  - after a status write, the job is not planned again until the cache has seen that write
+//    (a plan from the older status would, e.g., count the same restart twice);
+//  - pods this controller created or deleted are not created or deleted again until the cache
+//    shows the change (expectations, as in Kubernetes' own controllers), or 30 s have passed.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fleet/kube/client.h"
+#include "fleet/kube/events.h"
+#include "fleet/kube/informer.h"
+#include "fleet/kube/workqueue.h"
+#include "fleet/operator/planner.h"
+#include "fleet/operator/port_allocator.h"
+
+namespace prometheus {
+class Registry;
+}
+
+namespace fleet::op {
+
+struct ControllerOptions {
+  std::string ns;                     // "" = every namespace
+  int workers = 4;                    // jobs reconciled at once
+  int create_concurrency = 64;        // API writes in flight for one job's pods
+  OperatorSettings settings;          // host_port_base is filled per job from the allocator
+  int host_port_first = 20000;        // HostNetwork jobs' port blocks come from this range
+  int host_port_last = 29999;
+  std::chrono::seconds resync{600};   // every job is reconciled at least this often
+  std::chrono::seconds expectation_timeout{30};
+};
+
+class ControllerMetrics;
+
+class Controller {
+ public:
+  // `registry` may be null (no metrics).
+  Controller(std::shared_ptr<kube::Client> client, ControllerOptions options,
+             std::shared_ptr<prometheus::Registry> registry = nullptr);
+  ~Controller();
+  Controller(const Controller&) = delete;
+  Controller& operator=(const Controller&) = delete;
+
+  // Starts the informers (any replica may: a standby keeps warm caches).
+  void StartInformers();
+  bool HasSynced() const;
+  bool WaitForSync(std::chrono::milliseconds timeout) const;
+  // Reconciles until Stop(): re-reserves the HostNetwork port blocks recorded in jobs' statuses,
+  // queues every job, runs the workers. Call after the caches have synced (and, with leader
+  // election, once leading).
+  void Run();
+  void Stop();   // stops the workers (after their current job) and the informers
+
+  // One reconcile of "namespace/name", as a worker does it. Exposed for tests and benchmarks.
+  kube::ProcessResult Reconcile(const std::string& key);
+
+  size_t QueueDepth() const { return queue_.Len(); }
+  // For the fleet_operator_leader gauge: whether this replica leads.
+  void SetLeader(bool leader);
+
+ private:
+  struct Written {
+    std::string read_version;     // the job's resourceVersion the last status write was based on
+    std::chrono::steady_clock::time_point at;
+  };
+  void Enqueue(const Json& object);         // a FleetJob
+  // A child changed: update the pod store, clear expectations for it, queue its job (by label).
+  void ObserveChild(ObjectKind kind, const Json& child, bool deleted);
+  static std::string ExpectationKey(ObjectKind kind, const std::string& name);   // "Kind/name"
+  static std::string ExpectationKey(const Action& action);                      // "Kind/name/verb"
+  Observed ObserveChildren(const std::string& ns, const std::string& job_name) const;
+  std::optional<Json> GetPodGroup(const FleetJob& job, const std::string& name);
+  bool CacheIsBehind(const std::string& key, const Json& job);
+  kube::ApiStatus WriteStatus(const std::string& key, const Json& job, const Json& status);
+  // Carries out the plan's actions; returns the first failure (the others still run).
+  kube::ApiStatus Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan);
+  kube::ApiStatus Write(const std::string& key, const FleetJob& job, const Action& action);  // with expectations
+  kube::ApiStatus ExecuteOne(const FleetJob& job, const Action& action);
+  bool Expected(const std::string& key, const Action& action);
+  void Expect(const std::string& key, const Action& action, bool expect);
+  void ReserveRecordedPortBlocks();
+  void Forget(const std::string& key);
+
+  std::shared_ptr<kube::Client> client_;
+  ControllerOptions options_;
+  std::unique_ptr<ControllerMetrics> metrics_;
+  kube::WorkQueue queue_;
+  kube::EventRecorder recorder_;
+  HostPortAllocator ports_;
+  std::unique_ptr<kube::Informer> jobs_;
+  std::map<ObjectKind, std::unique_ptr<kube::Informer>> children_;
+  std::mutex mu_;
+  std::map<std::string, Written> written_;                           // job key -> last status write
+  // job key -> "Kind/name/verb" -> deadline: writes of children the cache does not show yet.
+  std::map<std::string, std::map<std::string, std::chrono::steady_clock::time_point>> expectations_;
+  std::map<std::string, std::string> phases_;                        // job key -> phase, for metrics
+  // job key -> pod name -> the pod as the planner reads it (PodForPlanning), kept up to date by
+  // the pod informer's handlers: a reconcile reads them without unpacking the cached pods.
+  mutable std::mutex pods_mu_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<const Json>>> pods_;
+  std::atomic<bool> stopping_{false};
+};
+
+// The resource each child kind lives at.
+kube::Resource ResourceOf(ObjectKind kind);
+// The FleetJob resource.
+kube::Resource FleetJobResource();
+
+}  // namespace fleet::op

@@ -1,0 +1,34 @@
+// fleet-operator's command line. Strict: an unknown flag or a malformed value is an error naming
+// the flag, before anything connects or listens. Flags are --name=value or --name value.
+#pragma once
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "fleet/operator/controller.h"
+#include "fleet/operator/log.h"
+#include "fleet/runtime/result.h"
+
+namespace fleet::op {
+
+struct OperatorFlags {
+  std::string kubeconfig;                    // "" = $KUBECONFIG, in-cluster, ~/.kube/config
+  std::string context;
+  ControllerOptions controller;              // --namespace, --workers, --create-concurrency, ...
+  double qps = 500;                          // client-side API rate limit (0 = none)
+  int burst = 1000;
+  bool leader_elect = false;
+  std::string leader_election_id = "fleet-operator";
+  std::string leader_election_namespace;     // default: --namespace, else the pod's namespace
+  std::string metrics_bind_address = ":8080";
+  std::string health_probe_bind_address = ":8081";
+  LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kText;
+  bool help = false;
+};
+
+Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args);
+std::string OperatorUsage();
+
+}  // namespace fleet::op

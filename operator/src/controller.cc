@@ -1,0 +1,462 @@
+#include "fleet/operator/controller.h"
+
+#include <prometheus/registry.h>
+
+#include <algorithm>
+
+#include "fleet/operator/log.h"
+#include "fleet/operator/metrics.h"
+#include "fleet/operator/pod_builder.h"
+#include "fleet/operator/wiring.h"
+
+namespace fleet::op {
+namespace {
+
+using kube::ApiStatus;
+using kube::Code;
+using Clock = std::chrono::steady_clock;
+
+const Json& Meta(const Json& object) {
+  static const Json empty = Json::object();
+  auto it = object.find("metadata");
+  return it != object.end() && it->is_object() ? *it : empty;
+}
+std::string MetaString(const Json& object, const char* key) {
+  const Json& meta = Meta(object);
+  auto it = meta.find(key);
+  return it != meta.end() && it->is_string() ? it->get<std::string>() : "";
+}
+std::string JobLabelOf(const Json& object) {
+  const Json& labels = Meta(object).value("labels", Json::object());
+  auto it = labels.find(kJobLabel);
+  return it != labels.end() && it->is_string() ? it->get<std::string>() : "";
+}
+std::string KeyOf(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+
+const char* KindName(ObjectKind kind) {
+  switch (kind) {
+    case ObjectKind::kPod: return "Pod";
+    case ObjectKind::kConfigMap: return "ConfigMap";
+    case ObjectKind::kService: return "Service";
+    case ObjectKind::kPodGroup: return "PodGroup";
+    case ObjectKind::kServiceAccount: return "ServiceAccount";
+    case ObjectKind::kRole: return "Role";
+    case ObjectKind::kRoleBinding: return "RoleBinding";
+    case ObjectKind::kFleetJob: return "FleetJob";
+  }
+  return "?";
+}
+
+kube::Resource PodGroupResource(GangScheduler gang) {
+  return gang == GangScheduler::kVolcano ? kube::Resource{"scheduling.volcano.sh", "v1beta1", "podgroups", true}
+                                         : kube::Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
+}
+
+void Log(LogLevel level, const std::string& key, const std::string& message) {
+  fleet::op::Log(level, message, {{"fleetjob", key}});
+}
+
+}  // namespace
+
+kube::Resource FleetJobResource() { return {kGroup, kVersion, kPlural, true}; }
+
+kube::Resource ResourceOf(ObjectKind kind) {
+  switch (kind) {
+    case ObjectKind::kPod: return kube::Resource::Pods();
+    case ObjectKind::kConfigMap: return kube::Resource::ConfigMaps();
+    case ObjectKind::kService: return kube::Resource::Services();
+    case ObjectKind::kServiceAccount: return {"", "v1", "serviceaccounts", true};
+    case ObjectKind::kRole: return {"rbac.authorization.k8s.io", "v1", "roles", true};
+    case ObjectKind::kRoleBinding: return {"rbac.authorization.k8s.io", "v1", "rolebindings", true};
+    case ObjectKind::kPodGroup: return PodGroupResource(GangScheduler::kVolcano);
+    case ObjectKind::kFleetJob: return FleetJobResource();
+  }
+  return FleetJobResource();
+}
+
+Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions options,
+                       std::shared_ptr<prometheus::Registry> registry)
+    : client_(std::move(client)),
+      options_(std::move(options)),
+      metrics_(registry ? std::make_unique<ControllerMetrics>(*registry) : nullptr),
+      queue_(kube::WorkQueueOptions{}, metrics_ ? metrics_->QueueHooks() : kube::WorkQueueMetrics{}),
+      recorder_(client_),
+      ports_(options_.host_port_first, options_.host_port_last) {
+  kube::InformerOptions job_options;
+  job_options.ns = options_.ns;
+  job_options.resync_period = options_.resync;
+  jobs_ = std::make_unique<kube::Informer>(client_, FleetJobResource(), job_options);
+  jobs_->AddHandlers({[this](const Json& o) { Enqueue(o); },
+                      [this](const Json&, const Json& o) { Enqueue(o); },
+                      [this](const Json& o) { Enqueue(o); }});
+
+  // Children are selected by the job-name label: the informers never see unrelated objects.
+  kube::InformerOptions child_options;
+  child_options.ns = options_.ns;
+  child_options.label_selector = kJobLabel;
+  for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
+                          ObjectKind::kRole, ObjectKind::kRoleBinding}) {
+    auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), child_options);
+    informer->AddHandlers({[this, kind](const Json& o) { ObserveChild(kind, o, false); },
+                           [this, kind](const Json&, const Json& o) { ObserveChild(kind, o, false); },
+                           [this, kind](const Json& o) { ObserveChild(kind, o, true); }});
+    children_[kind] = std::move(informer);
+  }
+}
+
+Controller::~Controller() { Stop(); }
+
+void Controller::StartInformers() {
+  jobs_->Start();
+  for (auto& [kind, informer] : children_) informer->Start();
+}
+
+bool Controller::HasSynced() const {
+  if (!jobs_->HasSynced()) return false;
+  for (const auto& [kind, informer] : children_) {
+    if (!informer->HasSynced()) return false;
+  }
+  return true;
+}
+
+bool Controller::WaitForSync(std::chrono::milliseconds timeout) const {
+  const auto deadline = Clock::now() + timeout;
+  if (!jobs_->WaitForSync(timeout)) return false;
+  for (const auto& [kind, informer] : children_) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    if (!informer->WaitForSync(std::max(left, std::chrono::milliseconds(0)))) return false;
+  }
+  return true;
+}
+
+void Controller::Run() {
+  ReserveRecordedPortBlocks();
+  for (const auto& job : jobs_->cache().List()) Enqueue(*job);
+  kube::RunWorkers(queue_, options_.workers, [this](const std::string& key) { return Reconcile(key); });
+}
+
+void Controller::Stop() {
+  if (stopping_.exchange(true)) return;
+  queue_.ShutDownNow();
+  jobs_->Stop();
+  for (auto& [kind, informer] : children_) informer->Stop();
+}
+
+void Controller::SetLeader(bool leader) {
+  if (metrics_) metrics_->SetLeader(leader);
+}
+
+void Controller::Enqueue(const Json& object) {
+  queue_.Add(KeyOf(MetaString(object, "namespace"), MetaString(object, "name")));
+}
+
+std::string Controller::ExpectationKey(ObjectKind kind, const std::string& name) {
+  return std::string(KindName(kind)) + "/" + name;
+}
+
+std::string Controller::ExpectationKey(const Action& action) {
+  const char* verb = action.verb == Verb::kCreate ? "create" : action.verb == Verb::kUpdate ? "update" : "delete";
+  return ExpectationKey(action.kind, action.name) + "/" + verb;
+}
+
+void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) {
+  const std::string job = JobLabelOf(child);
+  if (job.empty()) return;
+  const std::string key = KeyOf(MetaString(child, "namespace"), job);
+  const std::string name = MetaString(child, "name");
+  if (kind == ObjectKind::kPod) {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    if (deleted) {
+      auto it = pods_.find(key);
+      if (it != pods_.end()) {
+        it->second.erase(name);
+        if (it->second.empty()) pods_.erase(it);
+      }
+    } else {
+      pods_[key][name] = std::make_shared<const Json>(PodForPlanning(child));
+    }
+  }
+  {
+    // The cache now shows this object's latest change: writes to it may be planned again.
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = expectations_.find(key);
+    if (it != expectations_.end()) {
+      const std::string prefix = ExpectationKey(kind, name) + "/";
+      for (auto e = it->second.lower_bound(prefix); e != it->second.end() && e->first.rfind(prefix, 0) == 0;) {
+        e = it->second.erase(e);
+      }
+      if (it->second.empty()) expectations_.erase(it);
+    }
+  }
+  queue_.Add(key);
+}
+
+Observed Controller::ObserveChildren(const std::string& ns, const std::string& job_name) const {
+  Observed observed;
+  {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    auto it = pods_.find(KeyOf(ns, job_name));
+    if (it != pods_.end()) {
+      observed.pods.reserve(it->second.size());
+      for (const auto& [name, pod] : it->second) observed.pods.push_back(*pod);
+    }
+  }
+  auto find = [&](ObjectKind kind, const std::string& name) -> std::optional<Json> {
+    auto object = children_.at(kind)->cache().Get(KeyOf(ns, name));
+    if (!object || JobLabelOf(*object) != job_name) return std::nullopt;
+    return *object;
+  };
+  observed.endpoints = find(ObjectKind::kConfigMap, EndpointsConfigMapName(job_name));
+  observed.service = find(ObjectKind::kService, job_name);
+  const std::string account = job_name + "-fleet-sidecar";
+  observed.service_account = find(ObjectKind::kServiceAccount, account);
+  observed.role = find(ObjectKind::kRole, account);
+  observed.role_binding = find(ObjectKind::kRoleBinding, account);
+  return observed;
+}
+
+// PodGroups are read on demand (gang-scheduled jobs only; the CRDs may not even be installed).
+std::optional<Json> Controller::GetPodGroup(const FleetJob& job, const std::string& name) {
+  auto got = client_->Get(PodGroupResource(job.spec.scheduling.gang), job.ns, name);
+  if (!got.ok()) return std::nullopt;
+  return std::move(got).value();
+}
+
+bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = written_.find(key);
+  if (it == written_.end()) return false;
+  if (MetaString(job, "resourceVersion") == it->second.read_version &&
+      Clock::now() - it->second.at < options_.expectation_timeout) {
+    return true;
+  }
+  written_.erase(it);
+  return false;
+}
+
+bool Controller::Expected(const std::string& key, const Action& action) {
+  if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = expectations_.find(key);
+  if (it == expectations_.end()) return false;
+  auto e = it->second.find(ExpectationKey(action));
+  return e != it->second.end() && Clock::now() < e->second;
+}
+
+void Controller::Expect(const std::string& key, const Action& action, bool expect) {
+  if (!children_.count(action.kind)) return;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (expect) {
+    expectations_[key][ExpectationKey(action)] = Clock::now() + options_.expectation_timeout;
+  } else if (auto it = expectations_.find(key); it != expectations_.end()) {
+    it->second.erase(ExpectationKey(action));
+  }
+}
+
+void Controller::Forget(const std::string& key) {
+  ports_.Release(key);
+  std::lock_guard<std::mutex> lock(mu_);
+  written_.erase(key);
+  expectations_.erase(key);
+  phases_.erase(key);
+}
+
+void Controller::ReserveRecordedPortBlocks() {
+  for (const auto& object : jobs_->cache().List()) {
+    const Json& status = object->value("status", Json::object());
+    if (!status.contains("hostPortBase") || !status["hostPortBase"].is_number_integer()) continue;
+    auto job = ParseFleetJob(*object);
+    if (!job || job->spec.network != Network::kHostNetwork) continue;
+    const std::string key = KeyOf(job->ns, job->name);
+    auto block = ports_.Allocate(key, HostPortRangeSize(*job), status["hostPortBase"].get<int>());
+    if (!block) Log(LogLevel::kWarning, key, "cannot keep its recorded host ports: " + block.error());
+  }
+}
+
+ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const Json& status) {
+  Json updated = job;
+  updated["status"] = status;
+  auto written = client_->UpdateStatus(FleetJobResource(), MetaString(job, "namespace"), updated);
+  if (!written.ok()) return written.status();
+  std::lock_guard<std::mutex> lock(mu_);
+  written_[key] = {MetaString(job, "resourceVersion"), Clock::now()};
+  return ApiStatus();
+}
+
+ApiStatus Controller::ExecuteOne(const FleetJob& job, const Action& action) {
+  const kube::Resource resource =
+      action.kind == ObjectKind::kPodGroup ? PodGroupResource(job.spec.scheduling.gang) : ResourceOf(action.kind);
+  switch (action.verb) {
+    case Verb::kCreate: {
+      auto created = client_->Create(resource, job.ns, action.object);
+      // Deterministic names: AlreadyExists means an earlier attempt (or another replica) made it.
+      if (created.ok() || created.status().code() == Code::kAlreadyExists) return ApiStatus();
+      return created.status();
+    }
+    case Verb::kUpdate: {
+      auto updated = client_->Update(resource, job.ns, action.object);
+      return updated.ok() ? ApiStatus() : updated.status();
+    }
+    case Verb::kDelete: {
+      kube::DeleteOptions options;
+      options.propagation_policy = "Background";
+      ApiStatus status = client_->Delete(resource, job.ns, action.name, options);
+      return status.code() == Code::kNotFound ? ApiStatus() : status;
+    }
+  }
+  return ApiStatus();
+}
+
+// The expectation is in place before the request: the watch may deliver the change before the
+// response arrives, and its event must find (and clear) it.
+ApiStatus Controller::Write(const std::string& key, const FleetJob& job, const Action& action) {
+  Expect(key, action, true);
+  ApiStatus status = ExecuteOne(job, action);
+  if (!status.ok()) Expect(key, action, false);
+  return status;
+}
+
+ApiStatus Controller::Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan) {
+  // Everything but pods first, in plan order (the PodGroup before any pod, the ConfigMap update
+  // of a run before its pods); then the pod writes, in parallel.
+  std::vector<const Action*> pods;
+  ApiStatus first_error;
+  for (const Action& action : plan.actions) {
+    if (Expected(key, action)) continue;   // done already; the cache has not caught up
+    if (action.kind == ObjectKind::kPod) {
+      pods.push_back(&action);
+      continue;
+    }
+    ApiStatus status = Write(key, job, action);
+    if (!status.ok()) {
+      Log(LogLevel::kError, key, std::string("cannot ") + (action.verb == Verb::kCreate ? "create " : action.verb == Verb::kUpdate ? "update " : "delete ") +
+                            KindName(action.kind) + " " + action.name + ": " + status.ToString());
+      if (first_error.ok()) first_error = status;
+    }
+  }
+  if (pods.empty()) return first_error;
+
+  std::atomic<size_t> next{0};
+  std::atomic<int> created{0}, deleted{0};
+  std::mutex error_mu;
+  ApiStatus pod_error;
+  std::string rejected;   // a pod the API server refused as invalid: the template is wrong
+  auto work = [&] {
+    for (size_t i = next++; i < pods.size(); i = next++) {
+      const Action& action = *pods[i];
+      ApiStatus status = Write(key, job, action);
+      if (status.ok()) {
+        ++(action.verb == Verb::kCreate ? created : deleted);
+        continue;
+      }
+      std::lock_guard<std::mutex> lock(error_mu);
+      if (pod_error.ok()) pod_error = status;
+      if (rejected.empty() && action.verb == Verb::kCreate &&
+          (status.code() == Code::kInvalid || status.code() == Code::kBadRequest)) {
+        rejected = "the API server refused pod " + action.name + ": " + status.message();
+      }
+    }
+  };
+  const size_t threads = std::min(pods.size(), static_cast<size_t>(std::max(1, options_.create_concurrency)));
+  std::vector<std::thread> pool;
+  pool.reserve(threads - 1);
+  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
+  work();
+  for (std::thread& t : pool) t.join();
+  if (metrics_) {
+    metrics_->PodsCreated(created);
+    metrics_->PodsDeleted(deleted);
+  }
+  if (!rejected.empty()) {
+    // Retrying cannot help: the job fails, saying what to fix; the next reconcile removes the
+    // pods that were made (cleanPodPolicy).
+    auto latest = client_->Get(FleetJobResource(), job.ns, job.name);
+    if (latest.ok()) {
+      const std::string message = rejected + " (fix the pod template in the FleetJob spec)";
+      ApiStatus written = WriteStatus(key, *latest, FailedStatus(latest->value("status", Json::object()), "PodRejected",
+                                                                 message, std::chrono::system_clock::now()));
+      if (written.ok()) {
+        recorder_.Record(*latest, "Warning", "PodRejected", message);
+        return ApiStatus();
+      }
+    }
+  }
+  return first_error.ok() ? pod_error : first_error;
+}
+
+kube::ProcessResult Controller::Reconcile(const std::string& key) {
+  const auto started = Clock::now();
+  auto finish = [&](const char* result, kube::ProcessResult r) {
+    if (metrics_) metrics_->Reconciled(result, Clock::now() - started);
+    return r;
+  };
+  const auto job_object = jobs_->cache().Get(key);
+  if (!job_object) {   // deleted: its children go by garbage collection (owner references)
+    Forget(key);
+    return finish("success", {});
+  }
+  if (CacheIsBehind(key, *job_object)) return finish("requeue", {true, std::chrono::milliseconds(1000)});
+
+  const std::string ns = MetaString(*job_object, "namespace");
+  const std::string name = MetaString(*job_object, "name");
+  Observed observed = ObserveChildren(ns, name);
+  OperatorSettings settings = options_.settings;
+  auto parsed = ParseFleetJob(*job_object);
+  if (parsed) {
+    if (parsed->spec.network == Network::kHostNetwork) {
+      const Json& status = job_object->value("status", Json::object());
+      std::optional<int> recorded;
+      if (status.contains("hostPortBase") && status["hostPortBase"].is_number_integer()) recorded = status["hostPortBase"].get<int>();
+      auto block = ports_.Allocate(key, HostPortRangeSize(*parsed), recorded);
+      if (!block) {
+        recorder_.Record(*job_object, "Warning", "NoHostPorts", block.error());
+        Log(LogLevel::kWarning, key, block.error());
+        return finish("requeue", {true, std::chrono::milliseconds(30000)});
+      }
+      settings.host_port_base = *block;
+    }
+    if (parsed->spec.scheduling.gang != GangScheduler::kNone) observed.pod_group = GetPodGroup(*parsed, PodGroupName(*parsed));
+  }
+
+  const ReconcilePlan plan = PlanReconcile(*job_object, observed, std::chrono::system_clock::now(), settings);
+  const Json old_status = job_object->value("status", Json::object());
+  const bool status_changed = plan.status != old_status;
+  if (status_changed) {
+    ApiStatus written = WriteStatus(key, *job_object, plan.status);
+    if (written.code() == Code::kConflict || written.code() == Code::kNotFound) {
+      // The job changed (or went) since the cache read it: plan again from the newer version.
+      return finish("requeue", {true, std::chrono::milliseconds(100)});
+    }
+    if (!written.ok()) {
+      Log(LogLevel::kError, key, "cannot write the status: " + written.ToString());
+      return finish("error", {false, {}});
+    }
+    if (metrics_) {
+      const int restarts = plan.status.value("restartCount", 0) - old_status.value("restartCount", 0);
+      if (restarts > 0) metrics_->JobRestarted(restarts);
+    }
+  }
+  // Events come with the transitions that cause them, which always change the status: a plan
+  // from a cache still behind our own writes repeats a transition's events, but not its status.
+  for (const PlannedEvent& e : status_changed ? plan.events : std::vector<PlannedEvent>{}) {
+    recorder_.Record(*job_object, e.type, e.reason, e.message);
+    Log(e.type == "Warning" ? LogLevel::kWarning : LogLevel::kInfo, key, e.reason + ": " + e.message);
+  }
+  // An invalid spec gets no actions: nothing is created for it.
+  const ApiStatus executed = parsed ? Execute(key, *parsed, plan) : ApiStatus();
+  if (metrics_) {
+    std::map<std::string, int> by_phase;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      phases_[key] = plan.status.value("phase", "");
+      for (const auto& [k, phase] : phases_) ++by_phase[phase];
+    }
+    metrics_->SetJobPhases(by_phase);
+  }
+  if (!executed.ok()) return finish("error", {false, {}});
+  kube::ProcessResult result;
+  if (plan.requeue_after) result.requeue_after = std::chrono::duration_cast<std::chrono::milliseconds>(*plan.requeue_after);
+  return finish("success", result);
+}
+
+}  // namespace fleet::op

@@ -1,0 +1,170 @@
+// fleet-operator: the FleetJob controller binary. Flags in fleet/operator/flags.h (--help).
+//
+// Start-up: flags -> cluster config -> API client (instrumented) -> /healthz, /readyz, /metrics
+// -> informers -> (leader election) -> workers. /readyz turns 200 once the caches have synced, so
+// a standby replica is Ready too and takes over with warm caches. Losing the lease exits 1 (the
+// pod restarts and campaigns again) rather than risk two leaders acting at once.
+// SIGTERM/SIGINT: stop taking jobs, let running reconciles finish, release the lease, exit 0.
+#include <signal.h>
+#include <unistd.h>
+
+#include <prometheus/registry.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "fleet/kube/client.h"
+#include "fleet/kube/config.h"
+#include "fleet/kube/leader_election.h"
+#include "fleet/operator/controller.h"
+#include "fleet/operator/flags.h"
+#include "fleet/operator/log.h"
+#include "fleet/operator/metrics.h"
+#include "fleet/runtime/env_contract.h"
+#include "fleet/serving/http_server.h"
+
+namespace {
+
+using fleet::op::Log;
+using fleet::op::LogLevel;
+
+std::string Identity() {
+  char host[256] = {0};
+  ::gethostname(host, sizeof host - 1);
+  std::random_device rd;
+  char suffix[16];
+  std::snprintf(suffix, sizeof suffix, "%08x", rd());
+  return std::string(host) + "_" + suffix;
+}
+
+// The namespace the operator's pod runs in (for the Lease when no --namespace is given).
+std::string PodNamespace() {
+  std::FILE* f = std::fopen("/var/run/secrets/kubernetes.io/serviceaccount/namespace", "r");
+  if (!f) return "default";
+  char buf[256] = {0};
+  const size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  std::string ns(buf, n);
+  while (!ns.empty() && (ns.back() == '\n' || ns.back() == ' ')) ns.pop_back();
+  return ns.empty() ? "default" : ns;
+}
+
+std::unique_ptr<fleet::serving::HttpServer> Serve(const std::string& what, const std::string& address,
+                                                  std::vector<fleet::serving::Route> routes) {
+  if (address == "0" || address.empty()) return nullptr;
+  auto server = fleet::serving::HttpServer::Start(address, std::move(routes));
+  if (!server) {
+    Log(LogLevel::kError, what + ": " + server.error());
+    std::exit(1);
+  }
+  Log(LogLevel::kInfo, "serving " + what, {{"address", address}, {"port", std::to_string((*server)->port())}});
+  return std::move(server.value());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto flags = fleet::op::ParseOperatorFlags(std::vector<std::string>(argv + 1, argv + argc));
+  if (!flags) {
+    std::fprintf(stderr, "fleet-operator: %s\n", flags.error().c_str());
+    return 2;
+  }
+  if (flags->help) {
+    std::fputs(fleet::op::OperatorUsage().c_str(), stdout);
+    return 0;
+  }
+  fleet::op::ConfigureLog(flags->log_level, flags->log_format);
+
+  // Signals are taken synchronously by the main thread; every other thread has them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGUSR1);   // internal: leadership lost
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  auto config = fleet::kube::LoadDefaultConfig(fleet::CurrentProcessEnv(), flags->kubeconfig, flags->context);
+  if (!config.ok()) {
+    std::fprintf(stderr, "fleet-operator: %s\n", config.status().message().c_str());
+    return 2;
+  }
+  fleet::kube::ClientOptions client_options;
+  client_options.qps = flags->qps;
+  client_options.burst = flags->burst;
+  client_options.request_timeout = std::chrono::seconds(5);   // well below the lease's renew deadline
+  client_options.user_agent = "fleet-operator";
+  auto client = fleet::kube::Client::Create(*config, client_options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "fleet-operator: %s\n", client.status().message().c_str());
+    return 2;
+  }
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto api = fleet::op::InstrumentClient(*client, *registry);
+  fleet::op::Controller controller(api, flags->controller, registry);
+
+  std::atomic<bool> leading{!flags->leader_elect};
+  auto metrics_server = Serve("metrics", flags->metrics_bind_address, {fleet::serving::MetricsRoute(registry)});
+  auto probe_server = Serve("health probes", flags->health_probe_bind_address,
+                            {fleet::serving::HealthRoute("/healthz", [] { return std::string(); }),
+                             fleet::serving::HealthRoute("/readyz", [&controller] {
+                               return controller.HasSynced() ? std::string() : std::string("informers have not synced yet");
+                             })});
+
+  controller.StartInformers();
+  std::thread workers;
+  std::mutex mu;
+  bool started = false;
+  auto start_workers = [&] {
+    std::lock_guard<std::mutex> lock(mu);
+    if (started) return;
+    started = true;
+    workers = std::thread([&controller] {
+      while (!controller.WaitForSync(std::chrono::seconds(1))) {
+        Log(LogLevel::kInfo, "waiting for the informers to sync");
+      }
+      Log(LogLevel::kInfo, "caches synced; reconciling");
+      controller.Run();
+    });
+  };
+
+  std::unique_ptr<fleet::kube::LeaderElector> elector;
+  if (flags->leader_elect) {
+    fleet::kube::LeaderElectionConfig le;
+    le.lease_namespace = flags->leader_election_namespace.empty() ? PodNamespace() : flags->leader_election_namespace;
+    le.lease_name = flags->leader_election_id;
+    le.identity = Identity();
+    le.on_started_leading = [&] {
+      Log(LogLevel::kInfo, "became the leader", {{"identity", le.identity}});
+      leading = true;
+      controller.SetLeader(true);
+      start_workers();
+    };
+    le.on_stopped_leading = [&] {
+      controller.SetLeader(false);
+      if (leading.exchange(false)) ::kill(::getpid(), SIGUSR1);
+    };
+    le.on_new_leader = [](const std::string& leader) { Log(LogLevel::kInfo, "leader is " + leader); };
+    const std::string identity = le.identity;
+    elector = std::make_unique<fleet::kube::LeaderElector>(api, std::move(le));
+    Log(LogLevel::kInfo, "campaigning for leadership", {{"lease", flags->leader_election_namespace + "/" + flags->leader_election_id},
+                                                        {"identity", identity}});
+    elector->Start();
+  } else {
+    controller.SetLeader(true);
+    start_workers();
+  }
+
+  int signal = 0;
+  sigwait(&signals, &signal);
+  const bool lost = signal == SIGUSR1;
+  Log(lost ? LogLevel::kError : LogLevel::kInfo,
+      lost ? "lost the leader lease; exiting so that no two replicas act at once" : "shutting down");
+  controller.Stop();
+  if (workers.joinable()) workers.join();
+  if (elector) elector->Stop();   // releases the lease so a standby takes over at once
+  return lost ? 1 : 0;
+}
