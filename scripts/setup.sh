@@ -8,6 +8,7 @@ packages=(
   libgtest-dev libgmock-dev                           # tests
   libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client
   prometheus-cpp-dev libcivetweb-dev                  # metrics and the binaries' HTTP endpoints
+  prometheus                                          # promtool and a real server scraping our metrics in tests
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
   procps iproute2                                     # ps/kill/ip for the launcher's tests
 )

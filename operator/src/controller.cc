@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "fleet/operator/log.h"
+#include "fleet/serving/log.h"
 #include "fleet/operator/metrics.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
@@ -52,8 +52,10 @@ kube::Resource PodGroupResource(GangScheduler gang) {
                                          : kube::Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
 }
 
+using serving::LogLevel;
+
 void Log(LogLevel level, const std::string& key, const std::string& message) {
-  fleet::op::Log(level, message, {{"fleetjob", key}});
+  serving::Log(level, message, {{"fleetjob", key}});
 }
 
 }  // namespace
@@ -198,7 +200,7 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
     auto it = pods_.find(KeyOf(ns, job_name));
     if (it != pods_.end()) {
       observed.pods.reserve(it->second.size());
-      for (const auto& [name, pod] : it->second) observed.pods.push_back(*pod);
+      for (const auto& [name, pod] : it->second) observed.pods.push_back(pod);
     }
   }
   auto find = [&](ObjectKind kind, const std::string& name) -> std::optional<Json> {

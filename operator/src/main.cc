@@ -22,15 +22,15 @@
 #include "fleet/kube/leader_election.h"
 #include "fleet/operator/controller.h"
 #include "fleet/operator/flags.h"
-#include "fleet/operator/log.h"
+#include "fleet/serving/log.h"
 #include "fleet/operator/metrics.h"
 #include "fleet/runtime/env_contract.h"
 #include "fleet/serving/http_server.h"
 
 namespace {
 
-using fleet::op::Log;
-using fleet::op::LogLevel;
+using fleet::serving::Log;
+using fleet::serving::LogLevel;
 
 std::string Identity() {
   char host[256] = {0};
@@ -77,7 +77,7 @@ int main(int argc, char** argv) {
     std::fputs(fleet::op::OperatorUsage().c_str(), stdout);
     return 0;
   }
-  fleet::op::ConfigureLog(flags->log_level, flags->log_format);
+  fleet::serving::ConfigureLog(flags->log_level, flags->log_format);
 
   // Signals are taken synchronously by the main thread; every other thread has them blocked.
   sigset_t signals;

@@ -5,6 +5,8 @@
 #include <functional>
 #include <map>
 #include <set>
+#include <string_view>
+#include <unordered_map>
 
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
@@ -16,43 +18,65 @@ using std::chrono::seconds;
 
 // ---- reading pods ----
 
-std::string Label(const Json& obj, const char* key) {
-  const Json& labels = obj.value("metadata", Json::object()).value("labels", Json::object());
-  return labels.contains(key) && labels[key].is_string() ? labels[key].get<std::string>() : "";
+// Members by reference (Json::value would copy whole sub-objects, for every pod on every
+// reconcile): the member when it has the right type, else an empty one.
+const Json& Obj(const Json& parent, const char* key) {
+  static const Json empty = Json::object();
+  if (!parent.is_object()) return empty;
+  auto it = parent.find(key);
+  return it != parent.end() && it->is_object() ? *it : empty;
 }
-std::string Name(const Json& obj) { return obj.value("metadata", Json::object()).value("name", ""); }
-bool Terminating(const Json& obj) { return obj.value("metadata", Json::object()).contains("deletionTimestamp"); }
-std::string Phase(const Json& pod) { return pod.value("status", Json::object()).value("phase", "Pending"); }
-bool Finished(const Json& pod) { return Phase(pod) == "Succeeded" || Phase(pod) == "Failed"; }
+const Json& Arr(const Json& parent, const char* key) {
+  static const Json empty = Json::array();
+  if (!parent.is_object()) return empty;
+  auto it = parent.find(key);
+  return it != parent.end() && it->is_array() ? *it : empty;
+}
+// A string member by reference, or `fallback` (which must outlive the call's use).
+const std::string& Str(const Json& parent, const char* key, const std::string& fallback) {
+  if (!parent.is_object()) return fallback;
+  auto it = parent.find(key);
+  return it != parent.end() && it->is_string() ? it->get_ref<const std::string&>() : fallback;
+}
+const std::string kNone;
+const std::string kPending = "Pending";
+
+const std::string& Label(const Json& obj, const char* key) { return Str(Obj(Obj(obj, "metadata"), "labels"), key, kNone); }
+const std::string& Name(const Json& obj) { return Str(Obj(obj, "metadata"), "name", kNone); }
+bool Terminating(const Json& obj) { return Obj(obj, "metadata").contains("deletionTimestamp"); }
+const std::string& Phase(const Json& pod) { return Str(Obj(pod, "status"), "phase", kPending); }
+bool Finished(const Json& pod) {
+  const std::string& phase = Phase(pod);
+  return phase == "Succeeded" || phase == "Failed";
+}
 
 bool PodReady(const Json& pod) {
-  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
-    if (c.value("type", "") == "Ready") return c.value("status", "") == "True";
+  for (const Json& c : Arr(Obj(pod, "status"), "conditions")) {
+    if (Str(c, "type", kNone) == "Ready") return Str(c, "status", kNone) == "True";
   }
   return false;
 }
 
 // The exit code of the pod's first terminated main container (the training process).
 std::optional<int> ExitCode(const Json& pod) {
-  for (const Json& cs : pod.value("status", Json::object()).value("containerStatuses", Json::array())) {
-    const Json& state = cs.value("state", Json::object());
+  for (const Json& cs : Arr(Obj(pod, "status"), "containerStatuses")) {
+    const Json& state = Obj(cs, "state");
     if (state.contains("terminated")) return state["terminated"].value("exitCode", 0);
   }
   return std::nullopt;
 }
 
-bool Evicted(const Json& pod) { return pod.value("status", Json::object()).value("reason", "") == "Evicted"; }
+bool Evicted(const Json& pod) { return Str(Obj(pod, "status"), "reason", kNone) == "Evicted"; }
 
 // The pod's host for the endpoint lists, once known.
-std::string PodHost(const Json& pod, Network network) {
-  const Json& status = pod.value("status", Json::object());
-  return status.value(network == Network::kHostNetwork ? "hostIP" : "podIP", "");
+const std::string& PodHost(const Json& pod, Network network) {
+  return Str(Obj(pod, "status"), network == Network::kHostNetwork ? "hostIP" : "podIP", kNone);
 }
 
 // ---- status ----
 
 Json FindCondition(const Json& status, const std::string& type) {
-  for (const Json& c : status.value("conditions", Json::array())) {
+  for (const Json& c : Arr(status, "conditions")) {
     if (c.value("type", "") == type) return c;
   }
   return nullptr;
@@ -61,7 +85,7 @@ Json FindCondition(const Json& status, const std::string& type) {
 // Sets a condition, keeping lastTransitionTime when its status does not change.
 void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
                   const std::string& message, Time now) {
-  Json conditions = status.value("conditions", Json::array());
+  Json conditions = Arr(status, "conditions");
   const std::string v = value ? "True" : "False";
   for (Json& c : conditions) {
     if (c.value("type", "") != type) continue;
@@ -82,11 +106,28 @@ bool ConditionTrue(const Json& status, const std::string& type) {
   return !c.is_null() && c.value("status", "") == "True";
 }
 
+// This run's live pods, by slot ordinal (a plan visits every slot several times: one hash
+// lookup per pod when the plan starts, array indexing after).
+class RunPods {
+ public:
+  explicit RunPods(size_t slots) : by_ordinal_(slots, nullptr) {}
+  const Json* Find(const PodSlot& slot) const { return by_ordinal_[static_cast<size_t>(slot.ordinal)]; }
+  void Set(int ordinal, const Json* pod) {
+    count_ += by_ordinal_[static_cast<size_t>(ordinal)] == nullptr;
+    by_ordinal_[static_cast<size_t>(ordinal)] = pod;
+  }
+  size_t size() const { return count_; }
+
+ private:
+  std::vector<const Json*> by_ordinal_;
+  size_t count_ = 0;
+};
+
 class Planner {
  public:
   Planner(const Json& object, const Observed& observed, Time now, const OperatorSettings& settings)
       : object_(object), observed_(observed), now_(now), settings_(settings) {
-    plan_.status = object.value("status", Json::object());
+    plan_.status = Obj(object, "status");
     if (!plan_.status.is_object()) plan_.status = Json::object();
   }
 
@@ -131,10 +172,23 @@ class Planner {
   }
   void CleanUp();
   void FinishedJob();
-  bool HandleFailures(const std::map<std::string, const Json*>& current);
+  bool HandleFailures(const RunPods& current);
   void Restart(const std::string& why, bool whole_job);
-  void CountRoles(const std::map<std::string, const Json*>& current);
-  void CheckPending(const std::map<std::string, const Json*>& current);
+  void CountRoles(const RunPods& current);
+  void CheckPending(const RunPods& current);
+  // The job's wiring, rendered on first use (milliseconds for a big job: not on every plan);
+  // nullptr after failing the job when it cannot be wired.
+  const JobWiring* Wiring() {
+    if (!wiring_) {
+      auto built = JobWiring::Build(*job_, settings_.host_port_base, settings_.cluster_domain);
+      if (!built) {
+        Fail("InvalidSpec", built.error());
+        return nullptr;
+      }
+      wiring_.emplace(std::move(*built));
+    }
+    return &*wiring_;
+  }
 
   const Json& object_;
   const Observed& observed_;
@@ -144,6 +198,7 @@ class Planner {
   std::optional<FleetJob> job_;
   std::vector<PodSlot> slots_;
   std::set<std::pair<ObjectKind, std::string>> deleted_;
+  std::optional<JobWiring> wiring_;
 };
 
 void Planner::Fail(const std::string& reason, const std::string& message) {
@@ -197,12 +252,12 @@ void Planner::Restart(const std::string& why, bool whole_job) {
 }
 
 // Returns true when the plan is complete (the job failed or is restarting).
-bool Planner::HandleFailures(const std::map<std::string, const Json*>& current) {
+bool Planner::HandleFailures(const RunPods& current) {
   std::vector<const PodSlot*> retry;
   for (const PodSlot& slot : slots_) {
-    auto it = current.find(slot.name);
-    if (it == current.end() || Phase(*it->second) != "Failed") continue;
-    const Json& pod = *it->second;
+    const Json* found = current.Find(slot);
+    if (!found || Phase(*found) != "Failed") continue;
+    const Json& pod = *found;
     const auto code = ExitCode(pod);
     const bool evicted = Evicted(pod);
     const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
@@ -222,7 +277,7 @@ bool Planner::HandleFailures(const std::map<std::string, const Json*>& current) 
     retry.push_back(&slot);
   }
   if (retry.empty()) return false;
-  const std::string first = "pod " + retry.front()->name + (Evicted(*current.at(retry.front()->name)) ? " was evicted" : " failed");
+  const std::string first = "pod " + retry.front()->name + (Evicted(*current.Find(*retry.front())) ? " was evicted" : " failed");
   if (Restarts() >= job_->spec.run_policy.backoff_limit) {
     Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Restarts()) +
                                      " times (backoffLimit " + std::to_string(job_->spec.run_policy.backoff_limit) + ")");
@@ -238,19 +293,19 @@ bool Planner::HandleFailures(const std::map<std::string, const Json*>& current) 
   return true;
 }
 
-void Planner::CountRoles(const std::map<std::string, const Json*>& current) {
+void Planner::CountRoles(const RunPods& current) {
   Json replicas = Json::object();
   for (const RoleSpec& role : job_->spec.roles) {
     int active = 0, ready = 0, succeeded = 0, failed = 0;
     for (const PodSlot& slot : slots_) {
       if (slot.role != &role) continue;
-      auto it = current.find(slot.name);
-      if (it == current.end()) continue;
-      const std::string phase = Phase(*it->second);
+      const Json* pod = current.Find(slot);
+      if (!pod) continue;
+      const std::string& phase = Phase(*pod);
       if (phase == "Succeeded") ++succeeded;
       else if (phase == "Failed") ++failed;
       else ++active;
-      if (phase == "Running" && PodReady(*it->second)) ++ready;
+      if (phase == "Running" && PodReady(*pod)) ++ready;
     }
     replicas[role.name] = {{"replicas", role.replicas}, {"active", active}, {"ready", ready},
                            {"succeeded", succeeded}, {"failed", failed}};
@@ -264,19 +319,22 @@ void Planner::CountRoles(const std::map<std::string, const Json*>& current) {
 }
 
 // Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.
-void Planner::CheckPending(const std::map<std::string, const Json*>& current) {
+void Planner::CheckPending(const RunPods& current) {
   const seconds timeout(job_->spec.run_policy.pending_timeout_seconds);
   std::string stuck;
-  for (const auto& [name, pod] : current) {
+  for (const PodSlot& slot : slots_) {   // in slot order: the same pod is quoted every time
+    const Json* pod = current.Find(slot);
+    if (!pod) continue;
+    const std::string& name = slot.name;
     if (Phase(*pod) != "Pending" || !PodHost(*pod, Network::kPodIP).empty()) continue;
-    const auto created = ParseTime(pod->value("metadata", Json::object()).value("creationTimestamp", ""));
+    const auto created = ParseTime(Obj(*pod, "metadata").value("creationTimestamp", ""));
     if (!created) continue;
     if (now_ - *created < timeout) {
       RequeueAfter(std::chrono::duration_cast<seconds>(timeout - (now_ - *created)) + seconds(1));
       continue;
     }
     std::string why = "no reason given by the scheduler";
-    for (const Json& c : pod->value("status", Json::object()).value("conditions", Json::array())) {
+    for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
       if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False") {
         why = c.value("reason", "") + ": " + c.value("message", "");
       }
@@ -300,7 +358,7 @@ std::string ReplicaSignature(const FleetJobSpec& spec) {
 }
 
 ReconcilePlan Planner::Run() {
-  const Json& meta = object_.value("metadata", Json::object());
+  const Json& meta = Obj(object_, "metadata");
   if (meta.contains("deletionTimestamp")) return plan_;  // garbage collection removes the children
 
   auto parsed = ParseFleetJob(object_);
@@ -311,6 +369,8 @@ ReconcilePlan Planner::Run() {
   }
   job_ = std::move(*parsed);
   const FleetJobSpec& spec = job_->spec;
+  const bool new_generation = !status().contains("observedGeneration") ||
+                              status()["observedGeneration"] != job_->generation;
   status()["observedGeneration"] = job_->generation;
   status()["mode"] = std::string(JobModeName(spec.mode));
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
@@ -323,11 +383,9 @@ ReconcilePlan Planner::Run() {
     FinishedJob();
     return plan_;
   }
-  auto wiring = JobWiring::Build(*job_, settings_.host_port_base, settings_.cluster_domain);
-  if (!wiring) {
-    Fail("InvalidSpec", wiring.error());
-    return plan_;
-  }
+  // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
+  // generation; otherwise the wiring is rendered only when a plan needs it.
+  if (new_generation && !Wiring()) return plan_;
 
   if (spec.run_policy.suspend) {
     DeletePods([](const Json&) { return true; }, "suspended");
@@ -365,7 +423,7 @@ ReconcilePlan Planner::Run() {
       SetPhase("Pending", "waiting for the PodGroup to be admitted");
       return plan_;
     }
-    const std::string pg_phase = observed_.pod_group->value("status", Json::object()).value("phase", "");
+    const std::string pg_phase = Obj(*observed_.pod_group, "status").value("phase", "");
     if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
       const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(*job_) + " (minMember " +
                                   std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
@@ -402,23 +460,25 @@ ReconcilePlan Planner::Run() {
 
   // This run's pods by name; everything else (older runs, scaled-away slots) goes.
   const std::string run = std::to_string(CurrentRun());
-  std::set<std::string> wanted;
-  for (const PodSlot& slot : slots_) wanted.insert(slot.name);
-  std::map<std::string, const Json*> current;
-  std::set<std::string> occupied;  // names still taken by some pod, live or terminating
+  std::unordered_map<std::string_view, int> ordinal_of;   // slot name -> ordinal
+  ordinal_of.reserve(slots_.size());
+  for (const PodSlot& slot : slots_) ordinal_of.emplace(slot.name, slot.ordinal);
+  RunPods current(slots_.size());
+  std::vector<bool> occupied(slots_.size());  // slots whose name some pod holds, live or terminating
   bool stale = false;
   for (const Json& pod : observed_.pods) {
-    const std::string name = Name(pod);
-    occupied.insert(name);
+    const std::string& name = Name(pod);
+    auto slot = ordinal_of.find(name);
+    if (slot != ordinal_of.end()) occupied[static_cast<size_t>(slot->second)] = true;
     const bool old_run = Label(pod, kRunLabel) != run;
     stale = stale || old_run;
     if (Terminating(pod)) continue;
-    if (!wanted.count(name)) {
+    if (slot == ordinal_of.end()) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
     } else if (old_run) {
       Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
     } else {
-      current[name] = &pod;
+      current.Set(slot->second, &pod);
     }
   }
 
@@ -426,8 +486,8 @@ ReconcilePlan Planner::Run() {
   const RoleSpec* workers = spec.Find(RoleKind::kWorker);
   int workers_done = 0;
   for (const PodSlot& slot : slots_) {
-    auto it = current.find(slot.name);
-    if (slot.role == workers && it != current.end() && Phase(*it->second) == "Succeeded") ++workers_done;
+    const Json* pod = current.Find(slot);
+    if (slot.role == workers && pod && Phase(*pod) == "Succeeded") ++workers_done;
   }
   CountRoles(current);
   if (workers_done == workers->replicas) {
@@ -444,7 +504,7 @@ ReconcilePlan Planner::Run() {
   // known from the start). Under lists already published for this run, a pod that vanished or came
   // back with another address was replaced: its peers hold its old address, so the job restarts.
   const Json* published = observed_.endpoints ? &*observed_.endpoints : nullptr;
-  const Json annotations = published ? published->value("metadata", Json::object()).value("annotations", Json::object())
+  const Json annotations = published ? Obj(Obj(*published, "metadata"), "annotations")
                                      : Json::object();
   const bool published_this_run = published && annotations.value(kRunAnnotation, "") == run;
   const std::vector<std::string> published_hosts =
@@ -458,14 +518,14 @@ ReconcilePlan Planner::Run() {
       host = ServiceHost(*job_, slot.name, settings_.cluster_domain);
       continue;
     }
-    auto it = current.find(slot.name);
-    host = it == current.end() ? "" : PodHost(*it->second, spec.network);
+    const Json* pod = current.Find(slot);
+    host = pod ? PodHost(*pod, spec.network) : kNone;
     all_known = all_known && !host.empty();
     if (published_hosts.size() == slots_.size() && replaced.empty()) {
       const std::string& before = published_hosts[static_cast<size_t>(slot.ordinal)];
       // PodIP: a vanished pod can only come back with a new IP. HostNetwork: it may come back on
       // the same node with the same address, so wait and compare.
-      if (it == current.end() && !occupied.count(slot.name) && spec.network == Network::kPodIP) {
+      if (!pod && !occupied[static_cast<size_t>(slot.ordinal)] && spec.network == Network::kPodIP) {
         replaced = "pod " + slot.name + " disappeared";
       }
       else if (!host.empty() && host != before) replaced = "pod " + slot.name + " came back at " + host + " (was " + before + ")";
@@ -486,21 +546,23 @@ ReconcilePlan Planner::Run() {
   // two live pods never share a (role, index)).
   int created = 0;
   for (const PodSlot& slot : slots_) {
-    if (occupied.count(slot.name)) continue;
-    Create(ObjectKind::kPod, BuildPod(*job_, slot, *wiring, CurrentRun(), settings_), "missing");
+    if (occupied[static_cast<size_t>(slot.ordinal)]) continue;
+    if (!Wiring()) return plan_;
+    Create(ObjectKind::kPod, BuildPod(*job_, slot, *Wiring(), CurrentRun(), settings_), "missing");
     ++created;
   }
   const std::string hosts_annotation = JoinStrings(hosts, ",");
   const bool up_to_date = published_this_run && annotations.value(kHostsAnnotation, "") == hosts_annotation;
   if (all_known && !up_to_date) {
+    if (!Wiring()) return plan_;
     Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
                {"metadata", {{"name", EndpointsConfigMapName(job_->name)}, {"namespace", job_->ns},
                              {"labels", {{kJobLabel, job_->name}}},
                              {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts_annotation}}},
                              {"ownerReferences", Json::array({OwnerReference(*job_)})}}},
-               {"data", wiring->EndpointsData(hosts)}};
+               {"data", Wiring()->EndpointsData(hosts)}};
     if (published) {
-      cm["metadata"]["resourceVersion"] = published->value("metadata", Json::object()).value("resourceVersion", "");
+      cm["metadata"]["resourceVersion"] = Obj(*published, "metadata").value("resourceVersion", "");
       plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, EndpointsConfigMapName(job_->name), cm, "run " + run});
     } else {
       Create(ObjectKind::kConfigMap, cm, "every pod has an address");
@@ -511,9 +573,10 @@ ReconcilePlan Planner::Run() {
 
   CheckPending(current);
   bool all_running = current.size() == slots_.size();
-  for (const auto& [name, pod] : current) {
+  for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.
-    all_running = all_running && (Phase(*pod) == "Running" || Phase(*pod) == "Succeeded");
+    const Json* pod = current.Find(slot);
+    if (pod) all_running = all_running && (Phase(*pod) == "Running" || Phase(*pod) == "Succeeded");
   }
   if (stale) {
     SetPhase("Restarting", status().value("message", ""));
@@ -553,12 +616,12 @@ std::optional<Time> ParseTime(const std::string& text) {
 }
 
 Json PodForPlanning(const Json& pod) {
-  const Json& meta = pod.value("metadata", Json::object());
+  const Json& meta = Obj(pod, "metadata");
   Json out_meta = Json::object();
   for (const char* key : {"name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion"}) {
     if (meta.contains(key)) out_meta[key] = meta[key];
   }
-  const Json& status = pod.value("status", Json::object());
+  const Json& status = Obj(pod, "status");
   Json out_status = Json::object();
   for (const char* key : {"phase", "reason", "message", "podIP", "hostIP", "conditions"}) {
     if (status.contains(key)) out_status[key] = status[key];

@@ -24,7 +24,7 @@ struct RouteBinding {
 struct HttpServer::Context {
   std::vector<Route> routes;
   HttpServerOptions options;
-  std::vector<RouteBinding> bindings;   // sized once: CivetWeb keeps pointers into it
+  std::vector<RouteBinding> bindings;
   mg_context* ctx = nullptr;
 };
 
@@ -39,8 +39,7 @@ void Send(mg_connection* conn, const Response& response, bool head) {
   if (!head && !response.body.empty()) mg_write(conn, response.body.data(), response.body.size());
 }
 
-int Dispatch(mg_connection* conn, void* data) {
-  const auto* binding = static_cast<const RouteBinding*>(data);
+int Dispatch(mg_connection* conn, const RouteBinding* binding) {
   const mg_request_info* info = mg_get_request_info(conn);
   Request request;
   request.method = info->request_method ? info->request_method : "";
@@ -120,12 +119,27 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
                               "request_timeout_ms", timeout.c_str(),
                               "enable_keep_alive", "yes",
                               nullptr};
+  // Routes are matched in begin_request, which exists before the server starts listening (a
+  // handler registered after mg_start2 would leave a window in which requests get 404).
+  c.bindings.reserve(c.routes.size());
+  for (const Route& route : c.routes) c.bindings.push_back({&route, &c.options});
   mg_callbacks callbacks{};
+  callbacks.begin_request = [](mg_connection* conn) -> int {
+    const auto* context = static_cast<const Context*>(mg_get_user_data(mg_get_context(conn)));
+    const mg_request_info* info = mg_get_request_info(conn);
+    const std::string path = info->local_uri ? info->local_uri : "";
+    for (const RouteBinding& binding : context->bindings) {
+      if (binding.route->path == path) return Dispatch(conn, &binding);
+    }
+    Send(conn, Response::Text(404, "no such path: " + path + "\n"), std::string(info->request_method) == "HEAD");
+    return 404;
+  };
   // CivetWeb logs to stderr by default; our binaries own their log format.
   callbacks.log_message = [](const mg_connection*, const char*) { return 1; };
   char error[256] = {0};
   mg_init_data init_data{};
   init_data.callbacks = &callbacks;
+  init_data.user_data = &c;
   init_data.configuration_options = mg_options;
   mg_error_data error_data{};
   error_data.text = error;
@@ -135,11 +149,6 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
     return Error{"cannot listen on " + address + (error[0] ? std::string(": ") + error : std::string())};
   }
   c.bindings.reserve(c.routes.size());
-  for (const Route& route : c.routes) {
-    c.bindings.push_back({&route, &c.options});
-    // "$" makes the match exact: /healthz does not also answer /healthzfoo.
-    mg_set_request_handler(c.ctx, (route.path + "$").c_str(), Dispatch, &c.bindings.back());
-  }
   mg_server_port bound[4];
   const int n = mg_get_server_ports(c.ctx, 4, bound);
   if (n > 0) server->port_ = bound[0].port;

@@ -17,8 +17,13 @@ const ReconcilePlan& World::Reconcile() {
   return plan;
 }
 
+// The World made every pod it holds (PodList::push_back(Json) stores a non-const Json), so it may
+// change them in place, as the kubelet and API server would.
+static Json& MutablePod(const PodList::Item& item) { return const_cast<Json&>(*item); }
+
 Json* World::FindPod(const std::string& name) {
-  for (Json& pod : observed.pods) {
+  for (const PodList::Item& item : observed.pods.items()) {
+    Json& pod = MutablePod(item);
     if (pod["metadata"]["name"] == name) return &pod;
   }
   return nullptr;
@@ -107,13 +112,15 @@ const ReconcilePlan& World::Settle(int max_steps) {
 }
 
 void World::Reap() {
-  observed.pods.erase(std::remove_if(observed.pods.begin(), observed.pods.end(),
-                                     [](const Json& pod) { return pod["metadata"].contains("deletionTimestamp"); }),
-                      observed.pods.end());
+  auto& pods = observed.pods.items();
+  pods.erase(std::remove_if(pods.begin(), pods.end(),
+                            [](const PodList::Item& pod) { return (*pod)["metadata"].contains("deletionTimestamp"); }),
+             pods.end());
 }
 
 void World::StartPods() {
-  for (Json& pod : observed.pods) {
+  for (const PodList::Item& item : observed.pods.items()) {
+    Json& pod = MutablePod(item);
     if (pod["metadata"].contains("deletionTimestamp") || pod["status"].value("phase", "") != "Pending") continue;
     const std::string node = nodes[static_cast<size_t>(next_node_++) % nodes.size()];
     const bool host_network = pod["spec"].value("hostNetwork", false);
@@ -139,9 +146,10 @@ void World::Edit(const std::string& name, const std::function<void(PodBuilder&)>
 }
 
 void World::Remove(const std::string& name) {
-  observed.pods.erase(std::remove_if(observed.pods.begin(), observed.pods.end(),
-                                     [&](const Json& pod) { return pod["metadata"]["name"] == name; }),
-                      observed.pods.end());
+  auto& pods = observed.pods.items();
+  pods.erase(std::remove_if(pods.begin(), pods.end(),
+                            [&](const PodList::Item& pod) { return (*pod)["metadata"]["name"] == name; }),
+             pods.end());
 }
 
 bool World::HasPod(const std::string& name) const {

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "fleet/operator/controller.h"
-#include "fleet/operator/log.h"
+#include "fleet/serving/log.h"
 #include "fleet/runtime/result.h"
 
 namespace fleet::op {
@@ -23,8 +23,8 @@ struct OperatorFlags {
   std::string leader_election_namespace;     // default: --namespace, else the pod's namespace
   std::string metrics_bind_address = ":8080";
   std::string health_probe_bind_address = ":8081";
-  LogLevel log_level = LogLevel::kInfo;
-  LogFormat log_format = LogFormat::kText;
+  serving::LogLevel log_level = serving::LogLevel::kInfo;
+  serving::LogFormat log_format = serving::LogFormat::kText;
   bool help = false;
 };
 

@@ -6,6 +6,9 @@
 #pragma once
 
 #include <chrono>
+#include <initializer_list>
+#include <iterator>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,8 +48,48 @@ struct PlannedEvent {
   std::string message;
 };
 
+// A job's pods as observed: shared, immutable snapshots, so that a plan reads a 1,000-pod job
+// without copying it. Iterates as `const Json&`.
+class PodList {
+ public:
+  using Item = std::shared_ptr<const Json>;
+  class const_iterator {
+   public:
+    using iterator_category = std::forward_iterator_tag;
+    using value_type = Json;
+    using difference_type = std::ptrdiff_t;
+    using pointer = const Json*;
+    using reference = const Json&;
+    explicit const_iterator(std::vector<Item>::const_iterator it) : it_(it) {}
+    const Json& operator*() const { return **it_; }
+    const Json* operator->() const { return it_->get(); }
+    const_iterator& operator++() { ++it_; return *this; }
+    bool operator==(const const_iterator& o) const { return it_ == o.it_; }
+    bool operator!=(const const_iterator& o) const { return it_ != o.it_; }
+   private:
+    std::vector<Item>::const_iterator it_;
+  };
+
+  PodList() = default;
+  PodList(std::initializer_list<Json> pods) {
+    for (const Json& pod : pods) push_back(pod);
+  }
+  void push_back(Json pod) { items_.push_back(std::make_shared<Json>(std::move(pod))); }
+  void push_back(Item pod) { items_.push_back(std::move(pod)); }
+  void reserve(size_t n) { items_.reserve(n); }
+  size_t size() const { return items_.size(); }
+  bool empty() const { return items_.empty(); }
+  const_iterator begin() const { return const_iterator(items_.begin()); }
+  const_iterator end() const { return const_iterator(items_.end()); }
+  std::vector<Item>& items() { return items_; }
+  const std::vector<Item>& items() const { return items_; }
+
+ private:
+  std::vector<Item> items_;
+};
+
 struct Observed {
-  std::vector<Json> pods;              // pods labelled with the job's name
+  PodList pods;                        // pods labelled with the job's name
   std::optional<Json> endpoints;       // the job's endpoints ConfigMap
   std::optional<Json> service;         // Service mode: the job's headless Service
   std::optional<Json> pod_group;       // gang scheduling: the job's PodGroup

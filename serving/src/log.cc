@@ -1,4 +1,4 @@
-#include "fleet/operator/log.h"
+#include "fleet/serving/log.h"
 
 #include <atomic>
 #include <chrono>
@@ -7,7 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace fleet::op {
+namespace fleet::serving {
 namespace {
 
 std::atomic<LogLevel> g_min_level{LogLevel::kInfo};
@@ -23,7 +23,9 @@ const char* LevelName(LogLevel level) {
   return "info";
 }
 
-std::string Timestamp() {
+}  // namespace
+
+std::string LogTimestamp() {
   const auto now = std::chrono::system_clock::now();
   const std::time_t secs = std::chrono::system_clock::to_time_t(now);
   const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
@@ -34,8 +36,6 @@ std::string Timestamp() {
   std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(millis));
   return buf;
 }
-
-}  // namespace
 
 void ConfigureLog(LogLevel min_level, LogFormat format) {
   g_min_level = min_level;
@@ -63,16 +63,16 @@ void Log(LogLevel level, const std::string& message, const std::vector<std::pair
   if (level < g_min_level.load()) return;
   std::string line;
   if (g_format.load() == LogFormat::kJson) {
-    nlohmann::json record = {{"ts", Timestamp()}, {"level", LevelName(level)}, {"msg", message}};
+    nlohmann::json record = {{"ts", LogTimestamp()}, {"level", LevelName(level)}, {"msg", message}};
     for (const auto& [k, v] : fields) record[k] = v;
     // Replace invalid UTF-8 from the API rather than throw.
     line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else {
-    line = Timestamp() + " " + LevelName(level) + " " + message;
+    line = LogTimestamp() + " " + LevelName(level) + " " + message;
     for (const auto& [k, v] : fields) line += " " + k + "=" + v;
   }
   line += "\n";
   std::fwrite(line.data(), 1, line.size(), stderr);   // one write per line: lines never interleave
 }
 
-}  // namespace fleet::op
+}  // namespace fleet::serving

@@ -1,0 +1,142 @@
+// fleet-sidecar: flags -> cluster config -> HTTP endpoints -> the gate, until a signal (or, with
+// --exit-when-ready, until the gate opens). See options.h for the command line and gate.h for the gate.
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/signalfd.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <prometheus/registry.h>
+
+#include "fleet/kube/client.h"
+#include "fleet/kube/config.h"
+#include "fleet/runtime/env_contract.h"
+#include "fleet/serving/http_server.h"
+#include "fleet/sidecar/gate.h"
+#include "fleet/sidecar/log.h"
+#include "fleet/sidecar/options.h"
+
+namespace {
+
+using fleet::sidecar::GateOptions;
+using fleet::sidecar::Logger;
+
+// Ends the process at once: after the gate's threads are done (or wedged in a request that cannot
+// be cancelled), nothing is left to flush (log lines are single write(2)s) and the kernel closes the
+// listening socket.
+[[noreturn]] void ExitNow(int code) {
+  std::fflush(nullptr);
+  std::_Exit(code);
+}
+
+int RunGate(const GateOptions& options, const fleet::EnvMap& env) {
+  Logger log(options.ns + "/" + options.pod);
+
+  // Signals arrive through a signalfd: blocked here, before any thread exists, so every thread
+  // inherits the mask. SIGPIPE: a peer that closes early is an error value, not a death.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGTERM);
+  sigaddset(&signals, SIGINT);
+  if (pthread_sigmask(SIG_BLOCK, &signals, nullptr) != 0) {
+    log("cannot block SIGTERM/SIGINT");
+    return 1;
+  }
+  ::signal(SIGPIPE, SIG_IGN);
+  const int signal_fd = ::signalfd(-1, &signals, SFD_CLOEXEC);
+  const int open_fd = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+  if (signal_fd < 0 || open_fd < 0) {
+    log(std::string("cannot create a signalfd/eventfd: ") + std::strerror(errno));
+    return 1;
+  }
+
+  auto config = fleet::kube::LoadDefaultConfig(env, options.kubeconfig);
+  if (!config.ok()) {
+    log("cannot load the cluster config: " + config.status().ToString());
+    return 1;
+  }
+  fleet::kube::ClientOptions client_options;
+  client_options.request_timeout = options.api_timeout;
+  client_options.max_attempts = 1;   // the gate retries itself, with backoff, and can be stopped between tries
+  client_options.user_agent = "fleet-sidecar";
+  auto client = fleet::kube::Client::Create(*config, client_options);
+  if (!client.ok()) {
+    log("cannot create the API client: " + client.status().ToString());
+    return 1;
+  }
+
+  auto registry = std::make_shared<prometheus::Registry>();
+  auto gate = std::make_unique<fleet::sidecar::Gate>(*client, fleet::sidecar::GateConfig::FromOptions(options), log,
+                                                     registry);
+  gate->OnOpen([open_fd] {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(open_fd, &one, sizeof one);
+  });
+  auto server = fleet::serving::HttpServer::Start(options.listen, gate->Routes());
+  if (!server.ok()) {
+    log(server.error());
+    return 1;
+  }
+  log("serving /startup, /readyz, /healthz and /metrics on " + options.listen +
+      (options.listen.size() > 2 && options.listen.substr(options.listen.size() - 2) == ":0"
+           ? " (port " + std::to_string((*server)->port()) + ")"
+           : ""));
+  gate->Start();
+
+  while (true) {
+    pollfd fds[2] = {{signal_fd, POLLIN, 0}, {open_fd, POLLIN, 0}};
+    if (::poll(fds, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      log(std::string("poll: ") + std::strerror(errno));
+      break;
+    }
+    if (fds[0].revents & POLLIN) {
+      signalfd_siginfo info{};
+      if (::read(signal_fd, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
+        log(std::string("received ") + (info.ssi_signo == SIGINT ? "SIGINT" : "SIGTERM") + "; stopping");
+      }
+      break;
+    }
+    if (fds[1].revents & POLLIN) {
+      uint64_t count = 0;
+      [[maybe_unused]] ssize_t n = ::read(open_fd, &count, sizeof count);
+      if (options.exit_when_ready) {
+        log("exiting: the gate is open (--exit-when-ready)");
+        break;
+      }
+    }
+  }
+
+  // The threads end within ~50 ms unless one is inside an API list (bounded by --api-timeout).
+  if (!gate->Stop(std::chrono::milliseconds(1500))) {
+    log("a request to the API server is still running; exiting without waiting for it");
+  }
+  // The HTTP server is not torn down: its destructor would only wait (up to 2 s, CivetWeb's poll
+  // quantum) for probe answers nobody needs any more, delaying the pod's start or its termination.
+  ExitNow(0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  const fleet::EnvMap env = fleet::CurrentProcessEnv();
+  auto command_line = fleet::sidecar::ParseCommandLine(args, env);
+  if (!command_line) {
+    std::fprintf(stderr, "fleet-sidecar: %s\n", command_line.error().c_str());
+    return 2;
+  }
+  if (command_line->command == fleet::sidecar::Command::kHelp) {
+    std::fputs(fleet::sidecar::Usage().c_str(), stdout);
+    return 0;
+  }
+  return RunGate(command_line->gate, env);
+}

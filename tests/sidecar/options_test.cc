@@ -1,0 +1,157 @@
+// fleet-sidecar's command line: what the pod builder emits parses; every mistake is one line
+// naming the flag.
+#include "fleet/sidecar/options.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+namespace fleet::sidecar {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::vector<std::string> PodBuilderArgs() {
+  // As operator/src/pod_builder.cc's SidecarContainer writes them.
+  return {"gate", "--namespace=team-a", "--job=mnist", "--pod=mnist-worker-1", "--role=worker", "--run=3",
+          "--config-map=mnist-endpoints", "--metrics-port=9090"};
+}
+
+std::vector<std::string> With(std::vector<std::string> args, const std::vector<std::string>& more) {
+  args.insert(args.end(), more.begin(), more.end());
+  return args;
+}
+
+std::vector<std::string> Without(std::vector<std::string> args, const std::string& prefix) {
+  args.erase(std::remove_if(args.begin(), args.end(), [&](const std::string& a) { return a.rfind(prefix, 0) == 0; }),
+             args.end());
+  return args;
+}
+
+std::vector<std::string> Replace(std::vector<std::string> args, const std::string& prefix, const std::string& arg) {
+  for (std::string& a : args) {
+    if (a.rfind(prefix, 0) == 0) a = arg;
+  }
+  return args;
+}
+
+TEST(SidecarOptionsTest, ParsesWhatThePodBuilderEmits) {
+  auto cl = ParseCommandLine(PodBuilderArgs(), {{"POD_IP", "10.1.2.3"}});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  ASSERT_EQ(cl->command, Command::kGate);
+  const GateOptions& o = cl->gate;
+  EXPECT_EQ(o.ns, "team-a");
+  EXPECT_EQ(o.job, "mnist");
+  EXPECT_EQ(o.pod, "mnist-worker-1");
+  EXPECT_EQ(o.role, "worker");
+  EXPECT_EQ(o.run, 3);
+  EXPECT_EQ(o.config_map, "mnist-endpoints");
+  EXPECT_EQ(o.metrics_port, 9090);
+  EXPECT_FALSE(o.exit_when_ready);
+  EXPECT_EQ(o.listen, "10.1.2.3:9090");  // the pod's own address only
+  EXPECT_EQ(o.kubeconfig, "");
+  EXPECT_EQ(o.mode, "");
+  EXPECT_EQ(o.server_connect_timeout, milliseconds(1000));
+
+  cl = ParseCommandLine(With(PodBuilderArgs(), {"--exit-when-ready"}), {});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  EXPECT_TRUE(cl->gate.exit_when_ready);
+  EXPECT_EQ(cl->gate.listen, "127.0.0.1:9090");  // no POD_IP
+}
+
+TEST(SidecarOptionsTest, OptionalFlags) {
+  auto cl = ParseCommandLine(With(PodBuilderArgs(), {"--kubeconfig=/tmp/kc", "--listen", "0.0.0.0:0", "--mode=ps",
+                                                     "--server-connect-timeout=250ms", "--server-retry-max=5s",
+                                                     "--api-timeout=3s", "--api-retry-max=750ms", "--watch-timeout=1m",
+                                                     "--exit-when-ready=false"}),
+                             {{"POD_IP", "10.1.2.3"}});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  const GateOptions& o = cl->gate;
+  EXPECT_EQ(o.kubeconfig, "/tmp/kc");
+  EXPECT_EQ(o.listen, "0.0.0.0:0");
+  EXPECT_EQ(o.mode, "ps");
+  EXPECT_EQ(o.server_connect_timeout, milliseconds(250));
+  EXPECT_EQ(o.server_retry_max, milliseconds(5000));
+  EXPECT_EQ(o.api_timeout, milliseconds(3000));
+  EXPECT_EQ(o.api_retry_max, milliseconds(750));
+  EXPECT_EQ(o.watch_timeout, std::chrono::seconds(60));
+  EXPECT_FALSE(o.exit_when_ready);
+}
+
+TEST(SidecarOptionsTest, DefaultListenAddress) {
+  EXPECT_EQ(DefaultListenAddress({}, 80), "127.0.0.1:80");
+  EXPECT_EQ(DefaultListenAddress({{"POD_IP", ""}}, 80), "127.0.0.1:80");
+  EXPECT_EQ(DefaultListenAddress({{"POD_IP", "10.0.0.7"}}, 9090), "10.0.0.7:9090");
+  EXPECT_EQ(DefaultListenAddress({{"POD_IP", "fd00::7"}}, 9090), "[fd00::7]:9090");
+}
+
+TEST(SidecarOptionsTest, Help) {
+  for (const std::vector<std::string>& args : std::vector<std::vector<std::string>>{
+           {"--help"}, {"-h"}, {"help"}, {"gate", "--help"}, With(PodBuilderArgs(), {"-h"})}) {
+    auto cl = ParseCommandLine(args, {});
+    ASSERT_TRUE(cl.ok()) << args[0] << ": " << cl.error();
+    EXPECT_EQ(cl->command, Command::kHelp);
+  }
+  EXPECT_NE(Usage().find("--exit-when-ready"), std::string::npos);
+  EXPECT_NE(Usage().find("/startup"), std::string::npos);
+}
+
+// Each bad command line fails with a message naming `fragment` (the flag), on one line.
+TEST(SidecarOptionsTest, ErrorsNameTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{}, "subcommand"},
+      {{"serve"}, "'serve'"},
+      {Without(PodBuilderArgs(), "--run="), "--run"},
+      {Without(PodBuilderArgs(), "--namespace="), "--namespace"},
+      {Without(PodBuilderArgs(), "--metrics-port="), "--metrics-port"},
+      {Without(PodBuilderArgs(), "--config-map="), "--config-map"},
+      {Without(PodBuilderArgs(), "--role="), "--role"},
+      {Without(PodBuilderArgs(), "--pod="), "--pod"},
+      {Without(PodBuilderArgs(), "--job="), "--job"},
+      {Replace(PodBuilderArgs(), "--run=", "--run=abc"), "--run"},
+      {Replace(PodBuilderArgs(), "--run=", "--run=-1"), "--run"},
+      {Replace(PodBuilderArgs(), "--run=", "--run="), "--run"},
+      {Replace(PodBuilderArgs(), "--metrics-port=", "--metrics-port=0"), "--metrics-port"},
+      {Replace(PodBuilderArgs(), "--metrics-port=", "--metrics-port=70000"), "--metrics-port"},
+      {Replace(PodBuilderArgs(), "--namespace=", "--namespace=Team_A"), "--namespace"},
+      {Replace(PodBuilderArgs(), "--config-map=", "--config-map=a,b"), "--config-map"},
+      {Replace(PodBuilderArgs(), "--pod=", "--pod=p q"), "--pod"},
+      {Replace(PodBuilderArgs(), "--role=", "--role="), "--role"},
+      {With(PodBuilderArgs(), {"--run=4"}), "--run"},
+      {With(PodBuilderArgs(), {"--bogus=1"}), "--bogus"},
+      {With(PodBuilderArgs(), {"stray"}), "'stray'"},
+      {With(PodBuilderArgs(), {"--listen=nope"}), "--listen"},
+      {With(PodBuilderArgs(), {"--listen=1.2.3.4:99999"}), "--listen"},
+      {With(PodBuilderArgs(), {"--listen=fd00::1:80"}), "--listen"},
+      {With(PodBuilderArgs(), {"--listen"}), "--listen"},
+      {With(PodBuilderArgs(), {"--kubeconfig="}), "--kubeconfig"},
+      {With(PodBuilderArgs(), {"--mode=hybrid"}), "--mode"},
+      {With(PodBuilderArgs(), {"--server-connect-timeout=5"}), "--server-connect-timeout"},
+      {With(PodBuilderArgs(), {"--server-connect-timeout=0s"}), "--server-connect-timeout"},
+      {With(PodBuilderArgs(), {"--api-timeout=2h"}), "--api-timeout"},
+      {With(PodBuilderArgs(), {"--watch-timeout=10ms"}), "--watch-timeout"},
+      {With(PodBuilderArgs(), {"--exit-when-ready=yes"}), "--exit-when-ready"},
+      {With(PodBuilderArgs(), {"--exit-when-ready", "--exit-when-ready"}), "--exit-when-ready"},
+  };
+  for (const auto& [args, fragment] : cases) {
+    std::string joined;
+    for (const std::string& a : args) joined += a + " ";
+    auto cl = ParseCommandLine(args, {});
+    ASSERT_FALSE(cl.ok()) << joined;
+    EXPECT_NE(cl.error().find(fragment), std::string::npos) << joined << "-> " << cl.error();
+    EXPECT_EQ(cl.error().find('\n'), std::string::npos) << cl.error();
+  }
+}
+
+TEST(SidecarOptionsTest, Durations) {
+  EXPECT_EQ(*ParseDuration("1ms", "d"), milliseconds(1));
+  EXPECT_EQ(*ParseDuration("1500ms", "d"), milliseconds(1500));
+  EXPECT_EQ(*ParseDuration("2s", "d"), milliseconds(2000));
+  EXPECT_EQ(*ParseDuration("5m", "d"), milliseconds(300000));
+  for (const char* bad : {"", "s", "1", "1h", "1.5s", "-1s", "0ms", "99999999999999999999s", "2000m", " 1s"}) {
+    EXPECT_FALSE(ParseDuration(bad, "d").ok()) << bad;
+  }
+}
+
+}  // namespace
+}  // namespace fleet::sidecar
