@@ -346,3 +346,41 @@ TEST(EventsTest, RestartIsOneWarning) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+// The controller plans with PodForPlanning(pod) instead of whole pods: for every kind of pod state
+// the planner reads, the plan must be the same.
+TEST(PodForPlanningTest, PlansAreTheSameAsWithWholePods) {
+  const std::vector<std::pair<std::string, std::function<void(World&)>>> cases = {
+      {"running", [](World&) {}},
+      {"failed", [](World& w) { w.Edit("wd-worker-2", [](PodBuilder& p) { p.Failed(137); }); }},
+      {"evicted", [](World& w) { w.Edit("wd-worker-1", [](PodBuilder& p) { p.Evicted(); }); }},
+      {"succeeded", [](World& w) {
+         for (const char* pod : {"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}) {
+           w.Edit(pod, [](PodBuilder& p) { p.Succeeded(); });
+         }
+       }},
+      {"not ready", [](World& w) { w.Edit("wd-server-0", [](PodBuilder& p) { p.Ready(false); }); }},
+      {"terminating", [](World& w) { w.Edit("wd-worker-3", [&](PodBuilder& p) { p.Terminating(T0()); }); }},
+      {"unschedulable", [](World& w) {
+         w.Edit("wd-worker-0", [](PodBuilder& p) { p.Phase("Pending").Ip("").Created(T0()).Unschedulable("0/3 nodes"); });
+         w.Advance(3600);
+       }},
+      {"new address", [](World& w) { w.Edit("wd-worker-0", [](PodBuilder& p) { p.Ip("10.9.9.9"); }); }},
+  };
+  for (const auto& [name, change] : cases) {
+    SCOPED_TRACE(name);
+    World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
+    change(world);
+    Observed trimmed = world.observed;
+    trimmed.pods = PodList();
+    for (const Json& pod : world.observed.pods) trimmed.pods.push_back(PodForPlanning(pod));
+    EXPECT_EQ(Describe(PlanReconcile(world.job, trimmed, world.now, world.settings)),
+              Describe(PlanReconcile(world.job, world.observed, world.now, world.settings)));
+  }
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

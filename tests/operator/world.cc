@@ -209,7 +209,7 @@ Json Condition(const Json& status, const std::string& type) {
 
 std::string Describe(const ReconcilePlan& plan) {
   static const char* kVerbs[] = {"create", "update", "delete"};
-  static const char* kKinds[] = {"Pod", "ConfigMap", "Service", "PodGroup", "FleetJob"};
+  static const char* kKinds[] = {"Pod", "ConfigMap", "Service", "PodGroup", "ServiceAccount", "Role", "RoleBinding", "FleetJob"};
   std::ostringstream out;
   for (const Action& a : plan.actions) {
     out << kVerbs[static_cast<int>(a.verb)] << " " << kKinds[static_cast<int>(a.kind)] << " " << a.name << " ("
