@@ -372,7 +372,22 @@ ReconcilePlan Planner::Run() {
   const bool new_generation = !status().contains("observedGeneration") ||
                               status()["observedGeneration"] != job_->generation;
   status()["observedGeneration"] = job_->generation;
-  status()["mode"] = std::string(JobModeName(spec.mode));
+  // The mode and network shape every pod and list of the job: they cannot change under it. The
+  // CRD's transition rules refuse such edits at apply time; this catches them where those rules
+  // do not run (CRD validation off, or an edit of the stored object by other means).
+  const std::string mode(JobModeName(spec.mode));
+  const char* network = spec.network == Network::kPodIP ? "PodIP" : spec.network == Network::kService ? "Service" : "HostNetwork";
+  for (const auto& [field, now_value] : {std::pair<std::string, std::string>{"mode", mode}, {"network", network}}) {
+    const std::string was = status().value(field, "");
+    if (!was.empty() && was != now_value && PhaseNow() != "Failed") {
+      Fail("ImmutableFieldChanged", "spec." + field + " changed from " + was + " to " + now_value +
+                                        " after the job started; it cannot change: delete the FleetJob and create it again");
+      CleanUp();
+      return plan_;
+    }
+  }
+  status()["mode"] = mode;
+  status()["network"] = network;
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
   if (!status().contains("run")) status()["run"] = 0;
   // The HostNetwork port block, recorded so that it survives operator restarts.

@@ -384,3 +384,29 @@ TEST(PodForPlanningTest, PlansAreTheSameAsWithWholePods) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+TEST(ImmutableFieldsTest, ChangingTheNetworkOfARunningJobFailsItWithWhatToDo) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  EXPECT_EQ(world.Status().value("network", ""), "PodIP");
+  world.EditSpec("/spec/network", "Service");
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("spec.network changed from PodIP to Service"));
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("delete the FleetJob and create it again"));
+  EXPECT_EQ(world.LivePodNames(), std::vector<std::string>{}) << "running pods go (cleanPodPolicy Running)";
+}
+
+TEST(ImmutableFieldsTest, ChangingTheModeFailsTheJob) {
+  World world = RunningWorld(JobBuilder("wd").Collective(2).Obj());
+  world.EditSpec("/spec/mode", "ps");
+  world.EditSpec("/spec/server", JobBuilder("x").Ps(1, 1).Obj()["spec"]["server"]);
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("spec.mode changed from collective to ps"));
+}
+
+}  // namespace
+}  // namespace fleet::op::testing
