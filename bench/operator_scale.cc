@@ -25,7 +25,6 @@
 #include <unistd.h>
 
 #include <prometheus/registry.h>
-#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <atomic>
@@ -39,6 +38,7 @@
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
+#include "harness.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/rate_limiter.h"
 #include "fleet/operator/controller.h"
@@ -58,37 +58,6 @@ using Clock = std::chrono::steady_clock;
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
-
-Json YamlToJson(const YAML::Node& node) {
-  switch (node.Type()) {
-    case YAML::NodeType::Map: {
-      Json out = Json::object();
-      for (const auto& kv : node) out[kv.first.as<std::string>()] = YamlToJson(kv.second);
-      return out;
-    }
-    case YAML::NodeType::Sequence: {
-      Json out = Json::array();
-      for (const auto& item : node) out.push_back(YamlToJson(item));
-      return out;
-    }
-    case YAML::NodeType::Scalar: {
-      const std::string s = node.Scalar();
-      if (node.Tag() == "!") return s;   // quoted
-      if (s == "true") return true;
-      if (s == "false") return false;
-      char* end = nullptr;
-      const long long n = std::strtoll(s.c_str(), &end, 10);
-      if (!s.empty() && *end == '\0') return n;
-      return s;
-    }
-    default: return nullptr;
-  }
-}
-
-std::string SourceDir() {
-  const char* dir = std::getenv("FLEET_SOURCE_DIR");
-  return dir ? dir : FLEET_SOURCE_DIR_DEFAULT;
-}
 
 Json FleetJobObject(const std::string& ns, const std::string& name, int servers, int workers) {
   const Json container = {{"name", "paddle"}, {"image", "paddlepaddle/paddle:2.5.0"},
@@ -241,7 +210,7 @@ std::string ReadProcStatus(pid_t pid, const std::string& field) {
 }
 
 void CreateCrd(Client& client) {
-  const Json crd = YamlToJson(YAML::LoadFile(SourceDir() + "/crds/fleetjob.yaml"));
+  const Json crd = fleet::op::e2e::LoadYamlDocuments(fleet::op::e2e::SourceDir() + "/crds/fleetjob.yaml").at(0);
   auto created = client.Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", crd);
   if (!created.ok()) {
     std::fprintf(stderr, "cannot create the CRD: %s\n", created.status().ToString().c_str());
@@ -389,7 +358,7 @@ void Memory(int jobs, int pods_per_job) {
   const pid_t pid = ::fork();
   if (pid == 0) {
     std::freopen(log.c_str(), "w", stderr);
-    ::execl(FLEET_OPERATOR_PATH, "fleet-operator", ("--kubeconfig=" + kubeconfig).c_str(), "--metrics-bind-address=0",
+    ::execl(fleet::op::e2e::OperatorBinary().c_str(), "fleet-operator", ("--kubeconfig=" + kubeconfig).c_str(), "--metrics-bind-address=0",
             "--health-probe-bind-address=0", static_cast<char*>(nullptr));
     _exit(127);
   }

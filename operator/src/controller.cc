@@ -179,21 +179,27 @@ void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) 
     }
   }
   {
-    // The cache now shows this object's latest change: writes to it may be planned again.
+    // The caches now show this change (they are updated before handlers run): writes of this
+    // child are done as far as plans from now on can tell.
     std::lock_guard<std::mutex> lock(mu_);
+    ++epoch_;
     auto it = expectations_.find(key);
     if (it != expectations_.end()) {
       const std::string prefix = ExpectationKey(kind, name) + "/";
-      for (auto e = it->second.lower_bound(prefix); e != it->second.end() && e->first.rfind(prefix, 0) == 0;) {
-        e = it->second.erase(e);
+      for (auto e = it->second.lower_bound(prefix); e != it->second.end() && e->first.rfind(prefix, 0) == 0; ++e) {
+        if (e->second.seen_at == 0) e->second.seen_at = epoch_;
       }
-      if (it->second.empty()) expectations_.erase(it);
     }
   }
   queue_.Add(key);
 }
 
-Observed Controller::ObserveChildren(const std::string& ns, const std::string& job_name) const {
+Observed Controller::ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const {
+  {
+    // Read first: an event that lands while the caches are read is newer than the epoch.
+    std::lock_guard<std::mutex> lock(mu_);
+    *epoch = epoch_;
+  }
   Observed observed;
   {
     std::lock_guard<std::mutex> lock(pods_mu_);
@@ -236,20 +242,27 @@ bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
   return false;
 }
 
-bool Controller::Expected(const std::string& key, const Action& action) {
+bool Controller::Expected(const std::string& key, const Action& action, uint64_t epoch) {
   if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
   std::lock_guard<std::mutex> lock(mu_);
   auto it = expectations_.find(key);
   if (it == expectations_.end()) return false;
   auto e = it->second.find(ExpectationKey(action));
-  return e != it->second.end() && Clock::now() < e->second;
+  if (e == it->second.end()) return false;
+  const bool plan_knew = e->second.seen_at != 0 && e->second.seen_at <= epoch;
+  if (plan_knew || Clock::now() >= e->second.deadline) {
+    it->second.erase(e);
+    if (it->second.empty()) expectations_.erase(it);
+    return false;
+  }
+  return true;
 }
 
 void Controller::Expect(const std::string& key, const Action& action, bool expect) {
   if (!children_.count(action.kind)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (expect) {
-    expectations_[key][ExpectationKey(action)] = Clock::now() + options_.expectation_timeout;
+    expectations_[key][ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
   } else if (auto it = expectations_.find(key); it != expectations_.end()) {
     it->second.erase(ExpectationKey(action));
   }
@@ -318,13 +331,13 @@ ApiStatus Controller::Write(const std::string& key, const FleetJob& job, const A
   return status;
 }
 
-ApiStatus Controller::Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan) {
+ApiStatus Controller::Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan, uint64_t epoch) {
   // Everything but pods first, in plan order (the PodGroup before any pod, the ConfigMap update
   // of a run before its pods); then the pod writes, in parallel.
   std::vector<const Action*> pods;
   ApiStatus first_error;
   for (const Action& action : plan.actions) {
-    if (Expected(key, action)) continue;   // done already; the cache has not caught up
+    if (Expected(key, action, epoch)) continue;   // done already; the plan's caches did not show it
     if (action.kind == ObjectKind::kPod) {
       pods.push_back(&action);
       continue;
@@ -401,7 +414,8 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
 
   const std::string ns = MetaString(*job_object, "namespace");
   const std::string name = MetaString(*job_object, "name");
-  Observed observed = ObserveChildren(ns, name);
+  uint64_t epoch = 0;
+  Observed observed = ObserveChildren(ns, name, &epoch);
   OperatorSettings settings = options_.settings;
   auto parsed = ParseFleetJob(*job_object);
   if (parsed) {
@@ -409,13 +423,22 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
       const Json& status = job_object->value("status", Json::object());
       std::optional<int> recorded;
       if (status.contains("hostPortBase") && status["hostPortBase"].is_number_integer()) recorded = status["hostPortBase"].get<int>();
-      auto block = ports_.Allocate(key, HostPortRangeSize(*parsed), recorded);
-      if (!block) {
-        recorder_.Record(*job_object, "Warning", "NoHostPorts", block.error());
-        Log(LogLevel::kWarning, key, block.error());
-        return finish("requeue", {true, std::chrono::milliseconds(30000)});
+      const int size = HostPortRangeSize(*parsed);
+      auto block = ports_.Allocate(key, size, recorded);
+      if (block) {
+        settings.host_port_base = *block;
+      } else {
+        // The planner says so in the status: Pending while other jobs hold the ports, Failed when
+        // the job can never fit.
+        const int range = options_.host_port_last - options_.host_port_first + 1;
+        settings.host_ports_never = size > range;
+        settings.host_ports_unavailable =
+            settings.host_ports_never
+                ? "the job needs " + std::to_string(size) + " host ports (HostNetwork: its pods' Paddle and sidecar ports), "
+                  "more than the operator's whole --host-port-range of " + std::to_string(range) +
+                  ": use fewer pods or processes per pod, another network mode, or widen the range"
+                : block.error();
       }
-      settings.host_port_base = *block;
     }
     if (parsed->spec.scheduling.gang != GangScheduler::kNone) observed.pod_group = GetPodGroup(*parsed, PodGroupName(*parsed));
   }
@@ -445,7 +468,7 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     Log(e.type == "Warning" ? LogLevel::kWarning : LogLevel::kInfo, key, e.reason + ": " + e.message);
   }
   // An invalid spec gets no actions: nothing is created for it.
-  const ApiStatus executed = parsed ? Execute(key, *parsed, plan) : ApiStatus();
+  const ApiStatus executed = parsed ? Execute(key, *parsed, plan, epoch) : ApiStatus();
   if (metrics_) {
     std::map<std::string, int> by_phase;
     {

@@ -253,11 +253,29 @@ void Planner::Restart(const std::string& why, bool whole_job) {
 
 // Returns true when the plan is complete (the job failed or is restarting).
 bool Planner::HandleFailures(const RunPods& current) {
+  // Service mode replaces a failed pod alone, in the same run: until it is gone, plans may still
+  // see it Failed. Its uid is recorded when its restart is counted, so it is counted once.
+  std::set<std::string> replaced;
+  for (const Json& uid : Arr(status(), "replacedPods")) {
+    if (uid.is_string()) replaced.insert(uid.get<std::string>());
+  }
+  std::set<std::string> still_there;
+  for (const Json& pod : observed_.pods) {
+    const std::string& uid = Str(Obj(pod, "metadata"), "uid", kNone);
+    if (replaced.count(uid)) still_there.insert(uid);
+  }
+  if (still_there.empty()) status().erase("replacedPods");
+  else status()["replacedPods"] = still_there;
+
   std::vector<const PodSlot*> retry;
   for (const PodSlot& slot : slots_) {
     const Json* found = current.Find(slot);
     if (!found || Phase(*found) != "Failed") continue;
     const Json& pod = *found;
+    if (still_there.count(Str(Obj(pod, "metadata"), "uid", kNone))) {
+      Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
+      continue;
+    }
     const auto code = ExitCode(pod);
     const bool evicted = Evicted(pod);
     const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
@@ -276,7 +294,7 @@ bool Planner::HandleFailures(const RunPods& current) {
     }
     retry.push_back(&slot);
   }
-  if (retry.empty()) return false;
+  if (retry.empty()) return !still_there.empty() && PhaseNow() == "Restarting";
   const std::string first = "pod " + retry.front()->name + (Evicted(*current.Find(*retry.front())) ? " was evicted" : " failed");
   if (Restarts() >= job_->spec.run_policy.backoff_limit) {
     Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Restarts()) +
@@ -285,7 +303,11 @@ bool Planner::HandleFailures(const RunPods& current) {
     return true;
   }
   if (job_->spec.network == Network::kService) {
-    for (const PodSlot* slot : retry) Delete(ObjectKind::kPod, slot->name, "restart failed pod");
+    for (const PodSlot* slot : retry) {
+      Delete(ObjectKind::kPod, slot->name, "restart failed pod");
+      still_there.insert(Str(Obj(*current.Find(*slot), "metadata"), "uid", kNone));
+    }
+    status()["replacedPods"] = still_there;
     Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
   } else {
     Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
@@ -391,16 +413,31 @@ ReconcilePlan Planner::Run() {
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
   if (!status().contains("run")) status()["run"] = 0;
   // The HostNetwork port block, recorded so that it survives operator restarts.
-  if (spec.network == Network::kHostNetwork) status()["hostPortBase"] = settings_.host_port_base;
+  const bool waiting_for_ports = spec.network == Network::kHostNetwork && !settings_.host_ports_unavailable.empty();
+  if (spec.network == Network::kHostNetwork && !waiting_for_ports) status()["hostPortBase"] = settings_.host_port_base;
   slots_ = PodSlots(*job_);
 
   if (PhaseNow() == "Succeeded" || PhaseNow() == "Failed") {
     FinishedJob();
     return plan_;
   }
+  if (waiting_for_ports && !spec.run_policy.suspend) {
+    if (settings_.host_ports_never) {
+      Fail("HostPortRangeTooSmall", settings_.host_ports_unavailable);
+      return plan_;
+    }
+    if (!ConditionTrue(status(), "WaitingForHostPorts")) Event("Warning", "WaitingForHostPorts", settings_.host_ports_unavailable);
+    SetCondition(status(), "WaitingForHostPorts", true, "NoFreeHostPorts", settings_.host_ports_unavailable, now_);
+    SetPhase("Pending", settings_.host_ports_unavailable);
+    RequeueAfter(seconds(30));
+    return plan_;
+  }
+  if (!FindCondition(status(), "WaitingForHostPorts").is_null()) {
+    SetCondition(status(), "WaitingForHostPorts", false, "HostPortsAllocated", "", now_);
+  }
   // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
   // generation; otherwise the wiring is rendered only when a plan needs it.
-  if (new_generation && !Wiring()) return plan_;
+  if (new_generation && !waiting_for_ports && !Wiring()) return plan_;
 
   if (spec.run_policy.suspend) {
     DeletePods([](const Json&) { return true; }, "suspended");
@@ -446,7 +483,7 @@ ReconcilePlan Planner::Run() {
       if (!ConditionTrue(status(), "GangPending")) Event("Normal", "GangPending", message);
       SetCondition(status(), "GangPending", true, "PodGroupNotAdmitted", message, now_);
       SetPhase("Pending", message);
-      RequeueAfter(seconds(10));
+      RequeueAfter(seconds(3));   // PodGroups are read, not watched: poll for the admission
       return plan_;
     }
     if (!FindCondition(status(), "GangPending").is_null()) {

@@ -265,3 +265,28 @@ TEST(ReplacedPodTest, HostNetworkPodBackOnTheSameNodeKeepsTheJob) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+// Service mode replaces a failed pod in the same run; a plan made before the cache shows the pod
+// going (it still looks Failed) must not count its restart again.
+TEST(RestartTest, ServiceModeFailureSeenAgainIsNotCountedTwice) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Network("Service").RestartPolicy("worker", "OnFailure").Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(1); });
+  world.Reconcile();   // counts the restart and deletes the pod...
+  EXPECT_EQ(world.Status().value("restartCount", 0), 1);
+  world.Reconcile();   // ...but the delete has not happened yet: the pod is still there, Failed
+  world.Reconcile();
+  EXPECT_EQ(world.Status().value("restartCount", 0), 1) << Describe(world.plan);
+  EXPECT_EQ(ActionNames(world.plan, Verb::kDelete, ObjectKind::kPod), std::vector<std::string>{"wd-worker-1"})
+      << "the delete is repeated (it is idempotent) until the pod goes";
+  world.Apply();
+  world.Settle();
+  EXPECT_EQ(world.Status().value("restartCount", 0), 1);
+  EXPECT_EQ(world.Status().value("phase", ""), "Running");
+  EXPECT_FALSE(world.Status().contains("replacedPods")) << "forgotten once the pod is gone";
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

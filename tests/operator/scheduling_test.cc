@@ -237,3 +237,43 @@ TEST(ScalingTest, ScalingIsNotCountedAgainstBackoffLimit) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+TEST(HostPortsTest, AJobWaitingForHostPortsIsPendingAndSaysWhy) {
+  OperatorSettings settings;
+  settings.host_ports_unavailable = "no block of 13 free host ports is left in 20000-20020";
+  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), settings);
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Pending");
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("no block of 13 free host ports"));
+  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_FALSE(world.Status().contains("hostPortBase"));
+  ASSERT_TRUE(world.plan.requeue_after.has_value());
+  // Ports free up: the job starts, and the condition says so.
+  world.settings.host_ports_unavailable.clear();
+  world.settings.host_port_base = 20000;
+  world.Settle();
+  EXPECT_EQ(world.Status().value("phase", ""), "Running");
+  EXPECT_EQ(world.Status().value("hostPortBase", 0), 20000);
+  bool cleared = false;
+  for (const Json& c : world.Status()["conditions"]) {
+    if (c["type"] == "WaitingForHostPorts") cleared = c["status"] == "False";
+  }
+  EXPECT_TRUE(cleared);
+}
+
+TEST(HostPortsTest, AJobThatCanNeverFitFails) {
+  OperatorSettings settings;
+  settings.host_ports_unavailable = "the job needs 13 host ports";
+  settings.host_ports_never = true;
+  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), settings);
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("needs 13 host ports"));
+  EXPECT_TRUE(world.observed.pods.empty());
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

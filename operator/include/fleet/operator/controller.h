@@ -85,15 +85,17 @@ class Controller {
   void ObserveChild(ObjectKind kind, const Json& child, bool deleted);
   static std::string ExpectationKey(ObjectKind kind, const std::string& name);   // "Kind/name"
   static std::string ExpectationKey(const Action& action);                      // "Kind/name/verb"
-  Observed ObserveChildren(const std::string& ns, const std::string& job_name) const;
+  // The job's children from the caches, and the observation epoch they reflect.
+  Observed ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const;
   std::optional<Json> GetPodGroup(const FleetJob& job, const std::string& name);
   bool CacheIsBehind(const std::string& key, const Json& job);
   kube::ApiStatus WriteStatus(const std::string& key, const Json& job, const Json& status);
   // Carries out the plan's actions; returns the first failure (the others still run).
-  kube::ApiStatus Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan);
+  kube::ApiStatus Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan, uint64_t epoch);
   kube::ApiStatus Write(const std::string& key, const FleetJob& job, const Action& action);  // with expectations
   kube::ApiStatus ExecuteOne(const FleetJob& job, const Action& action);
-  bool Expected(const std::string& key, const Action& action);
+  // Whether `action` was done already and a plan from the caches as of `epoch` could not know.
+  bool Expected(const std::string& key, const Action& action, uint64_t epoch);
   void Expect(const std::string& key, const Action& action, bool expect);
   void ReserveRecordedPortBlocks();
   void Forget(const std::string& key);
@@ -106,10 +108,16 @@ class Controller {
   HostPortAllocator ports_;
   std::unique_ptr<kube::Informer> jobs_;
   std::map<ObjectKind, std::unique_ptr<kube::Informer>> children_;
-  std::mutex mu_;
+  mutable std::mutex mu_;
   std::map<std::string, Written> written_;                           // job key -> last status write
-  // job key -> "Kind/name/verb" -> deadline: writes of children the cache does not show yet.
-  std::map<std::string, std::map<std::string, std::chrono::steady_clock::time_point>> expectations_;
+  // job key -> "Kind/name/verb" -> a write of a child, until a plan made from caches that show
+  // its effect (seen_at: the observation epoch of the first event about the child after the write).
+  struct Expectation {
+    std::chrono::steady_clock::time_point deadline;
+    uint64_t seen_at = 0;   // 0 = not seen yet
+  };
+  std::map<std::string, std::map<std::string, Expectation>> expectations_;
+  uint64_t epoch_ = 0;      // child events observed so far (under mu_)
   std::map<std::string, std::string> phases_;                        // job key -> phase, for metrics
   // job key -> pod name -> the pod as the planner reads it (PodForPlanning), kept up to date by
   // the pod informer's handlers: a reconcile reads them without unpacking the cached pods.

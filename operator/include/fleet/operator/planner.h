@@ -107,6 +107,10 @@ struct OperatorSettings {
   std::string sidecar_service_account_token_audience;   // "" = the API server's default
   int host_port_base = 0;              // HostNetwork: the start of the job's port block
                                        // (HostPortAllocator); recorded in status.hostPortBase
+  // HostNetwork: why the allocator has no block for the job ("" = it has one), and whether it
+  // never will (the job needs more ports than the operator's whole range).
+  std::string host_ports_unavailable;
+  bool host_ports_never = false;
 };
 
 struct ReconcilePlan {
