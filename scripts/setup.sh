@@ -9,6 +9,9 @@ packages=(
   libcpprest-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client
   prometheus-cpp-dev libcivetweb-dev                  # metrics and the binaries' HTTP endpoints
   prometheus                                          # promtool and a real server scraping our metrics in tests
+  libgloo-dev openmpi-bin libopenmpi-dev              # CPU collectives (Gloo), and MPI as their baseline
+  libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the parameter server's RPC
+  pybind11-dev python3-dev                            # the runtime's Python binding (Fleet API)
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
   procps iproute2                                     # ps/kill/ip for the launcher's tests
 )
