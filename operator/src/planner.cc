@@ -175,6 +175,7 @@ class Planner {
   bool HandleFailures(const RunPods& current);
   void Restart(const std::string& why, bool whole_job);
   void CountRoles(const RunPods& current);
+  void CheckProgress(const RunPods& current);
   void CheckPending(const RunPods& current);
   // The job's wiring, rendered on first use (milliseconds for a big job: not on every plan);
   // nullptr after failing the job when it cannot be wired.
@@ -313,6 +314,31 @@ bool Planner::HandleFailures(const RunPods& current) {
     Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
   }
   return true;
+}
+
+// The sidecars' training-progress conditions: ranks reported stalled make the job's Stalled
+// condition (its message names them), and a Warning event when it turns on.
+void Planner::CheckProgress(const RunPods& current) {
+  std::vector<std::string> stalled;
+  std::string first_message;
+  for (const PodSlot& slot : slots_) {
+    const Json* pod = current.Find(slot);
+    if (!pod || Phase(*pod) != "Running") continue;
+    for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
+      if (Str(c, "type", kNone) != kProgressConditionType || Str(c, "status", kNone) != "False") continue;
+      if (Str(c, "reason", kNone) != "Stalled") continue;
+      stalled.push_back(slot.name);
+      if (first_message.empty()) first_message = Str(c, "message", kNone);
+    }
+  }
+  if (!stalled.empty()) {
+    std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
+    if (!first_message.empty()) message += " (" + first_message + ")";
+    if (!ConditionTrue(status(), "Stalled")) Event("Warning", "Stalled", message);
+    SetCondition(status(), "Stalled", true, "TrainingStalled", message, now_);
+  } else if (!FindCondition(status(), "Stalled").is_null()) {
+    SetCondition(status(), "Stalled", false, "Progressing", "", now_);
+  }
 }
 
 void Planner::CountRoles(const RunPods& current) {
@@ -495,7 +521,14 @@ ReconcilePlan Planner::Run() {
   }
   if (NeedsSidecarAccount(*job_)) {
     if (!observed_.service_account) Create(ObjectKind::kServiceAccount, BuildSidecarServiceAccount(*job_), "sidecar identity");
-    if (!observed_.role) Create(ObjectKind::kRole, BuildSidecarRole(*job_), "sidecar may read the endpoints");
+    Json role = BuildSidecarRole(*job_);
+    if (!observed_.role) {
+      Create(ObjectKind::kRole, std::move(role), "sidecar may read the endpoints and its own pod");
+    } else if (observed_.role->value("rules", Json::array()) != role["rules"]) {
+      // The job's pods changed (replicas): the sidecars may touch exactly the new ones.
+      role["metadata"]["resourceVersion"] = Str(Obj(*observed_.role, "metadata"), "resourceVersion", kNone);
+      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kRole, Name(role), std::move(role), "the job's pods changed"});
+    }
     if (!observed_.role_binding) Create(ObjectKind::kRoleBinding, BuildSidecarRoleBinding(*job_), "sidecar identity");
   }
 
@@ -624,6 +657,7 @@ ReconcilePlan Planner::Run() {
   }
 
   CheckPending(current);
+  CheckProgress(current);
   bool all_running = current.size() == slots_.size();
   for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.

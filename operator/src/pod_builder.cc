@@ -193,12 +193,18 @@ Json BuildSidecarServiceAccount(const FleetJob& job) {
 
 Json BuildSidecarRole(const FleetJob& job) {
   // resourceNames also limits list and watch, when they select the object by metadata.name (as
-  // the sidecar does).
+  // the sidecar does). Its own pod: read it, and set its training-progress condition.
+  Json pods = Json::array();
+  for (const PodSlot& slot : PodSlots(job)) pods.push_back(slot.name);
   return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
           {"metadata", ChildMeta(job, SidecarServiceAccountName(job))},
           {"rules", Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
                                   {"resourceNames", Json::array({EndpointsConfigMapName(job.name)})},
-                                  {"verbs", Json::array({"get", "list", "watch"})}}})}};
+                                  {"verbs", Json::array({"get", "list", "watch"})}},
+                                 {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods"})},
+                                  {"resourceNames", pods}, {"verbs", Json::array({"get"})}},
+                                 {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods/status"})},
+                                  {"resourceNames", pods}, {"verbs", Json::array({"patch"})}}})}};
 }
 
 Json BuildSidecarRoleBinding(const FleetJob& job) {

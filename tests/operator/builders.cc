@@ -229,6 +229,12 @@ PodBuilder& PodBuilder::Ready(bool ready) {
   return *this;
 }
 
+PodBuilder& PodBuilder::Progress(bool progressing, const std::string& message) {
+  SetPodCondition(pod_, {{"type", kProgressConditionType}, {"status", progressing ? "True" : "False"},
+                         {"reason", progressing ? "Progressing" : "Stalled"}, {"message", message}});
+  return *this;
+}
+
 PodBuilder& PodBuilder::ExitCode(int code) {
   pod_["status"]["containerStatuses"] = Json::array(
       {{{"name", "main"},

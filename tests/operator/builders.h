@@ -97,6 +97,8 @@ class PodBuilder {
   PodBuilder& Terminating(Time since);         // metadata.deletionTimestamp
   PodBuilder& Created(Time when);              // metadata.creationTimestamp
   PodBuilder& Unschedulable(const std::string& message);  // PodScheduled False, reason Unschedulable
+  // The sidecar's training-progress condition: True (Progressing), or False reason Stalled.
+  PodBuilder& Progress(bool progressing, const std::string& message = "");
 
   Json Obj() const { return pod_; }
 

@@ -410,3 +410,42 @@ TEST(ImmutableFieldsTest, ChangingTheModeFailsTheJob) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+TEST(ProgressTest, StalledRanksMakeAStalledConditionNamingThem) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Progress(false, "rank 1 (pod wd-worker-1) has reported no step for 10m5s"); });
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Progress(false, "rank 3 stalled"); });
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Progress(true); });
+  world.Step();
+  const Json stalled = Condition(world.Status(), "Stalled");
+  ASSERT_FALSE(stalled.is_null()) << world.Status().dump();
+  EXPECT_EQ(stalled["status"], "True");
+  EXPECT_EQ(stalled["reason"], "TrainingStalled");
+  EXPECT_THAT(stalled["message"].get<std::string>(), ::testing::HasSubstr("wd-worker-1, wd-worker-3"));
+  EXPECT_THAT(stalled["message"].get<std::string>(), ::testing::HasSubstr("no step for 10m5s"));
+  EXPECT_EQ(world.Status().value("phase", ""), "Running") << "a stall is reported, not acted on";
+  int warnings = 0;
+  for (const PlannedEvent& e : world.events) warnings += e.reason == "Stalled" && e.type == "Warning";
+  EXPECT_EQ(warnings, 1);
+
+  // Progress again: the condition turns False; no second event on the way.
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Progress(true); });
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Progress(true); });
+  world.Step();
+  EXPECT_EQ(Condition(world.Status(), "Stalled")["status"], "False");
+}
+
+TEST(ScalingTest, TheSidecarRoleFollowsThePods) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 2).Obj());
+  world.EditSpec("/spec/worker/replicas", 3);
+  world.Settle();
+  ASSERT_TRUE(world.observed.role.has_value());
+  const Json names = (*world.observed.role)["rules"][1]["resourceNames"];
+  EXPECT_EQ(names, Json::array({"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-2"}));
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

@@ -316,7 +316,7 @@ namespace {
 
 // The sidecar's API identity: a per-job account whose Role reads the endpoints ConfigMap and
 // nothing else; pods run as it, with the token in the sidecar container only.
-TEST(PodCreationTest, SidecarGetsAPerJobAccountThatCanOnlyReadTheEndpoints) {
+TEST(PodCreationTest, SidecarGetsAPerJobAccountLimitedToTheEndpointsAndItsPods) {
   const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), OperatorSettings{});
   const Action* account = FindAction(plan, Verb::kCreate, ObjectKind::kServiceAccount, "wd-fleet-sidecar");
   const Action* role = FindAction(plan, Verb::kCreate, ObjectKind::kRole, "wd-fleet-sidecar");
@@ -325,9 +325,14 @@ TEST(PodCreationTest, SidecarGetsAPerJobAccountThatCanOnlyReadTheEndpoints) {
   ASSERT_NE(role, nullptr);
   ASSERT_NE(binding, nullptr);
   EXPECT_EQ(account->object["automountServiceAccountToken"], false);
+  // The endpoints ConfigMap (read), and the job's own pods: read one, set its progress condition.
   EXPECT_EQ(role->object["rules"],
             Json::parse(R"([{"apiGroups":[""],"resources":["configmaps"],"resourceNames":["wd-endpoints"],
-                             "verbs":["get","list","watch"]}])"));
+                             "verbs":["get","list","watch"]},
+                            {"apiGroups":[""],"resources":["pods"],"resourceNames":["wd-server-0","wd-worker-0","wd-worker-1"],
+                             "verbs":["get"]},
+                            {"apiGroups":[""],"resources":["pods/status"],"resourceNames":["wd-server-0","wd-worker-0","wd-worker-1"],
+                             "verbs":["patch"]}])"));
   EXPECT_EQ(binding->object["roleRef"]["name"], "wd-fleet-sidecar");
   EXPECT_EQ(binding->object["subjects"][0]["name"], "wd-fleet-sidecar");
   EXPECT_EQ(binding->object["subjects"][0]["namespace"], kNamespace);

@@ -89,7 +89,7 @@ void World::Apply() {
                                     : a.kind == ObjectKind::kRole         ? observed.role
                                                                           : observed.role_binding;
         if (a.verb == Verb::kDelete) slot.reset();
-        else if (!slot) slot = a.object;
+        else if (a.verb == Verb::kUpdate || !slot) slot = a.object;
         else ++already_exists;
         break;
       }

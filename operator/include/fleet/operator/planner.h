@@ -28,6 +28,9 @@ inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
 // The endpoints ConfigMap says which run and which hosts its lists were computed for.
 inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
 inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-digest";
+// The condition fleet-sidecar sets on its own pod: True while training progresses (or before the
+// first step), False with reason Stalled when no step came within its stall window.
+inline constexpr const char* kProgressConditionType = "fleet.paddlepaddle.org/TrainingProgress";
 // Where pods mount the endpoints ConfigMap (one file per key).
 inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
 
