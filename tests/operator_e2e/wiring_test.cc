@@ -122,14 +122,14 @@ TEST_F(ManualKubeletWiringE2eTest, ParameterServerTwoServersFourWorkers) {
   // their status conditions, and nothing else.
   const auto role = api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/roles/ps-fleet-sidecar");
   ASSERT_TRUE(role.has_value());
-  const Json pods = Json::array({"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2", "ps-worker-3"});
+  const Json job_pods = Json::array({"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2", "ps-worker-3"});
   const Json expect_rules = Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
                                           {"resourceNames", Json::array({"ps-endpoints"})},
                                           {"verbs", Json::array({"get", "list", "watch"})}},
                                          {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods"})},
-                                          {"resourceNames", pods}, {"verbs", Json::array({"get"})}},
+                                          {"resourceNames", job_pods}, {"verbs", Json::array({"get"})}},
                                          {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods/status"})},
-                                          {"resourceNames", pods}, {"verbs", Json::array({"patch"})}}});
+                                          {"resourceNames", job_pods}, {"verbs", Json::array({"patch"})}}});
   EXPECT_EQ((*role)["rules"], expect_rules);
   EXPECT_TRUE(api().Get(CorePath(ns(), "serviceaccounts", "ps-fleet-sidecar")).has_value());
   EXPECT_TRUE(api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/rolebindings/ps-fleet-sidecar").has_value());
