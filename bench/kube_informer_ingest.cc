@@ -1,31 +1,48 @@
 // Informer ingest: 10,000 running pods (~3 KB of JSON each, with status) in the fake API server.
-//  (a) initial list (pages of 500) + apply into the cache, end to end;
+//  (a) initial list (pages of 500) + apply into the cache, end to end, and the process RSS with the
+//      pods cached (VmRSS) and at its peak during the list (VmHWM);
 //  (b) watch-event ingest of N MODIFIED events (merge patches from 16 threads, plain HTTP):
 //      trickle - the informer watching while the patches happen: end-to-end events/s is the rate
 //                the Python fake accepts patches; the informer thread's CPU per event (HTTP read +
-//                JSON parse + apply, one event per chunk) gives what one core would sustain;
+//                decode + apply + handler, one event per chunk) gives what one core would sustain;
 //      burst   - the watch held down (fake: failNext on WATCH + dropWatches) while the patches
 //                happen, then let back: the informer resumes from its resourceVersion and takes
 //                all N events in one stream, as fast as the fake writes them;
-//      replay  - the same events recorded from a watch, fed to Informer::Apply on one thread:
-//                parse + apply, and apply alone (the cache path: pack, old object for on_update,
-//                index update, handler);
-//  RSS (VmRSS) of this process with the pods cached. The fake runs in a child process.
-// Targets (issue 3): >= 20,000 events/s on one core; RSS <= 80 MiB with 10,000 pods cached.
+//  (c) replay: the same events recorded from the watch (the lines as the server sent them), fed
+//      to the informer on one thread pinned to one CPU, in alternating rounds:
+//        new - Informer::ApplyLine: the line parsed straight into the cache's packed form;
+//        old - nlohmann::json::parse + Informer::Apply: the DOM path the informer used before (the
+//              baseline; ratio = new events/s / old events/s);
+//      each with the benchmark's update handler (which makes the informer materialize the old and
+//      the new object for it) and with no handlers (decode + cache only);
+//  (d) list memory, same run, each path in a child process forked right after the fixture (a
+//      fresh heap, before this process used cpprestsdk): the RSS before, the peak during (VmHWM,
+//      reset through /proc/self/clear_refs) and the RSS with the pods cached, for an informer's
+//      paged list (new) and for the previous path, Client::List's whole answer parsed and then
+//      packed into an ObjectCache (old).
+// The fake runs in a child process. Targets (issue 3): >= 20,000 events/s on one core; RSS <= 80
+// MiB with 10,000 pods cached.
 //
-// usage: kube_informer_ingest [pods=10000] [events=10000]
+// usage: kube_informer_ingest [pods=10000] [events=10000] [rounds=3]
+#include <sched.h>
+#include <sys/wait.h>
 #include <time.h>
+#include <unistd.h>
 
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -61,7 +78,77 @@ double ThreadCpuSeconds() {
 
 double Mib(long kib) { return static_cast<double>(kib) / 1024.0; }
 
+// Resets VmHWM to the current RSS (Linux >= 4.0); false where /proc does not allow it.
+bool ResetPeakRss() {
+  std::ofstream clear_refs("/proc/self/clear_refs");
+  clear_refs << "5";
+  clear_refs.flush();
+  return static_cast<bool>(clear_refs);
+}
+
+void TrimHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v.size() % 2 == 1 ? v[v.size() / 2] : (v[v.size() / 2 - 1] + v[v.size() / 2]) / 2;
+}
+
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// A list's memory: RSS before it (with the client), peak during it, and with the objects cached.
+struct ListMemory {
+  long before_kib = -1, peak_kib = -1, after_kib = -1;
+  double seconds = 0;
+  size_t objects = 0;
+};
+
+ListMemory MeasureList(const std::function<size_t()>& list_and_cache) {
+  ListMemory m;
+  m.before_kib = StatusKib("VmRSS");
+  const bool reset = ResetPeakRss();
+  const Clock::time_point start = Clock::now();
+  m.objects = list_and_cache();
+  m.seconds = Seconds(Clock::now() - start);
+  m.after_kib = StatusKib("VmRSS");
+  if (reset) m.peak_kib = StatusKib("VmHWM");
+  return m;
+}
+
+// Runs `f` in a forked child (a fresh heap, no threads yet) and returns what it measured. The
+// child leaves with _exit: the fixture's destructor (which kills the fake) is the parent's.
+ListMemory InChild(const std::function<ListMemory()>& f) {
+  int fds[2];
+  ListMemory m;
+  if (::pipe(fds) != 0) return m;
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::close(fds[0]);
+    const ListMemory result = f();
+    const ssize_t written = ::write(fds[1], &result, sizeof result);
+    ::_exit(written == static_cast<ssize_t>(sizeof result) ? 0 : 1);
+  }
+  ::close(fds[1]);
+  if (pid > 0 && ::read(fds[0], &m, sizeof m) != static_cast<ssize_t>(sizeof m)) m = ListMemory();
+  ::close(fds[0]);
+  if (pid > 0) ::waitpid(pid, nullptr, 0);
+  return m;
+}
+
+void PrintList(const char* what, const ListMemory& m) {
+  if (m.objects == 0) {
+    std::printf("    %s: failed\n", what);
+    return;
+  }
+  std::printf("    %s: %zu pods in %.0f ms; RSS %.1f MiB before, peak %.1f MiB (+%.1f), %.1f MiB with them "
+              "cached  [target <= 80 MiB: %s]\n",
+              what, m.objects, m.seconds * 1e3, Mib(m.before_kib), Mib(m.peak_kib), Mib(m.peak_kib - m.before_kib),
+              Mib(m.after_kib), m.after_kib <= 80 * 1024 ? "meets target" : "MISSES target");
+}
+
 
 // A FleetJob worker pod as the operator renders it (the fake's kubelet adds status when it runs).
 Json WorkerPodTemplate() {
@@ -100,6 +187,7 @@ int main(int argc, char** argv) {
   std::setvbuf(stdout, nullptr, _IOLBF, 0);   // progress shows as it happens when piped
   const int pods = argc > 1 ? std::atoi(argv[1]) : 10000;
   const int events = argc > 2 ? std::atoi(argv[2]) : 10000;
+  const int rounds = std::max(1, argc > 3 ? std::atoi(argv[3]) : 3);
   const long rss_start_kib = StatusKib("VmRSS");
 
   // ---- fixture: the fake with `pods` running pods, then a quiet kubelet ----
@@ -128,6 +216,49 @@ int main(int argc, char** argv) {
 
   fleet::kube::ClientOptions client_options;
   client_options.request_timeout = std::chrono::seconds(120);
+  fleet::kube::InformerOptions options;
+  options.ns = "default";
+  options.list_page_size = 500;
+  options.backoff_cap = std::chrono::milliseconds(1000);   // (b) burst: reconnect soon after the fake lets it
+
+  // ---- (d) list memory: each path in a child forked before this process used cpprestsdk (its
+  // numbers are printed at the end) ----
+  auto list_new = InChild([&] {
+    auto client = Client::Create(fake.Config(), client_options).value();
+    Informer fresh(client, Resource::Pods(), options);
+    int64_t added = 0;
+    fleet::kube::EventHandlers count_adds;
+    count_adds.on_add = [&](const Json&) { added++; };
+    fresh.AddHandlers(count_adds);
+    return MeasureList([&] {
+      fresh.Start();
+      if (!fresh.WaitForSync(std::chrono::seconds(300))) std::abort();
+      return fresh.cache().Size();
+    });
+  });
+  auto list_old = InChild([&] {
+    auto client = Client::Create(fake.Config(), client_options).value();
+    fleet::kube::ObjectCache cache;
+    int64_t added = 0;
+    return MeasureList([&] {
+      // What Informer::ListAndReplace did before: every page parsed and kept until the list is
+      // complete, then each item packed into the cache and handed to the add handler; then the
+      // freed heap trimmed.
+      {
+        fleet::kube::ListOptions list_options;
+        list_options.limit = options.list_page_size;
+        auto list = client->List(Resource::Pods(), "default", list_options);
+        if (!list.ok()) std::abort();
+        for (const Json& item : (*list)["items"]) {
+          cache.Put(item);
+          added++;
+        }
+      }
+      TrimHeap();
+      return cache.Size();
+    });
+  });
+
   auto created = Client::Create(fake.Config(), client_options);
   if (!created.ok()) {
     std::fprintf(stderr, "client: %s\n", created.status().ToString().c_str());
@@ -137,11 +268,8 @@ int main(int argc, char** argv) {
   const long rss_before_kib = StatusKib("VmRSS");
 
   // ---- (a) initial list + apply ----
-  fleet::kube::InformerOptions options;
-  options.ns = "default";
-  options.list_page_size = 500;
-  options.backoff_cap = std::chrono::milliseconds(1000);   // (b) burst: reconnect soon after the fake lets it
-  Informer informer(client, Resource::Pods(), options);
+  auto informer_owner = std::make_unique<Informer>(client, Resource::Pods(), options);
+  Informer& informer = *informer_owner;
   std::atomic<int64_t> adds{0};
   // One measured stretch of update deliveries. The handler (the informer's thread) fills it and
   // publishes it with `done`.
@@ -181,7 +309,7 @@ int main(int argc, char** argv) {
   const double list_s = Seconds(Clock::now() - list_start);
   const long rss_synced_kib = StatusKib("VmRSS");
   const long hwm_synced_kib = StatusKib("VmHWM");
-  std::printf("(a) list + apply: %zu pods in %.0f ms = %.0f pods/s (HTTP + JSON parse + pack + index)\n",
+  std::printf("(a) list + apply: %zu pods in %.0f ms = %.0f pods/s (HTTP + decode into the packed form + index)\n",
               informer.cache().Size(), list_s * 1e3, static_cast<double>(informer.cache().Size()) / list_s);
   std::printf("    packed cache: %.1f MiB of objects (%.0f bytes per pod)\n",
               static_cast<double>(informer.cache().PackedBytes()) / 1048576.0,
@@ -221,7 +349,7 @@ int main(int argc, char** argv) {
     const double per_core = static_cast<double>(p.target - 1) / cpu;
     std::printf("(b) %s: %d MODIFIED events applied in %.0f ms = %.0f events/s end to end%s\n", what, events,
                 wall * 1e3, static_cast<double>(p.target - 1) / wall, note);
-    std::printf("    informer thread CPU %.1f us/event (HTTP read + parse + apply) = %.0f events/s on one core"
+    std::printf("    informer thread CPU %.1f us/event (HTTP read + decode + apply + handler) = %.0f events/s on one core"
                 "  [target >= 20000: %s]\n", cpu * 1e6 / static_cast<double>(p.target - 1), per_core,
                 Verdict(per_core >= 20000));
   };
@@ -260,7 +388,7 @@ int main(int argc, char** argv) {
 #endif
   const long rss_trimmed_kib = StatusKib("VmRSS");
 
-  // ---- (b) replay: record the same events, then feed them to Apply on this thread ----
+  // ---- (c) replay: record the same events as the server sent them, then feed them on one thread ----
   informer.Stop();
   std::vector<std::string> lines;
   lines.reserve(static_cast<size_t>(events));
@@ -269,12 +397,10 @@ int main(int argc, char** argv) {
   watch_options.allow_bookmarks = false;
   watch_options.timeout_seconds = 60;
   fleet::kube::CancelToken never;
-  fleet::kube::ApiStatus watched = client->Watch(
+  fleet::kube::ApiStatus watched = client->WatchLines(
       Resource::Pods(), "default", watch_options,
-      [&](const WatchEvent& e) {
-        if (e.type == WatchEventType::kModified) {
-          lines.push_back(Json{{"type", "MODIFIED"}, {"object", e.object}}.dump());
-        }
+      [&](std::string_view line) {
+        if (Json::parse(line).value("type", "") == "MODIFIED") lines.emplace_back(line);
         return static_cast<int>(lines.size()) < events;
       },
       never);
@@ -285,39 +411,85 @@ int main(int argc, char** argv) {
   size_t bytes = 0;
   for (const std::string& line : lines) bytes += line.size();
 
-  std::vector<WatchEvent> parsed(lines.size());
-  double parse_apply_s = 0;
-  {
-    const double cpu0 = ThreadCpuSeconds();
-    for (size_t i = 0; i < lines.size(); ++i) {
-      Json line = Json::parse(lines[i]);
-      parsed[i].type = WatchEventType::kModified;
-      parsed[i].object = std::move(line["object"]);
-      informer.Apply(parsed[i]);
+  // One core: this thread alone, pinned to the CPU it is on (the informer and the writers are done).
+  const int cpu = ::sched_getcpu();
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  const bool pinned = ::sched_setaffinity(0, sizeof one, &one) == 0;
+
+  // A second informer without handlers (never started): what decoding + caching cost alone.
+  auto bare = std::make_unique<Informer>(client, Resource::Pods(), options);
+  for (const std::string& line : lines) {
+    if (fleet::kube::ApiStatus s = bare->ApplyLine(line); !s.ok()) {
+      std::fprintf(stderr, "ApplyLine: %s\n", s.ToString().c_str());
+      return 1;
     }
-    parse_apply_s = ThreadCpuSeconds() - cpu0;
   }
-  double apply_s = 0;
-  {
+  auto new_pass = [&](Informer& target) {
     const double cpu0 = ThreadCpuSeconds();
-    for (const WatchEvent& e : parsed) informer.Apply(e);
-    apply_s = ThreadCpuSeconds() - cpu0;
+    for (const std::string& line : lines) {
+      if (!target.ApplyLine(line).ok()) std::abort();
+    }
+    return ThreadCpuSeconds() - cpu0;
+  };
+  auto old_pass = [&](Informer& target) {
+    const double cpu0 = ThreadCpuSeconds();
+    for (const std::string& line : lines) {
+      Json parsed = Json::parse(line);   // what Client::Watch did for every event
+      WatchEvent event;
+      event.type = WatchEventType::kModified;
+      event.object = std::move(parsed["object"]);
+      target.Apply(event);
+    }
+    return ThreadCpuSeconds() - cpu0;
+  };
+  struct Variant {
+    const char* name;
+    Informer* target;
+    std::vector<double> old_s, new_s;
+  };
+  Variant variants[] = {{"update handler (old + new objects materialized for it)", &informer, {}, {}},
+                        {"no handlers (decode + cache only)", bare.get(), {}, {}}};
+  for (int r = 0; r < rounds; ++r) {
+    for (Variant& v : variants) {
+      if (r % 2 == 0) {
+        v.old_s.push_back(old_pass(*v.target));
+        v.new_s.push_back(new_pass(*v.target));
+      } else {
+        v.new_s.push_back(new_pass(*v.target));
+        v.old_s.push_back(old_pass(*v.target));
+      }
+    }
   }
   const double n = static_cast<double>(lines.size());
-  std::printf("(b) replay of the recorded stream (%zu events, %.0f bytes each), one thread:\n", lines.size(),
-              static_cast<double>(bytes) / n);
-  std::printf("    parse + apply: %.1f us/event = %.0f events/s  [target >= 20000: %s]\n", parse_apply_s * 1e6 / n,
-              n / parse_apply_s, Verdict(n / parse_apply_s >= 20000));
-  std::printf("    apply alone:   %.1f us/event = %.0f events/s  [target >= 20000: %s]\n", apply_s * 1e6 / n,
-              n / apply_s, Verdict(n / apply_s >= 20000));
+  std::printf("(c) replay of the recorded stream (%zu MODIFIED events, %.0f bytes each), one thread%s, "
+              "median of %d alternating rounds:\n",
+              lines.size(), static_cast<double>(bytes) / n,
+              pinned ? (" pinned to CPU " + std::to_string(cpu)).c_str() : " (NOT pinned)", rounds);
+  for (const Variant& v : variants) {
+    const double old_s = Median(v.old_s), new_s = Median(v.new_s);
+    std::printf("    %s:\n", v.name);
+    std::printf("      old (nlohmann DOM parse + Apply): %5.1f us/event = %6.0f events/s\n", old_s * 1e6 / n, n / old_s);
+    std::printf("      new (ApplyLine, packed directly):  %5.1f us/event = %6.0f events/s  ratio %.2f"
+                "  [target >= 20000: %s]\n",
+                new_s * 1e6 / n, n / new_s, old_s / new_s, Verdict(n / new_s >= 20000));
+  }
 
   std::printf("RSS (VmRSS): %.1f MiB at start, %.1f MiB with the client; with %zu pods cached: %.1f MiB after the "
               "list  [target <= 80 MiB: %s]\n",
               Mib(rss_start_kib), Mib(rss_before_kib), informer.cache().Size(), Mib(rss_synced_kib),
               Verdict(rss_synced_kib <= 80 * 1024));
-  std::printf("    peak during the list %.1f MiB (Client::List returns the whole list parsed); %.1f MiB after the "
-              "trickle, %.1f MiB after the burst, %.1f MiB once freed heap is trimmed  [target <= 80 MiB: %s]\n",
+  std::printf("    peak during the list %.1f MiB; %.1f MiB after the trickle, %.1f MiB after the burst, %.1f MiB once "
+              "freed heap is trimmed  [target <= 80 MiB: %s]\n",
               Mib(hwm_synced_kib), Mib(rss_trickle_kib), Mib(rss_ingested_kib), Mib(rss_trimmed_kib),
               Verdict(rss_ingested_kib <= 80 * 1024));
+
+  CPU_ZERO(&one);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &one);
+  (void)::sched_setaffinity(0, sizeof one, &one);
+  std::printf("(d) the same list in fresh processes, same run (VmHWM reset before each list):\n");
+  PrintList("new (pages packed as they arrive)      ", list_new);
+  PrintList("old (Client::List parsed whole, packed)", list_old);
   return 0;
 }

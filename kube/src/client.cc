@@ -29,6 +29,7 @@
 #include <pplx/threadpool.h>
 
 #include "fleet/kube/rate_limiter.h"
+#include "packed_json.h"
 
 namespace fleet::kube {
 
@@ -80,8 +81,8 @@ class Query {
 // Serializes a request body; invalid UTF-8 in strings is replaced rather than thrown about.
 std::string Dump(const Json& json) { return json.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
-std::string Excerpt(const std::string& body) {
-  std::string out = body.substr(0, 120);
+std::string Excerpt(std::string_view body) {
+  std::string out(body.substr(0, 120));
   std::replace(out.begin(), out.end(), '\n', ' ');
   return body.size() > 120 ? out + "..." : out;
 }
@@ -366,10 +367,55 @@ class RestClient final : public Client {
     return std::move(reply->body);
   }
 
+  ApiStatus ListPages(const Resource& r, const std::string& ns, const ListOptions& options,
+                      const std::function<bool(std::string_view page)>& on_page) override {
+    std::string next;
+    do {
+      Query query;
+      query.Add("labelSelector", options.label_selector).Add("fieldSelector", options.field_selector);
+      if (options.limit > 0) query.Add("limit", std::to_string(options.limit));
+      if (next.empty()) {
+        query.Add("resourceVersion", options.resource_version);
+      } else {
+        query.Add("continue", next);
+      }
+      Request request{http::methods::GET, CollectionPath(r, ns) + query.str()};
+      const std::string what = request.method + " " + request.path;
+      auto reply = Call(std::move(request));
+      if (!reply.ok()) return reply.status();
+      if (!IsJsonContentType(reply->content_type)) {
+        return ApiStatus(Code::kMalformed, what + ": answered with Content-Type \"" + reply->content_type +
+                                               "\", expected application/json",
+                         reply->status);
+      }
+      // The continue token, and a check of the page, without a DOM (a parse that writes nothing).
+      internal::ListBodyInfo info;
+      std::string error;
+      if (!internal::PackListBody(reply->body, {}, &info, &error)) {
+        return ApiStatus(Code::kMalformed, "list " + r.plural + ": " + error + " (" +
+                                               std::to_string(reply->body.size()) + " bytes: " +
+                                               Excerpt(reply->body) + ")",
+                         reply->status);
+      }
+      const std::string previous = std::move(next);
+      next = std::move(info.continue_token);
+      if (!next.empty() && next == previous) {
+        return ApiStatus(Code::kMalformed, "list " + r.plural + ": the server repeated its continue token");
+      }
+      if (!on_page(reply->body)) return ApiStatus();
+    } while (!next.empty());
+    return ApiStatus();
+  }
+
   ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                   const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) override;
+  ApiStatus WatchLines(const Resource& r, const std::string& ns, const WatchOptions& options,
+                       const std::function<bool(std::string_view line)>& on_line, const CancelToken& cancel) override;
 
  private:
+  // What a watch does with one line: OK to go on (*stop to end the watch there), else the status
+  // that ends it.
+  using LineHandler = std::function<ApiStatus(std::string_view line, bool* stop)>;
   std::unique_ptr<http::client::http_client> MakeHttpClient(std::chrono::milliseconds idle_timeout) const {
     http::client::http_client_config config = base_config_;
     config.set_timeout(idle_timeout);
@@ -603,10 +649,13 @@ class RestClient final : public Client {
                      what + ": the response exceeds the limit of " + std::to_string(limit) + " bytes");
   }
 
-  // Splits the watch stream into lines and hands each event to `on_event`. Returns OK at the
-  // end of the stream, or the status that ended the watch; *stop when the handler said so.
-  ApiStatus StreamEvents(const http::http_response& response, const std::function<bool(const WatchEvent&)>& on_event,
-                         const CancelToken& cancel, bool* stop);
+  // Splits the watch stream into lines and hands each non-blank one to `on_line`. Returns OK at
+  // the end of the stream, or the status that ended the watch; *stop when the handler said so.
+  ApiStatus StreamLines(const http::http_response& response, const LineHandler& on_line, const CancelToken& cancel,
+                        bool* stop);
+  // Opens the watch (token refresh on 401, status and content type checked) and streams it.
+  ApiStatus WatchStream(const Resource& r, const std::string& ns, const WatchOptions& options,
+                        const LineHandler& on_line, const CancelToken& cancel);
 
   const ClusterConfig config_;
   const ClientOptions options_;
@@ -625,8 +674,8 @@ StatusOr<WatchEventType> ParseEventType(const std::string& type) {
   return ApiStatus(Code::kMalformed, "watch event of unknown type \"" + type + "\"");
 }
 
-// One line of a watch stream -> an event, or the status an ERROR event carries.
-ApiStatus DecodeEvent(const std::string& line, WatchEvent* event) {
+// One line of a watch stream -> an event.
+ApiStatus DecodeEvent(std::string_view line, WatchEvent* event) {
   Json json;
   try {
     json = Json::parse(line, nullptr, /*allow_exceptions=*/false);
@@ -648,9 +697,8 @@ ApiStatus DecodeEvent(const std::string& line, WatchEvent* event) {
   return ApiStatus();
 }
 
-ApiStatus RestClient::StreamEvents(const http::http_response& response,
-                                   const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel,
-                                   bool* stop) {
+ApiStatus RestClient::StreamLines(const http::http_response& response, const LineHandler& on_line,
+                                  const CancelToken& cancel, bool* stop) {
   const size_t limit = options_.max_response_bytes;
   BodyReader reader(response);
   std::string buffer;
@@ -661,20 +709,11 @@ ApiStatus RestClient::StreamEvents(const http::http_response& response,
     if (eof && !buffer.empty() && buffer.back() != '\n') buffer.push_back('\n');  // a last unterminated line
     size_t start = 0;
     for (size_t nl; (nl = buffer.find('\n', scanned)) != std::string::npos; scanned = start) {
-      std::string line = buffer.substr(start, nl - start);
+      std::string_view line(buffer.data() + start, nl - start);
       start = nl + 1;
-      if (!line.empty() && line.back() == '\r') line.pop_back();
-      if (line.find_first_not_of(" \t") == std::string::npos) continue;
-      WatchEvent event;
-      if (ApiStatus s = DecodeEvent(line, &event); !s.ok()) return s;
-      if (event.type == WatchEventType::kError) {
-        ApiStatus error = StatusFromResponse(0, event.object.dump());
-        return error.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code") : error;
-      }
-      if (!on_event(event)) {
-        *stop = true;
-        return ApiStatus();
-      }
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line.find_first_not_of(" \t") == std::string_view::npos) continue;
+      if (ApiStatus s = on_line(line, stop); !s.ok() || *stop) return s;
     }
     buffer.erase(0, start);
     scanned = buffer.size();
@@ -687,6 +726,34 @@ ApiStatus RestClient::StreamEvents(const http::http_response& response,
 
 ApiStatus RestClient::Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                             const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) {
+  return WatchStream(
+      r, ns, options,
+      [&on_event](std::string_view line, bool* stop) {
+        WatchEvent event;
+        if (ApiStatus s = DecodeEvent(line, &event); !s.ok()) return s;
+        if (event.type == WatchEventType::kError) {
+          ApiStatus error = StatusFromResponse(0, event.object.dump());
+          return error.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code") : error;
+        }
+        *stop = !on_event(event);
+        return ApiStatus();
+      },
+      cancel);
+}
+
+ApiStatus RestClient::WatchLines(const Resource& r, const std::string& ns, const WatchOptions& options,
+                                 const std::function<bool(std::string_view line)>& on_line, const CancelToken& cancel) {
+  return WatchStream(
+      r, ns, options,
+      [&on_line](std::string_view line, bool* stop) {
+        *stop = !on_line(line);
+        return ApiStatus();
+      },
+      cancel);
+}
+
+ApiStatus RestClient::WatchStream(const Resource& r, const std::string& ns, const WatchOptions& options,
+                                  const LineHandler& on_line, const CancelToken& cancel) {
   Query query;
   query.Add("watch", "true")
       .Add("resourceVersion", options.resource_version)
@@ -734,7 +801,7 @@ ApiStatus RestClient::Watch(const Resource& r, const std::string& ns, const Watc
     bool stop = false;
     ApiStatus status;
     try {
-      status = StreamEvents(*response, on_event, cancel, &stop);
+      status = StreamLines(*response, on_line, cancel, &stop);
     } catch (...) {
       cts.cancel();  // the handler threw: close the stream, let the exception go to the caller
       throw;
@@ -743,6 +810,17 @@ ApiStatus RestClient::Watch(const Resource& r, const std::string& ns, const Watc
     if (status.code() == Code::kCancelled) return ApiStatus(Code::kCancelled, what + ": cancelled");
     return status;
   }
+}
+
+const char* EventTypeName(WatchEventType type) {
+  switch (type) {
+    case WatchEventType::kAdded: return "ADDED";
+    case WatchEventType::kModified: return "MODIFIED";
+    case WatchEventType::kDeleted: return "DELETED";
+    case WatchEventType::kBookmark: return "BOOKMARK";
+    case WatchEventType::kError: return "ERROR";
+  }
+  return "ERROR";
 }
 
 }  // namespace
@@ -754,6 +832,30 @@ bool ConfigureIoThreads(size_t threads) {
   } catch (const std::exception&) {
     return false;  // already running
   }
+}
+
+ApiStatus Client::ListPages(const Resource& r, const std::string& ns, const ListOptions& options,
+                            const std::function<bool(std::string_view page)>& on_page) {
+  StatusOr<Json> list = List(r, ns, options);
+  if (!list.ok()) return list.status();
+  const std::string page = Dump(*list);
+  on_page(page);
+  return ApiStatus();
+}
+
+ApiStatus Client::WatchLines(const Resource& r, const std::string& ns, const WatchOptions& options,
+                             const std::function<bool(std::string_view line)>& on_line, const CancelToken& cancel) {
+  return Watch(
+      r, ns, options,
+      [&on_line](const WatchEvent& event) {
+        std::string line = "{\"type\":\"";
+        line += EventTypeName(event.type);
+        line += "\",\"object\":";
+        line += Dump(event.object);
+        line += '}';
+        return on_line(line);
+      },
+      cancel);
 }
 
 StatusOr<std::shared_ptr<Client>> Client::Create(const ClusterConfig& config, const ClientOptions& options) {

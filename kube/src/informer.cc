@@ -5,7 +5,10 @@
 #endif
 
 #include <algorithm>
+#include <atomic>
+#include <cmath>
 #include <random>
+#include <string_view>
 #include <unordered_set>
 
 #include "packed_json.h"
@@ -26,6 +29,33 @@ const std::string& ResourceVersionOf(const Json& object) {
   return StringAt(object, "metadata", "resourceVersion");
 }
 
+std::string KeyOf(const internal::PackedMeta& meta) {
+  return meta.ns.empty() ? meta.name : meta.ns + "/" + meta.name;
+}
+
+bool ParseEventType(std::string_view type, WatchEventType* out) {
+  if (type == "ADDED") {
+    *out = WatchEventType::kAdded;
+  } else if (type == "MODIFIED") {
+    *out = WatchEventType::kModified;
+  } else if (type == "DELETED") {
+    *out = WatchEventType::kDeleted;
+  } else if (type == "BOOKMARK") {
+    *out = WatchEventType::kBookmark;
+  } else if (type == "ERROR") {
+    *out = WatchEventType::kError;
+  } else {
+    return false;
+  }
+  return true;
+}
+
+std::string Excerpt(std::string_view text) {
+  std::string out(text.substr(0, 120));
+  std::replace(out.begin(), out.end(), '\n', ' ');
+  return text.size() > 120 ? out + "..." : out;
+}
+
 // Uniform in [d/2, d] where d = min(cap, base * 2^attempt): spreads reconnecting informers apart.
 std::chrono::milliseconds JitteredBackoff(std::chrono::milliseconds base, std::chrono::milliseconds cap,
                                           int attempt) {
@@ -36,10 +66,22 @@ std::chrono::milliseconds JitteredBackoff(std::chrono::milliseconds base, std::c
   return std::chrono::milliseconds(static_cast<int64_t>(d * jitter(rng)));
 }
 
-// Events between two ReturnFreedHeap() calls on the watch path. Each event parses ~20 KB of
-// short-lived nodes around its few long-lived bytes; glibc keeps the holes this leaves in a thread's
-// heap (~20 MB after 20,000 pod updates) unless asked. A trim takes ~0.1 ms: < 0.1 us per event.
-constexpr int64_t kEventsPerHeapTrim = 1024;
+// Events between two ReturnFreedHeap() calls on the watch path. Events leave garbage around the
+// long-lived packed objects (the objects materialized for handlers: ~20 KB a pod; much more on the
+// DOM path of Apply, or of a Client without its own WatchLines), and glibc keeps the holes this
+// leaves in a thread's heap unless asked. A trim walks the whole heap (a few ms in a process with a
+// 50 MB heap and many threads' arenas): in the benchmark, a trim every 1,024 events cost ~4 us per
+// event, every 8,192 < 0.5 us, and the RSS after 20,000 pod updates differed by < 1 MB.
+constexpr int64_t kEventsPerHeapTrim = 8192;
+
+// The cache's copy of a packed object: 1/8 spare (rounded up to 64 bytes), so that most updates
+// fit where the object is.
+std::string CopyWithSpare(std::string_view packed) {
+  std::string copy;
+  copy.reserve((packed.size() + packed.size() / 8 + 63) / 64 * 64);
+  copy.assign(packed.data(), packed.size());
+  return copy;
+}
 
 void ReturnFreedHeap() {
 #if defined(__GLIBC__)
@@ -109,32 +151,73 @@ std::vector<std::shared_ptr<const Json>> ObjectCache::MaterializeAll(const std::
   return out;
 }
 
-bool ObjectCache::Put(const Json& object, std::shared_ptr<const Json>* previous) {
-  std::string key = KeyOf(object);
-  std::string packed = internal::PackJson(object);
-  packed.shrink_to_fit();   // the encoder grew it by doubling: up to half of it would be slack
-  Entry entry{std::make_shared<const std::string>(std::move(packed)), ResourceVersionOf(object), TermsOf(object)};
-  Packed replaced;
-  {
-    std::unique_lock<std::shared_mutex> lock(mu_);
-    packed_bytes_ += entry.packed->size();
-    auto [it, added] = objects_.try_emplace(std::move(key));
-    if (added) {
-      it->second = std::move(entry);
-      IndexLocked(it->first, it->second.terms, true);
-    } else {
-      replaced = std::move(it->second.packed);
-      packed_bytes_ -= replaced->size();
-      // Most updates leave labels and owners alone: re-index only when the terms changed.
-      if (!(it->second.terms == entry.terms)) {
-        IndexLocked(it->first, it->second.terms, false);
-        IndexLocked(it->first, entry.terms, true);
-      }
-      it->second = std::move(entry);
-    }
+ObjectCache::Packed ObjectCache::PinLocked(const std::shared_ptr<Buffer>& buffer) {
+  // Taken under mu_: a writer (exclusive) sees the count. Released after the reading, with
+  // release order, so that a writer that then sees no readers (acquire) writes after the reads.
+  buffer->readers.fetch_add(1, std::memory_order_relaxed);
+  return Packed(&buffer->bytes,
+                [buffer](const std::string*) { buffer->readers.fetch_sub(1, std::memory_order_release); });
+}
+
+bool ObjectCache::Store(std::string key, std::string_view packed, std::string* owned,
+                        const std::string& resource_version, IndexTerms terms, Packed* replaced) {
+  auto fresh = [packed, owned] {
+    auto buffer = std::make_shared<Buffer>();
+    buffer->bytes = owned != nullptr ? std::move(*owned) : CopyWithSpare(packed);
+    return buffer;
+  };
+  std::unique_lock<std::shared_mutex> lock(mu_);
+  auto [it, added] = objects_.try_emplace(std::move(key));
+  Entry& entry = it->second;
+  if (added) {
+    entry.buffer = fresh();
+    entry.resource_version = resource_version;
+    entry.terms = std::move(terms);
+    IndexLocked(it->first, entry.terms, true);
+    packed_bytes_ += packed.size();
+    return false;
   }
+  std::string& bytes = entry.buffer->bytes;
+  packed_bytes_ -= bytes.size();
+  packed_bytes_ += packed.size();
+  // Readers pin under the shared lock, which we exclude: the count can only fall now.
+  if (replaced == nullptr && bytes.capacity() >= packed.size() &&
+      entry.buffer->readers.load(std::memory_order_acquire) == 0) {
+    bytes.assign(packed.data(), packed.size());
+  } else {
+    if (replaced != nullptr) *replaced = PinLocked(entry.buffer);
+    entry.buffer = fresh();
+  }
+  entry.resource_version.assign(resource_version);   // into the string it has: no allocation
+  // Most updates leave labels and owners alone: re-index only when the terms changed (and else
+  // keep the stored ones: no allocation either).
+  if (!(entry.terms == terms)) {
+    IndexLocked(it->first, entry.terms, false);
+    entry.terms = std::move(terms);
+    IndexLocked(it->first, entry.terms, true);
+  }
+  return true;
+}
+
+bool ObjectCache::Put(const Json& object, std::shared_ptr<const Json>* previous) {
+  std::string packed = internal::PackJson(object);
+  Packed replaced;
+  const bool was_there = Store(KeyOf(object), packed, nullptr, ResourceVersionOf(object), TermsOf(object),
+                               previous ? &replaced : nullptr);
   if (previous) *previous = replaced ? Materialize(replaced) : nullptr;
-  return replaced != nullptr;
+  return was_there;
+}
+
+bool ObjectCache::PutPacked(std::string key, std::string_view packed, std::string* owned,
+                            internal::PackedMeta&& meta) {
+  return Store(std::move(key), packed, owned, meta.resource_version,
+               IndexTerms{std::move(meta.ns), std::move(meta.owner_uids), std::move(meta.labels)}, nullptr);
+}
+
+ObjectCache::Packed ObjectCache::PackedOf(const std::string& key) const {
+  std::shared_lock<std::shared_mutex> lock(mu_);
+  auto it = objects_.find(key);
+  return it == objects_.end() ? nullptr : PinLocked(it->second.buffer);
 }
 
 std::shared_ptr<const Json> ObjectCache::Upsert(const Json& object) {
@@ -148,7 +231,7 @@ bool ObjectCache::Erase(const std::string& key) {
   auto it = objects_.find(key);
   if (it == objects_.end()) return false;
   IndexLocked(key, it->second.terms, false);
-  packed_bytes_ -= it->second.packed->size();
+  packed_bytes_ -= it->second.buffer->bytes.size();
   objects_.erase(it);
   return true;
 }
@@ -159,7 +242,7 @@ std::shared_ptr<const Json> ObjectCache::Remove(const std::string& key) {
     std::unique_lock<std::shared_mutex> lock(mu_);
     auto it = objects_.find(key);
     if (it == objects_.end()) return nullptr;
-    removed = std::move(it->second.packed);
+    removed = PinLocked(it->second.buffer);
     IndexLocked(key, it->second.terms, false);
     packed_bytes_ -= removed->size();
     objects_.erase(it);
@@ -173,7 +256,7 @@ std::shared_ptr<const Json> ObjectCache::Get(const std::string& key) const {
     std::shared_lock<std::shared_mutex> lock(mu_);
     auto it = objects_.find(key);
     if (it == objects_.end()) return nullptr;
-    packed = it->second.packed;
+    packed = PinLocked(it->second.buffer);
   }
   return Materialize(packed);
 }
@@ -189,7 +272,7 @@ std::vector<std::shared_ptr<const Json>> ObjectCache::List() const {
   {
     std::shared_lock<std::shared_mutex> lock(mu_);
     packed.reserve(objects_.size());
-    for (const auto& [key, entry] : objects_) packed.push_back(entry.packed);
+    for (const auto& [key, entry] : objects_) packed.push_back(PinLocked(entry.buffer));
   }
   return MaterializeAll(packed);
 }
@@ -200,7 +283,7 @@ std::vector<ObjectCache::Packed> ObjectCache::CollectLocked(
   auto it = index.find(term);
   if (it == index.end()) return out;
   out.reserve(it->second.size());
-  for (const std::string& key : it->second) out.push_back(objects_.at(key).packed);
+  for (const std::string& key : it->second) out.push_back(PinLocked(objects_.at(key).buffer));
   return out;
 }
 
@@ -258,6 +341,7 @@ Informer::Informer(std::shared_ptr<Client> client, Resource resource, InformerOp
 Informer::~Informer() { Stop(); }
 
 void Informer::AddHandlers(EventHandlers handlers) {
+  needs_added_ = needs_added_ || static_cast<bool>(handlers.on_add);
   needs_old_ = needs_old_ || static_cast<bool>(handlers.on_update);
   needs_deleted_ = needs_deleted_ || static_cast<bool>(handlers.on_delete);
   handlers_.push_back(std::move(handlers));
@@ -305,11 +389,12 @@ std::string Informer::LastResourceVersion() const {
   return last_rv_;
 }
 
-void Informer::SetLastResourceVersion(const Json& object) {
-  const std::string& rv = ResourceVersionOf(object);
-  if (rv.empty()) return;
+void Informer::SetLastResourceVersion(const Json& object) { SetLastResourceVersion(ResourceVersionOf(object)); }
+
+void Informer::SetLastResourceVersion(const std::string& resource_version) {
+  if (resource_version.empty()) return;
   std::lock_guard<std::mutex> lock(rv_mu_);
-  last_rv_ = rv;
+  last_rv_ = resource_version;
 }
 
 void Informer::Run() {
@@ -354,22 +439,56 @@ void Informer::Run() {
   }
 }
 
+struct Informer::ListedObject {
+  std::string packed;
+  internal::PackedMeta meta;
+};
+
 ApiStatus Informer::ListAndReplace() {
   ListOptions list_options;
   list_options.label_selector = options_.label_selector;
   list_options.field_selector = options_.field_selector;
   list_options.limit = options_.list_page_size;
   lists_++;
-  StatusOr<Json> list = client_->List(resource_, options_.ns, list_options);
-  if (!list.ok() && list.status().code() == Code::kGone && list_options.limit > 0) {
+  std::vector<ListedObject> objects;
+  std::string list_rv;
+  ApiStatus page_status;
+  // Each page is packed as it arrives, item by item, and its text dropped.
+  auto on_page = [&](std::string_view body) {
+    internal::ListBodyInfo info;
+    std::string error;
+    const bool parsed = internal::PackListBody(
+        body,
+        [&](std::string_view item) {
+          // With the cache's spare already: a new object's buffer moves into the cache as it is.
+          ListedObject object{CopyWithSpare(item), internal::ReadPackedMeta(item)};
+          objects.push_back(std::move(object));
+        },
+        &info, &error);
+    if (!parsed) {
+      page_status = ApiStatus(Code::kMalformed, "list " + resource_.plural + ": " + error + " (" + Excerpt(body) + ")");
+      return false;
+    }
+    list_rv = std::move(info.resource_version);
+    return true;
+  };
+  auto list = [&] {
+    objects.clear();
+    list_rv.clear();
+    page_status = ApiStatus();
+    ApiStatus status = client_->ListPages(resource_, options_.ns, list_options, on_page);
+    return status.ok() ? page_status : status;
+  };
+  ApiStatus listed = list();
+  if (listed.code() == Code::kGone && list_options.limit > 0) {
     // A continue token expired between pages: fall back to one unpaged list, as client-go does.
     list_options.limit = 0;
-    list = client_->List(resource_, options_.ns, list_options);
+    listed = list();
   }
-  if (!list.ok()) return list.status();
-  Replace(std::move(list).value());
-  // The whole parsed list (~20 KB per pod) was just freed: hand those pages back to the OS rather
-  // than keep them as the process's high-water mark.
+  if (!listed.ok()) return listed;
+  Replace(std::move(objects), list_rv);
+  // The pages' text and whatever handlers materialized were just freed: hand those pages back to
+  // the OS rather than keep them as the process's high-water mark.
   ReturnFreedHeap();
   if (!synced_) {
     {
@@ -381,25 +500,18 @@ ApiStatus Informer::ListAndReplace() {
   return ApiStatus();
 }
 
-void Informer::Replace(Json list) {
+void Informer::Replace(std::vector<ListedObject> objects, const std::string& resource_version) {
   std::lock_guard<std::mutex> dispatch(dispatch_mu_);
   std::unordered_set<std::string> listed;
-  auto items = list.find("items");
-  if (items != list.end() && items->is_array()) {
-    listed.reserve(items->size());
-    for (Json& item : *items) {
-      std::string key = ObjectCache::KeyOf(item);
-      const std::string& rv = ResourceVersionOf(item);
-      if (rv.empty() || cache_.ResourceVersion(key) != rv) {   // unchanged objects are not re-delivered
-        std::shared_ptr<const Json> previous;
-        if (!cache_.Put(item, needs_old_ ? &previous : nullptr)) {
-          DispatchAdd(item);
-        } else if (previous) {
-          DispatchUpdate(*previous, item);
-        }
-      }
-      listed.insert(std::move(key));
+  listed.reserve(objects.size());
+  for (ListedObject& object : objects) {
+    std::string key = KeyOf(object.meta);
+    const std::string& rv = object.meta.resource_version;
+    if (rv.empty() || cache_.ResourceVersion(key) != rv) {   // unchanged objects are not re-delivered
+      UpsertLocked(object.packed, &object.packed, std::move(object.meta));
     }
+    listed.insert(std::move(key));
+    object = ListedObject();   // frees what the cache did not take as it goes
   }
   // Objects the list no longer has were deleted while we were not watching.
   for (const std::string& key : cache_.Keys()) {
@@ -410,7 +522,7 @@ void Informer::Replace(Json list) {
       DispatchDelete(*gone);
     }
   }
-  SetLastResourceVersion(list);
+  SetLastResourceVersion(resource_version);
 }
 
 ApiStatus Informer::WatchFromLast(int64_t* events) {
@@ -421,34 +533,99 @@ ApiStatus Informer::WatchFromLast(int64_t* events) {
   watch_options.allow_bookmarks = true;
   watch_options.timeout_seconds = options_.watch_timeout_seconds;
   watches_++;
-  bool gone = false;
-  ApiStatus error_event;
+  ApiStatus line_status;   // a malformed line or an ERROR event, which end the watch
   *events = 0;
   const auto started = std::chrono::steady_clock::now();
-  ApiStatus status = client_->Watch(
+  ApiStatus status = client_->WatchLines(
       resource_, options_.ns, watch_options,
-      [&](const WatchEvent& event) {
-        if (event.type == WatchEventType::kError) {
-          const Json& code = event.object.contains("code") ? event.object["code"] : Json();
-          if (code.is_number_integer() && code.get<int>() == 410) {
-            gone = true;
-          } else {
-            error_event = ApiStatus(Code::kUnavailable,
-                                    "watch ERROR event: " + event.object.dump().substr(0, 512));
-          }
+      [&](std::string_view line) {
+        ApiStatus applied = ApplyLine(line);
+        if (!applied.ok()) {
+          line_status = std::move(applied);
           return false;
         }
-        Apply(event);
         ++*events;
         return !cancel_.cancelled();
       },
       cancel_);
-  if (gone) return ApiStatus(Code::kGone, "watch: resourceVersion too old");
-  if (!error_event.ok()) return error_event;
+  if (line_status.code() == Code::kGone) return ApiStatus(Code::kGone, "watch: resourceVersion too old");
+  if (!line_status.ok()) return line_status;
   if (status.ok() && *events == 0 && std::chrono::steady_clock::now() - started < options_.min_watch_duration) {
     return ApiStatus(Code::kUnavailable, "watch ended at once without events");
   }
   return status;
+}
+
+ApiStatus Informer::ApplyLine(std::string_view line) {
+  std::lock_guard<std::mutex> dispatch(dispatch_mu_);
+  // The object is packed into a scratch string that keeps its capacity from event to event; the
+  // cache copies it (over the stored object's bytes when they have room).
+  std::string type_name, error;
+  if (!internal::PackWatchLine(line, &type_name, &line_packed_, &error)) {
+    return ApiStatus(Code::kMalformed, "watch event: " + error + ": " + Excerpt(line));
+  }
+  WatchEventType type = WatchEventType::kError;
+  if (!ParseEventType(type_name, &type)) {
+    return ApiStatus(Code::kMalformed, "watch event of unknown type \"" + type_name + "\"");
+  }
+  if (type == WatchEventType::kError) {
+    const std::string body =
+        internal::UnpackJson(line_packed_).dump(-1, ' ', false, Json::error_handler_t::replace);
+    ApiStatus error_status = StatusFromResponse(0, body);
+    return error_status.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code: " + Excerpt(body))
+                             : error_status;
+  }
+  ApplyPackedLocked(type, line_packed_, internal::ReadPackedMeta(line_packed_));
+  if (line_packed_.capacity() > (1u << 20)) std::string().swap(line_packed_);   // after a huge object
+  return ApiStatus();
+}
+
+void Informer::UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta) {
+  std::string key = KeyOf(meta);
+  // Objects are materialized only for the handlers that will look at them, before the cache
+  // stores the new one (over the old one's bytes, when they have room). Writers are serialized
+  // by dispatch_mu_: the object looked up here is the one replaced.
+  bool deliver = false, update = false;
+  Json old_object, new_object;
+  if (needs_old_ || needs_added_) {
+    ObjectCache::Packed current = cache_.PackedOf(key);
+    update = current != nullptr;
+    deliver = update ? needs_old_ : needs_added_;
+    if (deliver && update) old_object = internal::UnpackJson(*current);
+  }   // (our reference to the stored bytes is gone: the cache may write over them)
+  if (deliver) new_object = internal::UnpackJson(packed);
+  cache_.PutPacked(std::move(key), packed, owned, std::move(meta));
+  if (!deliver) return;
+  if (update) {
+    DispatchUpdate(old_object, new_object);
+  } else {
+    DispatchAdd(new_object);
+  }
+}
+
+void Informer::ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta) {
+  const std::string rv = meta.resource_version;
+  switch (type) {
+    case WatchEventType::kAdded:
+    case WatchEventType::kModified:
+      UpsertLocked(packed, nullptr, std::move(meta));
+      break;
+    case WatchEventType::kDeleted: {
+      Json last_known;
+      if (needs_deleted_) last_known = internal::UnpackJson(packed);
+      cache_.Erase(KeyOf(meta));
+      if (needs_deleted_) DispatchDelete(last_known);
+      break;
+    }
+    case WatchEventType::kBookmark:
+    case WatchEventType::kError:
+      break;
+  }
+  SetLastResourceVersion(rv);
+  if (++events_since_trim_ >= kEventsPerHeapTrim) {
+    events_since_trim_ = 0;
+    ReturnFreedHeap();
+  }
 }
 
 void Informer::Apply(const WatchEvent& event) {

@@ -5,6 +5,7 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -742,6 +743,246 @@ TEST_F(WatchTest, RefusedWatchReturnsTheServersStatus) {
   EXPECT_EQ(result.code(), Code::kTooManyRequests);
   ASSERT_TRUE(result.retry_after());
   EXPECT_EQ(*result.retry_after(), std::chrono::seconds(1));
+}
+
+// ---- ListPages and WatchLines: the JSON text as the server sent it ----
+
+TEST_F(ClientTest, ListPagesHandsOverOnePageAtATimeFollowingContinueTokens) {
+  auto client = NewClient();
+  for (int i = 0; i < 7; ++i) {
+    ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
+  }
+  auto whole = client->List(Resource::ConfigMaps(), "default");
+  ASSERT_TRUE(whole.ok());
+  fake_.ClearRequests();
+  ListOptions options;
+  options.limit = 3;
+  std::vector<Json> pages;
+  ApiStatus listed = client->ListPages(Resource::ConfigMaps(), "default", options, [&](std::string_view page) {
+    pages.push_back(Json::parse(page));
+    return true;
+  });
+  ASSERT_TRUE(listed.ok()) << listed.ToString();
+  ASSERT_EQ(pages.size(), 3u);
+  std::vector<std::string> names, expected;
+  for (size_t i = 0; i < pages.size(); ++i) {
+    EXPECT_EQ(pages[i]["kind"], "ConfigMapList");
+    EXPECT_LE(pages[i]["items"].size(), 3u);
+    EXPECT_EQ(pages[i]["metadata"].contains("continue"), i < 2) << "page " << i;
+    EXPECT_EQ(pages[i]["metadata"]["resourceVersion"], (*whole)["metadata"]["resourceVersion"]);
+    for (const Json& item : pages[i]["items"]) names.push_back(item["metadata"]["name"]);
+  }
+  for (const Json& item : (*whole)["items"]) expected.push_back(item["metadata"]["name"]);
+  EXPECT_EQ(names, expected);
+  const std::vector<Json> requests = fake_.RequestsMatching("GET", "/api/v1/namespaces/default/configmaps");
+  ASSERT_EQ(requests.size(), 3u);
+  EXPECT_EQ(requests[0].value("query", "").find("continue="), std::string::npos);
+  EXPECT_NE(requests[1].value("query", "").find("continue="), std::string::npos);
+
+  // The caller can stop after any page: no further request.
+  fake_.ClearRequests();
+  int seen = 0;
+  EXPECT_TRUE(client->ListPages(Resource::ConfigMaps(), "default", options, [&](std::string_view) {
+    ++seen;
+    return false;
+  }).ok());
+  EXPECT_EQ(seen, 1);
+  EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps"), 1u);
+}
+
+TEST_F(ClientTest, ListPagesReportsExpiredTokensAndMalformedPages) {
+  auto client = NewClient();
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
+  }
+  ListOptions options;
+  options.limit = 2;
+  ApiStatus expired = client->ListPages(Resource::ConfigMaps(), "default", options, [&](std::string_view) {
+    fake_.Control("faults", {{"compact", true}});   // the continue token in hand is now too old
+    return true;
+  });
+  EXPECT_EQ(expired.code(), Code::kGone) << expired.ToString();
+
+  const std::string match = "GET /api/v1/namespaces/default/configmaps";
+  auto list = [&] {
+    return client->ListPages(Resource::ConfigMaps(), "default", {}, [](std::string_view) { return true; });
+  };
+  fake_.Control("faults", {{"garbageNext", 1}, {"match", match}});
+  EXPECT_EQ(list().code(), Code::kMalformed);
+  fake_.Control("faults", {{"truncateNext", 1}, {"match", match}});
+  EXPECT_EQ(list().code(), Code::kMalformed);
+  fake_.Control("faults", {{"wrongContentTypeNext", 1}, {"match", match}});
+  EXPECT_EQ(list().code(), Code::kMalformed);
+  fake_.Control("faults", {{"failNext", 1}, {"code", 503}, {"match", match}});
+  EXPECT_TRUE(list().ok()) << "retried like List";
+}
+
+TEST_F(WatchTest, WatchLinesHandsOverTheLinesAsSentErrorEventsIncluded) {
+  auto client = NewClient();
+  WatchOptions options;
+  options.resource_version = ListResourceVersion(*client);
+  options.timeout_seconds = 10;
+  options.allow_bookmarks = false;
+  std::mutex mu;
+  std::vector<std::string> lines;
+  CancelToken cancel;
+  ApiStatus result;
+  std::thread watcher([&] {
+    result = client->WatchLines(Resource::ConfigMaps(), "default", options, [&](std::string_view line) {
+      std::lock_guard<std::mutex> lock(mu);
+      lines.emplace_back(line);
+      return lines.size() < 3;
+    }, cancel);
+  });
+  ASSERT_TRUE(WaitForOpenWatch());
+  auto created = client->Create(Resource::ConfigMaps(), "default", ConfigMap("lined", "ż \"q\""));
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(client->MergePatch(Resource::ConfigMaps(), "default", "lined", {{"data", {{"k", "2"}}}}).ok());
+  ASSERT_TRUE(client->Delete(Resource::ConfigMaps(), "default", "lined").ok());
+  watcher.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(lines.size(), 3u);
+  const char* types[] = {"ADDED", "MODIFIED", "DELETED"};
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(lines[i].find('\n'), std::string::npos);
+    const Json event = Json::parse(lines[i]);
+    EXPECT_EQ(event["type"], types[i]);
+    EXPECT_EQ(event["object"]["metadata"]["name"], "lined");
+  }
+  EXPECT_EQ(Json::parse(lines[0])["object"]["data"]["k"], "ż \"q\"");
+
+  // An expired resourceVersion: the ERROR event is a line like the others.
+  ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("two")).ok());
+  fake_.Control("faults", {{"compact", true}});
+  lines.clear();
+  result = client->WatchLines(Resource::ConfigMaps(), "default", options, [&](std::string_view line) {
+    lines.emplace_back(line);
+    return true;
+  }, cancel);
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(lines.size(), 1u);
+  const Json error = Json::parse(lines[0]);
+  EXPECT_EQ(error["type"], "ERROR");
+  EXPECT_EQ(error["object"]["code"], 410);
+}
+
+TEST_F(WatchTest, WatchLinesLeavesCheckingToTheCallerButNotTheSizeLimit) {
+  ClientOptions small = FastOptions();
+  small.max_response_bytes = 64 * 1024;
+  auto client = NewClient(small);
+  CancelToken cancel;
+  std::vector<std::string> lines;
+  auto watch = [&] {
+    lines.clear();
+    return client->WatchLines(Resource::ConfigMaps(), "default", {}, [&](std::string_view line) {
+      lines.emplace_back(line);
+      return true;
+    }, cancel);
+  };
+  const std::string match = "WATCH /api/v1/namespaces/default/configmaps";
+  fake_.Control("faults", {{"garbageNext", 1}, {"match", match}});
+  // (The fake writes one line of garbage and then drops the connection.)
+  ApiStatus garbage = watch();
+  EXPECT_EQ(garbage.code(), Code::kUnavailable) << garbage.ToString();
+  ASSERT_EQ(lines.size(), 1u) << "not JSON, but handed over: the caller decodes";
+  EXPECT_NE(lines[0].find("garbage"), std::string::npos);
+  fake_.Control("faults", {{"hugeNext", 1}, {"bytes", 1024 * 1024}, {"match", match}});
+  EXPECT_EQ(watch().code(), Code::kMalformed);
+  fake_.Control("faults", {{"wrongContentTypeNext", 1}, {"match", match}});
+  EXPECT_EQ(watch().code(), Code::kMalformed);
+}
+
+// A Client with only the required methods gets ListPages and WatchLines from the base class.
+class ListAndWatchOnly : public Client {
+ public:
+  explicit ListAndWatchOnly(std::shared_ptr<Client> inner) : inner_(std::move(inner)) {}
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return inner_->Get(r, ns, name);
+  }
+  StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options) override {
+    return inner_->List(r, ns, options);
+  }
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Create(r, ns, object);
+  }
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Update(r, ns, object);
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->UpdateStatus(r, ns, object);
+  }
+  StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name, const Json& patch,
+                            const std::string& subresource) override {
+    return inner_->MergePatch(r, ns, name, patch, subresource);
+  }
+  ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
+                   const DeleteOptions& options) override {
+    return inner_->Delete(r, ns, name, options);
+  }
+  ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                  const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) override {
+    return inner_->Watch(r, ns, options, on_event, cancel);
+  }
+  StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
+                               int64_t tail_lines) override {
+    return inner_->GetLog(ns, pod, container, tail_lines);
+  }
+
+ private:
+  std::shared_ptr<Client> inner_;
+};
+
+TEST_F(WatchTest, TheDefaultListPagesAndWatchLinesGoThroughListAndWatch) {
+  auto inner = NewClient();
+  ListAndWatchOnly client(inner);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(client.Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
+  }
+  ListOptions paged;
+  paged.limit = 2;
+  std::vector<Json> pages;
+  ASSERT_TRUE(client.ListPages(Resource::ConfigMaps(), "default", paged, [&](std::string_view page) {
+    pages.push_back(Json::parse(page));
+    return true;
+  }).ok());
+  ASSERT_EQ(pages.size(), 1u) << "List()'s answer, whole";
+  EXPECT_EQ(pages[0]["items"].size(), 3u);
+  EXPECT_EQ(pages[0], *inner->List(Resource::ConfigMaps(), "default"));
+
+  WatchOptions options;
+  options.resource_version = ListResourceVersion(*inner);
+  options.allow_bookmarks = false;
+  options.timeout_seconds = 10;
+  std::vector<std::string> lines;
+  CancelToken cancel;
+  ApiStatus result;
+  std::thread watcher([&] {
+    result = client.WatchLines(Resource::ConfigMaps(), "default", options, [&](std::string_view line) {
+      lines.emplace_back(line);
+      return lines.size() < 2;
+    }, cancel);
+  });
+  ASSERT_TRUE(WaitForOpenWatch());
+  auto created = inner->Create(Resource::ConfigMaps(), "default", ConfigMap("new", "\u2713"));
+  ASSERT_TRUE(created.ok());
+  ASSERT_TRUE(inner->Delete(Resource::ConfigMaps(), "default", "new").ok());
+  watcher.join();
+  EXPECT_TRUE(result.ok()) << result.ToString();
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(Json::parse(lines[0]), (Json{{"type", "ADDED"}, {"object", *created}}));
+  EXPECT_EQ(Json::parse(lines[1])["type"], "DELETED");
+
+  // An ERROR event ends it with its status, as Watch does.
+  fake_.Control("faults", {{"compact", true}});
+  ASSERT_TRUE(inner->Create(Resource::ConfigMaps(), "default", ConfigMap("later")).ok());
+  fake_.Control("faults", {{"compact", true}});
+  lines.clear();
+  result = client.WatchLines(Resource::ConfigMaps(), "default", options, [&](std::string_view line) {
+    lines.emplace_back(line);
+    return true;
+  }, cancel);
+  EXPECT_EQ(result.code(), Code::kGone) << result.ToString();
+  EXPECT_TRUE(lines.empty());
 }
 
 // ---- TLS ----

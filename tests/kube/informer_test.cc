@@ -12,12 +12,14 @@
 #include <mutex>
 #include <set>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include <gtest/gtest.h>
 
 #include "fake_apiserver_fixture.h"
+#include "packed_json.h"
 
 namespace fleet::kube {
 namespace {
@@ -457,6 +459,325 @@ TEST_F(InformerTest, UnreachableServerNeverSyncsAndStillStopsPromptly) {
   EXPECT_GE(informer.lists(), 2) << "failed lists are retried with backoff";
 }
 
+// ---- the lower-level client calls: page by page, line by line ----
+
+// Forwards to a real client: only the pure virtual methods, so that ListPages and WatchLines are
+// the base class's defaults (as for any Client written before they existed).
+class ForwardingClient : public Client {
+ public:
+  explicit ForwardingClient(std::shared_ptr<Client> inner) : inner_(std::move(inner)) {}
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return inner_->Get(r, ns, name);
+  }
+  StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options) override {
+    whole_lists++;
+    return inner_->List(r, ns, options);
+  }
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Create(r, ns, object);
+  }
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Update(r, ns, object);
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->UpdateStatus(r, ns, object);
+  }
+  StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name, const Json& patch,
+                            const std::string& subresource) override {
+    return inner_->MergePatch(r, ns, name, patch, subresource);
+  }
+  ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
+                   const DeleteOptions& options) override {
+    return inner_->Delete(r, ns, name, options);
+  }
+  ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                  const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) override {
+    return inner_->Watch(r, ns, options, on_event, cancel);
+  }
+  StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
+                               int64_t tail_lines) override {
+    return inner_->GetLog(ns, pod, container, tail_lines);
+  }
+
+  std::atomic<int> whole_lists{0};
+
+ protected:
+  std::shared_ptr<Client> inner_;
+};
+
+// Forwards ListPages and WatchLines too, recording every page the informer is handed.
+class PageRecordingClient : public ForwardingClient {
+ public:
+  using ForwardingClient::ForwardingClient;
+  struct Page {
+    int64_t limit = 0;
+    size_t items = 0;
+    size_t bytes = 0;
+  };
+  ApiStatus ListPages(const Resource& r, const std::string& ns, const ListOptions& options,
+                      const std::function<bool(std::string_view page)>& on_page) override {
+    return inner_->ListPages(r, ns, options, [&](std::string_view page) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        pages_.push_back({options.limit, Json::parse(page)["items"].size(), page.size()});
+      }
+      const bool go_on = on_page(page);
+      if (after_page) after_page();
+      return go_on;
+    });
+  }
+  ApiStatus WatchLines(const Resource& r, const std::string& ns, const WatchOptions& options,
+                       const std::function<bool(std::string_view line)>& on_line, const CancelToken& cancel) override {
+    return inner_->WatchLines(r, ns, options, on_line, cancel);
+  }
+  std::vector<Page> Pages() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return pages_;
+  }
+  std::function<void()> after_page;   // runs after each page was handed over (set before Start)
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<Page> pages_;
+};
+
+TEST_F(InformerTest, ListsPageByPageAndNeverAsksForTheWholeList) {
+  for (int i = 0; i < 7; ++i) CreatePod(Pod("p" + std::to_string(i), {{"app", "x"}}));
+  auto recording = std::make_shared<PageRecordingClient>(client_);
+  Informer informer(recording, Resource::Pods(), FastOptions());   // pages of 2
+  Recorder recorder(&informer);
+  informer.AddHandlers(recorder.Handlers());
+  fake_.ClearRequests();
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+  EXPECT_EQ(CacheState(informer), ServerState());
+  EXPECT_EQ(recorder.Count(), 7u);
+  EXPECT_EQ(recording->whole_lists.load(), 0) << "Client::List returns the whole list at once";
+  const std::vector<PageRecordingClient::Page> pages = recording->Pages();
+  ASSERT_EQ(pages.size(), 4u) << "7 pods in pages of 2";
+  size_t items = 0, total_bytes = 0, largest = 0;
+  for (const auto& page : pages) {
+    EXPECT_LE(page.items, 2u);
+    items += page.items;
+    total_bytes += page.bytes;
+    largest = std::max(largest, page.bytes);
+  }
+  EXPECT_EQ(items, 7u);
+  EXPECT_LT(largest * 3, total_bytes) << "one page is what the informer holds as text at a time";
+  std::vector<Json> gets = fake_.RequestsMatching("GET", kPodsPath);
+  size_t continued = 0;
+  for (const Json& request : gets) {
+    if (request.value("watch", false)) continue;
+    if (request.value("query", "").find("continue=") != std::string::npos) continued++;
+  }
+  EXPECT_EQ(continued, 3u) << "pages 2-4 follow the continue token";
+  EXPECT_EQ(informer.cache().ByLabel("app", "x").size(), 7u);
+}
+
+TEST_F(InformerTest, AContinueTokenThatExpiresMidListFallsBackToOneUnpagedListWithoutRepeats) {
+  for (int i = 0; i < 5; ++i) CreatePod(Pod("p" + std::to_string(i)));
+  auto recording = std::make_shared<PageRecordingClient>(client_);
+  bool compacted = false;
+  recording->after_page = [&] {
+    if (!compacted) fake_.Control("faults", {{"compact", true}});   // the next page's token is now too old
+    compacted = true;
+  };
+  Informer informer(recording, Resource::Pods(), FastOptions());
+  Recorder recorder(&informer);
+  informer.AddHandlers(recorder.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+  const std::vector<PageRecordingClient::Page> pages = recording->Pages();
+  ASSERT_EQ(pages.size(), 2u) << "one page of 2, then (after 410 Gone) one unpaged page of 5";
+  EXPECT_EQ(pages[0].limit, 2);
+  EXPECT_EQ(pages[1].limit, 0);
+  EXPECT_EQ(pages[1].items, 5u);
+  EXPECT_EQ(informer.lists(), 1) << "the fallback is part of the same list";
+  EXPECT_EQ(CacheState(informer), ServerState());
+  const std::vector<Delivery> deliveries = recorder.Deliveries();
+  ASSERT_EQ(deliveries.size(), 5u) << "the first attempt's page is not applied twice";
+  std::set<std::string> keys;
+  for (const Delivery& d : deliveries) {
+    EXPECT_EQ(d.type, "add");
+    keys.insert(d.key);
+  }
+  EXPECT_EQ(keys.size(), 5u);
+}
+
+TEST_F(InformerTest, WorksThroughAClientWithoutItsOwnListPagesAndWatchLines) {
+  CreatePod(Pod("a", {{"app", "x"}}));
+  CreatePod(Pod("b"));
+  CreatePod(Pod("c"));
+  auto forwarding = std::make_shared<ForwardingClient>(client_);
+  Informer informer(forwarding, Resource::Pods(), FastOptions());
+  Recorder recorder(&informer);
+  informer.AddHandlers(recorder.Handlers());
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+  EXPECT_EQ(CacheState(informer), ServerState());
+  EXPECT_EQ(forwarding->whole_lists.load(), 1) << "the default ListPages hands over List()'s answer";
+
+  const Json updated = Annotate("a", "1");
+  DeletePod("b");
+  CreatePod(Pod("d"));
+  ASSERT_TRUE(Eventually([&] { return recorder.Count() >= 6; }));
+  const std::vector<Delivery> d = recorder.Deliveries();
+  ASSERT_EQ(d.size(), 6u);
+  EXPECT_EQ(d[3].type, "update");
+  EXPECT_EQ(d[3].rv, Rv(updated));
+  EXPECT_EQ(d[4].type, "delete");
+  EXPECT_EQ(d[4].key, "default/b");
+  EXPECT_EQ(d[5].type, "add");
+  EXPECT_EQ(d[5].key, "default/d");
+  EXPECT_EQ(CacheState(informer), ServerState());
+  EXPECT_EQ(recorder.cache_mismatches(), 0);
+
+  // A 410 ends the default WatchLines with its status (no ERROR line): the informer relists.
+  BreakWatches();
+  DeletePod("c");
+  fake_.Control("faults", {{"compact", true}});
+  Heal();
+  ASSERT_TRUE(Eventually([&] { return informer.lists() >= 2 && informer.cache().Size() == 2u; }));
+  EXPECT_EQ(CacheState(informer), ServerState());
+}
+
+// ---- ApplyLine: the watch path's decoding, without a server ----
+
+// Every handler call with the objects it was given.
+struct FullRecorder {
+  std::vector<std::pair<std::string, Json>> calls;   // ("add" | "update-old" | "update-new" | "delete", object)
+  EventHandlers Handlers() {
+    EventHandlers h;
+    h.on_add = [this](const Json& o) { calls.emplace_back("add", o); };
+    h.on_update = [this](const Json& old_o, const Json& o) {
+      calls.emplace_back("update-old", old_o);
+      calls.emplace_back("update-new", o);
+    };
+    h.on_delete = [this](const Json& o) { calls.emplace_back("delete", o); };
+    return h;
+  }
+};
+
+std::shared_ptr<Client> UnusedClient() {
+  ClusterConfig config;
+  config.server = "http://127.0.0.1:1";   // never called: the informers below are not started
+  return Client::Create(config).value();
+}
+
+std::vector<std::string> OddStream() {
+  Json a = Json::parse(u8R"({"apiVersion":"v1","kind":"Pod","metadata":{"name":"żółw-1","namespace":"default",
+      "resourceVersion":"10","labels":{"app":"web","tier":"front ✓"},
+      "ownerReferences":[{"uid":"owner-1","controller":true},"not-an-object",{"uid":5}],
+      "annotations":{"escaped":"line\nbreak \"quoted\" \u00e9 \ud834\udd1e","big":"18446744073709551616"}},
+      "spec":{"priority":0,"offset":-3,"ratio":0.25,"huge":18446744073709551615,"past":18446744073709551616,
+              "negative":-9223372036854775808,"nested":[[1,[2,[3,{"x":[]}]]],{}],"z":1,"a":2,"z":3}})");
+  std::vector<std::string> lines;
+  auto line = [&](const char* type, const Json& object) {
+    lines.push_back(std::string(R"({"type":")") + type + R"(","object":)" + object.dump(1) + "}");
+  };
+  line("ADDED", a);
+  Json b = a;
+  b["metadata"]["name"] = "b";
+  b["metadata"]["resourceVersion"] = "11";
+  b["metadata"]["ownerReferences"] = Json::array({{{"uid", "owner-2"}}});
+  line("ADDED", b);
+  a["metadata"]["resourceVersion"] = "12";
+  a["status"] = {{"phase", "Running"}, {"podIP", "10.0.0.1"}};
+  line("MODIFIED", a);   // same labels and owners
+  a["metadata"]["resourceVersion"] = "13";
+  a["metadata"]["labels"] = {{"app", "db"}};
+  a["spec"]["nested"] = Json::array();
+  line("MODIFIED", a);   // relabelled, smaller
+  a["metadata"]["resourceVersion"] = "14";
+  a["metadata"]["annotations"]["grown"] = std::string(5000, 'g');
+  line("MODIFIED", a);   // past the stored buffer's spare room
+  line("BOOKMARK", {{"kind", "Pod"}, {"apiVersion", "v1"}, {"metadata", {{"resourceVersion", "15"}}}});
+  b["metadata"]["resourceVersion"] = "16";
+  line("DELETED", b);
+  return lines;
+}
+
+TEST(InformerApplyLineTest, GivesHandlersAndTheCacheWhatApplyGivesForTheParsedEvent) {
+  Informer by_line(UnusedClient(), Resource::Pods());
+  Informer by_dom(UnusedClient(), Resource::Pods());
+  FullRecorder line_calls, dom_calls;
+  by_line.AddHandlers(line_calls.Handlers());
+  by_dom.AddHandlers(dom_calls.Handlers());
+  const std::vector<std::string> lines = OddStream();
+  for (size_t i = 0; i < lines.size(); ++i) {
+    ApiStatus applied = by_line.ApplyLine(lines[i]);
+    ASSERT_TRUE(applied.ok()) << applied.ToString();
+    Json parsed = Json::parse(lines[i]);
+    WatchEvent event;
+    const std::string type = parsed["type"];
+    event.type = type == "ADDED" ? WatchEventType::kAdded : type == "MODIFIED" ? WatchEventType::kModified
+                 : type == "DELETED" ? WatchEventType::kDeleted : WatchEventType::kBookmark;
+    event.object = parsed["object"];
+    by_dom.Apply(event);
+
+    ASSERT_EQ(line_calls.calls.size(), dom_calls.calls.size()) << "after line " << i;
+    EXPECT_EQ(by_line.LastResourceVersion(), by_dom.LastResourceVersion());
+    EXPECT_EQ(by_line.cache().Keys().size(), by_dom.cache().Keys().size());
+    for (const std::string& key : by_dom.cache().Keys()) {
+      ASSERT_NE(by_line.cache().Get(key), nullptr) << key;
+      EXPECT_EQ(by_line.cache().Get(key)->dump(), by_dom.cache().Get(key)->dump()) << key;
+      EXPECT_EQ(by_line.cache().ResourceVersion(key), by_dom.cache().ResourceVersion(key));
+    }
+    EXPECT_EQ(by_line.cache().PackedBytes(), by_dom.cache().PackedBytes());
+    for (const auto& [label, value] : std::vector<std::pair<std::string, std::string>>{
+             {"app", "web"}, {"app", "db"}, {"tier", "front \u2713"}}) {
+      EXPECT_EQ(by_line.cache().ByLabel(label, value).size(), by_dom.cache().ByLabel(label, value).size());
+    }
+    for (const char* owner : {"owner-1", "owner-2"}) {
+      EXPECT_EQ(by_line.cache().ByOwnerUid(owner).size(), by_dom.cache().ByOwnerUid(owner).size());
+    }
+    EXPECT_EQ(by_line.cache().ByNamespace("default").size(), by_dom.cache().ByNamespace("default").size());
+  }
+  ASSERT_EQ(line_calls.calls.size(), 9u) << "2 adds, 3 updates (old and new object each), 1 delete";
+  for (size_t i = 0; i < line_calls.calls.size(); ++i) {
+    EXPECT_EQ(line_calls.calls[i].first, dom_calls.calls[i].first);
+    EXPECT_EQ(line_calls.calls[i].second, dom_calls.calls[i].second) << "call " << i;
+    EXPECT_EQ(line_calls.calls[i].second.dump(), dom_calls.calls[i].second.dump()) << "call " << i;
+  }
+  EXPECT_EQ(by_line.LastResourceVersion(), "16");
+  EXPECT_EQ(by_line.cache().ByLabel("app", "db").size(), 1u);
+  EXPECT_EQ(by_line.cache().ByOwnerUid("owner-1").size(), 1u);
+  EXPECT_EQ(by_line.cache().ByOwnerUid("owner-2").size(), 0u) << "b was deleted";
+  EXPECT_TRUE((*by_line.cache().Get(u8"default/żółw-1"))["spec"]["past"].is_number_float());
+}
+
+TEST(InformerApplyLineTest, OnlyTheHandlersThereAreGetObjects) {
+  Informer informer(UnusedClient(), Resource::Pods());
+  std::vector<Json> deleted;
+  EventHandlers only_delete;
+  only_delete.on_delete = [&](const Json& o) { deleted.push_back(o); };
+  informer.AddHandlers(only_delete);
+  for (const std::string& line : OddStream()) ASSERT_TRUE(informer.ApplyLine(line).ok());
+  ASSERT_EQ(deleted.size(), 1u);
+  EXPECT_EQ(deleted[0], Json::parse(OddStream().back())["object"]) << "the DELETED event's object";
+  EXPECT_EQ(informer.cache().Size(), 1u);
+}
+
+TEST(InformerApplyLineTest, MalformedLinesAndErrorEventsChangeNothing) {
+  Informer informer(UnusedClient(), Resource::Pods());
+  FullRecorder calls;
+  informer.AddHandlers(calls.Handlers());
+  ASSERT_TRUE(informer.ApplyLine(OddStream()[0]).ok());
+  const std::string rv = informer.LastResourceVersion();
+  auto code = [&](const std::string& line) { return informer.ApplyLine(line).code(); };
+  EXPECT_EQ(code("not json"), Code::kMalformed);
+  EXPECT_EQ(code(R"({"type":"ADDED","object":{"metadata":{"name":"x"}})"), Code::kMalformed) << "truncated";
+  EXPECT_EQ(code(R"({"type":"ADDED","object":[1]})"), Code::kMalformed);
+  EXPECT_EQ(code(R"({"type":"RENAMED","object":{"metadata":{"name":"x"}}})"), Code::kMalformed);
+  EXPECT_EQ(code(R"({"type":"ERROR","object":{"kind":"Status","code":410,"reason":"Expired","message":"too old"}})"),
+            Code::kGone);
+  EXPECT_EQ(code(R"({"type":"ERROR","object":{"kind":"Status","code":500,"message":"boom"}})"), Code::kUnavailable);
+  EXPECT_EQ(code(R"({"type":"ERROR","object":{"kind":"Status"}})"), Code::kMalformed);
+  EXPECT_EQ(calls.calls.size(), 1u);
+  EXPECT_EQ(informer.cache().Size(), 1u);
+  EXPECT_EQ(informer.LastResourceVersion(), rv);
+}
+
 // ---- ObjectCache on its own ----
 
 TEST(ObjectCacheTest, UpsertReturnsThePreviousObjectAndRemoveUnindexes) {
@@ -530,6 +851,57 @@ TEST(ObjectCacheTest, StoredObjectsComeBackExactlyAsTheyWentIn) {
 TEST(ObjectCacheTest, ClusterScopedObjectsAreKeyedByNameAlone) {
   EXPECT_EQ(ObjectCache::KeyOf({{"metadata", {{"name", "node-1"}}}}), "node-1");
   EXPECT_EQ(ObjectCache::KeyOf({{"metadata", {{"name", "p"}, {"namespace", "ns"}}}}), "ns/p");
+}
+
+TEST(ObjectCacheTest, UpdatesInPlaceAndOutOfPlaceKeepTheBytesCountRight) {
+  ObjectCache cache;
+  Json pod = Pod("a", {{"app", "web"}});
+  for (size_t size : {10u, 20u, 5u, 4000u, 3900u, 50u, 0u}) {
+    pod["metadata"]["annotations"]["pad"] = std::string(size, 'x');
+    pod["metadata"]["resourceVersion"] = std::to_string(size);
+    cache.Put(pod);
+    EXPECT_EQ(*cache.Get("default/a"), pod) << size;
+    EXPECT_EQ(cache.PackedBytes(), internal::PackJson(pod).size()) << size;
+    EXPECT_EQ(cache.ResourceVersion("default/a"), std::to_string(size));
+  }
+  EXPECT_EQ(cache.ByLabel("app", "web").size(), 1u);
+}
+
+TEST(ObjectCacheTest, ReadersSeeWholeObjectsWhileUpdatesAreWrittenInPlace) {
+  // Put without `previous` writes over the stored bytes when no reader holds them.
+  ObjectCache cache;
+  std::atomic<bool> stop{false};
+  std::atomic<int> torn{0};
+  std::atomic<int64_t> reads{0};
+  std::thread writer([&] {
+    for (int i = 0; i < 20000; ++i) {
+      Json pod = Pod("p" + std::to_string(i % 20), {{"gen", std::to_string(i)}});
+      pod["metadata"]["resourceVersion"] = std::to_string(i);
+      pod["metadata"]["annotations"]["pad"] = std::string(static_cast<size_t>(i % 97), 'x');   // grows and shrinks
+      cache.Put(pod);
+    }
+    stop = true;
+  });
+  std::vector<std::thread> readers;
+  for (int r = 0; r < 2; ++r) {
+    readers.emplace_back([&] {
+      while (!stop) {
+        for (const auto& object : cache.ByNamespace("default")) {
+          const Json& meta = (*object)["metadata"];
+          const int gen = std::stoi(meta["labels"]["gen"].get<std::string>());
+          if (meta["labels"]["gen"] != meta["resourceVersion"] ||
+              meta["annotations"]["pad"].get<std::string>().size() != static_cast<size_t>(gen % 97)) {
+            torn++;
+          }
+          reads++;
+        }
+      }
+    });
+  }
+  writer.join();
+  for (std::thread& t : readers) t.join();
+  EXPECT_EQ(torn.load(), 0);
+  EXPECT_GT(reads.load(), 0);
 }
 
 TEST(ObjectCacheTest, ReadersSeeWholeObjectsWhileAWriterReplacesThem) {

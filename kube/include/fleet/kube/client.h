@@ -22,6 +22,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include <nlohmann/json.hpp>
 
@@ -144,6 +145,29 @@ class Client {
                           const CancelToken& cancel) = 0;
   virtual StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                        const std::string& container = "", int64_t tail_lines = -1) = 0;
+
+  // Lower-level List and Watch for callers that decode the JSON themselves (the Informer parses it
+  // straight into its cache's packed form, without building a JSON DOM). The defaults here are
+  // built on List and Watch, so every Client has them; they re-serialize what those parsed, which
+  // costs more than List/Watch alone: a decorator should forward these two to the client it wraps.
+  //
+  // ListPages: the list one page at a time, each as the server sent it (the JSON text of a List
+  // object, with its metadata.resourceVersion and items), following continue tokens as List does
+  // (options.limit is the page size; 0 = one page); `on_page` returns false to stop (OK). Errors
+  // as List: an expired continue token is kGone; a page that is not a JSON object or whose items
+  // are not an array, or a repeated continue token, is kMalformed. The view is valid during the
+  // call only. The default hands over List()'s whole answer as one page.
+  virtual ApiStatus ListPages(const Resource& r, const std::string& ns, const ListOptions& options,
+                              const std::function<bool(std::string_view page)>& on_page);
+  // WatchLines: Watch, but each event comes as its line of the stream ({"type":..., "object":...}),
+  // undecoded; blank lines are skipped. The lines are not checked: ERROR events come as lines too
+  // (the caller decides what they mean; the watch goes on while it returns true), and so does
+  // text that is not JSON. A line over max_response_bytes is kMalformed. The view is valid during
+  // the call only. The default re-serializes Watch()'s events, and so ends with an ERROR event's
+  // status (410: kGone) as Watch does: callers handle both.
+  virtual ApiStatus WatchLines(const Resource& r, const std::string& ns, const WatchOptions& options,
+                               const std::function<bool(std::string_view line)>& on_line,
+                               const CancelToken& cancel);
 };
 
 }  // namespace fleet::kube

@@ -10,10 +10,17 @@
 // informer's thread, resync on its resync thread (serialized with the watch). They must not block
 // for long (enqueue a key). Resync re-delivers every cached object as an update (old == new).
 // Exceptions thrown by handlers are contained (and counted in handler_errors()).
-// Memory: the cache holds objects packed (see ObjectCache). Client::List returns the whole list
-// parsed (~20 KB per running pod) before it is packed, so the process peaks at roughly that during
-// a (re)list; the pages are handed back to the OS (malloc_trim on glibc) right after, and every
-// few thousand watch events (parse garbage leaves holes around the long-lived packed objects).
+// Decoding: the informer reads the server's JSON through Client::ListPages and Client::WatchLines
+// and parses it straight into the cache's packed form (no JSON DOM: ~8 us for a running pod where
+// nlohmann::json::parse takes ~45 us), reading the key, resourceVersion and index terms from the
+// packed bytes. Handlers get parsed objects, materialized from the packed form only for the
+// handlers that are there: an add's object only when some handler has on_add, an update's old and
+// new object only when some handler has on_update, a delete's only when some handler has on_delete.
+// Memory: the cache holds objects packed (see ObjectCache). A (re)list packs each page as it
+// arrives and drops its text, so a list costs one page of text plus the packed objects (which
+// become the cache); the new objects replace the cached ones only when the whole list is in (a
+// failed list changes nothing), so a relist briefly holds two packed copies. Freed heap is handed
+// back to the OS (malloc_trim on glibc) after a list and every 8,192 watch events.
 #pragma once
 
 #include <atomic>
@@ -26,6 +33,7 @@
 #include <set>
 #include <shared_mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <unordered_map>
 #include <vector>
@@ -33,6 +41,10 @@
 #include "fleet/kube/client.h"
 
 namespace fleet::kube {
+
+namespace internal {
+struct PackedMeta;
+}  // namespace internal
 
 // new_object / object are the event's (or the list item's) object; old_object is the cached
 // version it replaces; last_known is the DELETED event's object, or after a relist the last cached
@@ -50,6 +62,9 @@ struct EventHandlers {
 // so 10,000 pods fit in ~40 MB. Reads materialize a fresh object each time (~20 us for a pod):
 // take what you need from one read instead of reading the same object in a loop. The returned
 // objects are the caller's; they never change under it.
+// An update is written over the stored bytes when they have room (each buffer gets 1/8 spare)
+// and no reader is materializing them, so a stream of updates does not leave a trail of freed
+// holes between long-lived objects (the heap fragmentation that no malloc_trim can return).
 class ObjectCache {
  public:
   static std::string KeyOf(const Json& object);
@@ -73,6 +88,7 @@ class ObjectCache {
   size_t PackedBytes() const;                      // bytes of packed objects held
 
  private:
+  friend class Informer;
   // What an object is indexed under: its namespace, owner uids, "key=value" labels.
   struct IndexTerms {
     std::string ns;
@@ -80,12 +96,30 @@ class ObjectCache {
     std::vector<std::string> labels;
     bool operator==(const IndexTerms& o) const { return ns == o.ns && owners == o.owners && labels == o.labels; }
   };
+  // An object's packed bytes. Readers pin them (under mu_) and read them after unlocking; a
+  // writer writes over them in place only while no reader has them pinned.
+  struct Buffer {
+    std::string bytes;
+    std::atomic<int> readers{0};
+  };
   struct Entry {
-    std::shared_ptr<const std::string> packed;     // shared so readers copy it out cheaply
+    std::shared_ptr<Buffer> buffer;
     std::string resource_version;
     IndexTerms terms;
   };
+  // A pinned view of an entry's bytes: keeps them alive and unwritten until released.
   using Packed = std::shared_ptr<const std::string>;
+  static Packed PinLocked(const std::shared_ptr<Buffer>& buffer);   // under mu_, either mode
+  // For the informer: stores an object already packed under `key`, indexed by `meta` (read from
+  // it): copied, or *owned (which holds the same bytes) moved in when a new buffer is needed.
+  // True when an object was replaced.
+  bool PutPacked(std::string key, std::string_view packed, std::string* owned, internal::PackedMeta&& meta);
+  Packed PackedOf(const std::string& key) const;   // nullptr when absent
+  // Stores `packed` under `key`: in place when `replaced` is null and the stored buffer can take
+  // it, else in a new buffer (*owned moved in when given; *replaced, when given, gets the old
+  // one). True when an object was replaced.
+  bool Store(std::string key, std::string_view packed, std::string* owned, const std::string& resource_version,
+             IndexTerms terms, Packed* replaced);
   static IndexTerms TermsOf(const Json& object);
   static std::shared_ptr<const Json> Materialize(const Packed& packed);
   static std::vector<std::shared_ptr<const Json>> MaterializeAll(const std::vector<Packed>& packed);
@@ -131,20 +165,33 @@ class Informer {
   int64_t watches() const { return watches_; }
   int64_t handler_errors() const { return handler_errors_; }
 
-  // Applies one watch event exactly as the watch loop does (cache, handlers, last resourceVersion).
-  // A seam for replaying recorded streams in benchmarks and tests; on a started informer it is
-  // serialized with the watch, but the order between the two is then the caller's problem.
+  // Applies one watch stream line ({"type": ..., "object": {...}}) exactly as the watch loop does:
+  // decoded straight into the packed form, then cache, handlers, last resourceVersion. kMalformed
+  // (and nothing changes) for a line that is not a watch event; an ERROR event changes nothing and
+  // comes back as its status (410: kGone). A seam for replaying recorded streams in benchmarks and
+  // tests; on a started informer it is serialized with the watch, but the order between the two is
+  // then the caller's problem.
+  ApiStatus ApplyLine(std::string_view line);
+  // The same for an event already parsed (its object is packed from the DOM). The watch loop no
+  // longer takes this path (a Client without its own WatchLines hands it re-serialized lines);
+  // the benchmark uses it as the baseline.
   void Apply(const WatchEvent& event);
 
  private:
   void Run();
   void ResyncLoop();
+  struct ListedObject;                             // an object of a list, packed as its page arrived
   ApiStatus ListAndReplace();
   // Replaces the cache with a full list, delivering the difference; records the list's RV.
-  void Replace(Json list);
+  void Replace(std::vector<ListedObject> objects, const std::string& resource_version);
   ApiStatus WatchFromLast(int64_t* events);   // counts the events it applied
   void ApplyLocked(const WatchEvent& event);
+  void ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta);
+  // Stores a packed object (*owned, when given, holds the same bytes and may be moved into the
+  // cache) and dispatches the add or update to the handlers that want objects.
+  void UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta);
   void SetLastResourceVersion(const Json& object);
+  void SetLastResourceVersion(const std::string& resource_version);
   // Sleeps unless Stop() comes first; false when stopping.
   bool SleepUnlessStopped(std::chrono::milliseconds delay);
   bool Stopping() const;
@@ -157,9 +204,11 @@ class Informer {
   InformerOptions options_;
   ObjectCache cache_;
   std::vector<EventHandlers> handlers_;
+  bool needs_added_ = false;                       // some handler has on_add
   bool needs_old_ = false;                         // some handler has on_update
   bool needs_deleted_ = false;                     // some handler has on_delete
   int64_t events_since_trim_ = 0;                  // under dispatch_mu_
+  std::string line_packed_;                        // under dispatch_mu_: ApplyLine's packed object
   CancelToken cancel_;
   std::thread thread_;
   std::thread resync_thread_;
