@@ -343,6 +343,7 @@ Informer::~Informer() { Stop(); }
 void Informer::AddHandlers(EventHandlers handlers) {
   needs_added_ = needs_added_ || static_cast<bool>(handlers.on_add);
   needs_old_ = needs_old_ || static_cast<bool>(handlers.on_update);
+  needs_modify_ = needs_modify_ || static_cast<bool>(handlers.on_modify);
   needs_deleted_ = needs_deleted_ || static_cast<bool>(handlers.on_delete);
   handlers_.push_back(std::move(handlers));
 }
@@ -587,11 +588,11 @@ void Informer::UpsertLocked(std::string_view packed, std::string* owned, interna
   // by dispatch_mu_: the object looked up here is the one replaced.
   bool deliver = false, update = false;
   Json old_object, new_object;
-  if (needs_old_ || needs_added_) {
+  if (needs_old_ || needs_modify_ || needs_added_) {
     ObjectCache::Packed current = cache_.PackedOf(key);
     update = current != nullptr;
-    deliver = update ? needs_old_ : needs_added_;
-    if (deliver && update) old_object = internal::UnpackJson(*current);
+    deliver = update ? needs_old_ || needs_modify_ : needs_added_;
+    if (deliver && update && needs_old_) old_object = internal::UnpackJson(*current);
   }   // (our reference to the stored bytes is gone: the cache may write over them)
   if (deliver) new_object = internal::UnpackJson(packed);
   cache_.PutPacked(std::move(key), packed, owned, std::move(meta));
@@ -641,8 +642,8 @@ void Informer::ApplyLocked(const WatchEvent& event) {
       std::shared_ptr<const Json> previous;
       if (!cache_.Put(event.object, needs_old_ ? &previous : nullptr)) {
         DispatchAdd(event.object);
-      } else if (previous) {
-        DispatchUpdate(*previous, event.object);
+      } else if (needs_old_ || needs_modify_) {
+        DispatchUpdate(previous ? *previous : Json(), event.object);
       }
       break;
     }
@@ -663,7 +664,7 @@ void Informer::ApplyLocked(const WatchEvent& event) {
 
 void Informer::ResyncLoop() {
   while (SleepUnlessStopped(options_.resync_period)) {
-    if (!synced_ || !needs_old_) continue;
+    if (!synced_ || !(needs_old_ || needs_modify_)) continue;
     std::lock_guard<std::mutex> dispatch(dispatch_mu_);
     // One object at a time: materializing the whole cache at once would cost its parsed size.
     for (const std::string& key : cache_.Keys()) {
@@ -685,9 +686,9 @@ void Informer::DispatchAdd(const Json& object) {
 
 void Informer::DispatchUpdate(const Json& old_object, const Json& new_object) {
   for (const EventHandlers& h : handlers_) {
-    if (!h.on_update) continue;
     try {
-      h.on_update(old_object, new_object);
+      if (h.on_update) h.on_update(old_object, new_object);
+      if (h.on_modify) h.on_modify(new_object);
     } catch (...) {
       handler_errors_++;
     }

@@ -88,9 +88,11 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   job_options.ns = options_.ns;
   job_options.resync_period = options_.resync;
   jobs_ = std::make_unique<kube::Informer>(client_, FleetJobResource(), job_options);
-  jobs_->AddHandlers({[this](const Json& o) { Enqueue(o); },
-                      [this](const Json&, const Json& o) { Enqueue(o); },
-                      [this](const Json& o) { Enqueue(o); }});
+  kube::EventHandlers job_handlers;
+  job_handlers.on_add = [this](const Json& o) { Enqueue(o); };
+  job_handlers.on_modify = [this](const Json& o) { Enqueue(o); };
+  job_handlers.on_delete = [this](const Json& o) { Enqueue(o); };
+  jobs_->AddHandlers(std::move(job_handlers));
 
   // Children are selected by the job-name label: the informers never see unrelated objects.
   kube::InformerOptions child_options;
@@ -99,9 +101,11 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
                           ObjectKind::kRole, ObjectKind::kRoleBinding}) {
     auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), child_options);
-    informer->AddHandlers({[this, kind](const Json& o) { ObserveChild(kind, o, false); },
-                           [this, kind](const Json&, const Json& o) { ObserveChild(kind, o, false); },
-                           [this, kind](const Json& o) { ObserveChild(kind, o, true); }});
+    kube::EventHandlers handlers;
+    handlers.on_add = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
+    handlers.on_modify = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
+    handlers.on_delete = [this, kind](const Json& o) { ObserveChild(kind, o, true); };
+    informer->AddHandlers(std::move(handlers));
     children_[kind] = std::move(informer);
   }
 }

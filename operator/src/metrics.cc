@@ -122,6 +122,21 @@ class InstrumentedClient final : public kube::Client {
     Add("watch", status);
     return status;
   }
+  // The raw paths: the informers use them (a decorator that did not forward them would fall back
+  // to the parsed calls, and to their memory and CPU).
+  kube::ApiStatus ListPages(const kube::Resource& r, const std::string& ns, const kube::ListOptions& options,
+                            const std::function<bool(std::string_view page)>& on_page) override {
+    kube::ApiStatus status = inner_->ListPages(r, ns, options, on_page);
+    Add("list", status);
+    return status;
+  }
+  kube::ApiStatus WatchLines(const kube::Resource& r, const std::string& ns, const kube::WatchOptions& options,
+                             const std::function<bool(std::string_view line)>& on_line,
+                             const kube::CancelToken& cancel) override {
+    kube::ApiStatus status = inner_->WatchLines(r, ns, options, on_line, cancel);
+    Add("watch", status);
+    return status;
+  }
   kube::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
                                      int64_t tail_lines) override {
     return Count("get", inner_->GetLog(ns, pod, container, tail_lines));

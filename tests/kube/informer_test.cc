@@ -931,3 +931,35 @@ TEST(ObjectCacheTest, ReadersSeeWholeObjectsWhileAWriterReplacesThem) {
 
 }  // namespace
 }  // namespace fleet::kube
+
+namespace fleet::kube {
+namespace {
+
+// on_modify: updates with the new version only, over the watch and on resync.
+TEST_F(InformerTest, ModifyHandlersGetTheNewVersionOfUpdatesAndResyncs) {
+  InformerOptions options = FastOptions();
+  options.resync_period = std::chrono::seconds(1);
+  Informer informer(client_, Resource::Pods(), options);
+  std::mutex mu;
+  std::vector<int64_t> modified;   // resourceVersions delivered
+  EventHandlers handlers;
+  handlers.on_modify = [&](const Json& object) {
+    std::lock_guard<std::mutex> lock(mu);
+    modified.push_back(Rv(object));
+  };
+  informer.AddHandlers(std::move(handlers));
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+  CreatePod(Pod("m"));
+  const Json updated = Annotate("m", "1");
+  auto count_of = [&](int64_t rv) {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::count(modified.begin(), modified.end(), rv);
+  };
+  // The update, then at least one resync of the same version.
+  ASSERT_TRUE(Eventually([&] { return count_of(Rv(updated)) >= 2; }));
+  EXPECT_EQ(informer.handler_errors(), 0);
+}
+
+}  // namespace
+}  // namespace fleet::kube

@@ -53,6 +53,9 @@ struct EventHandlers {
   std::function<void(const Json& object)> on_add;
   std::function<void(const Json& old_object, const Json& new_object)> on_update;
   std::function<void(const Json& last_known)> on_delete;
+  // An update handler that needs only the new version: when no handler has on_update, the
+  // replaced version is never unpacked (a third of the cost of an event).
+  std::function<void(const Json& new_object)> on_modify;
 };
 
 // Thread-safe object cache keyed by "namespace/name" (or "name" for cluster-scoped objects),
@@ -206,6 +209,7 @@ class Informer {
   std::vector<EventHandlers> handlers_;
   bool needs_added_ = false;                       // some handler has on_add
   bool needs_old_ = false;                         // some handler has on_update
+  bool needs_modify_ = false;                      // some handler has on_modify
   bool needs_deleted_ = false;                     // some handler has on_delete
   int64_t events_since_trim_ = 0;                  // under dispatch_mu_
   std::string line_packed_;                        // under dispatch_mu_: ApplyLine's packed object
