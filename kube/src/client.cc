@@ -277,6 +277,11 @@ class RestClient final : public Client {
         limiter_(options_.qps, options_.burst > 0 ? options_.burst : std::max(1, static_cast<int>(options_.qps))),
         http_(MakeHttpClient(options_.request_timeout)) {}
 
+  StatusOr<Json> GetPath(const std::string& path) override {
+    if (path.empty() || path[0] != '/') return ApiStatus(Code::kBadRequest, "GetPath: \"" + path + "\" is not an absolute path");
+    return CallForObject({http::methods::GET, path});
+  }
+
   StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
     if (name.empty()) return ApiStatus(Code::kBadRequest, "get of " + r.plural + ": no name given");
     return CallForObject({http::methods::GET, ObjectPath(r, Namespace(ns, Json()), name)});
@@ -832,6 +837,10 @@ bool ConfigureIoThreads(size_t threads) {
   } catch (const std::exception&) {
     return false;  // already running
   }
+}
+
+StatusOr<Json> Client::GetPath(const std::string& path) {
+  return ApiStatus(Code::kBadRequest, "GetPath(" + path + ") is not supported by this client");
 }
 
 ApiStatus Client::ListPages(const Resource& r, const std::string& ns, const ListOptions& options,

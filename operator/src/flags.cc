@@ -1,5 +1,6 @@
 #include "fleet/operator/flags.h"
 
+#include <cctype>
 #include <functional>
 #include <map>
 
@@ -36,7 +37,8 @@ drives each job to success or a clear failure.
   --workers=N                        jobs reconciled in parallel (default 4)
   --create-concurrency=N             pod writes in flight per job (default 64)
   --kube-api-qps=Q, --kube-api-burst=B   client-side API rate limit (default 500, 1000; 0 = none)
-  --sidecar-mode=native|init         native sidecar (Kubernetes >= 1.29, default) or init container
+  --sidecar-mode=auto|native|init    native sidecar (Kubernetes >= 1.29) or init container; auto
+                                     (default) asks the API server's version
   --sidecar-token-audience=AUD       audience of the sidecar's projected token (default: the API's)
   --cluster-domain=DOMAIN            for Service-mode DNS names (default cluster.local)
   --host-port-range=FIRST-LAST       HostNetwork jobs' port blocks (default 20000-29999)
@@ -70,8 +72,9 @@ Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args) {
       {"kube-api-qps", [&](const std::string& v) { return to_status(IntIn("kube-api-qps", v, 0, 100000), [&](int n) { f.qps = n; }); }},
       {"kube-api-burst", [&](const std::string& v) { return to_status(IntIn("kube-api-burst", v, 0, 100000), [&](int n) { f.burst = n; }); }},
       {"sidecar-mode", [&](const std::string& v) -> Status {
-         if (v != "native" && v != "init") return Error{"--sidecar-mode=" + v + ": expected native or init"};
-         f.controller.settings.native_sidecar = v == "native";
+         if (v != "auto" && v != "native" && v != "init") return Error{"--sidecar-mode=" + v + ": expected auto, native or init"};
+         f.sidecar_mode_auto = v == "auto";
+         f.controller.settings.native_sidecar = v != "init";
          return OkStatus(); }},
       {"sidecar-token-audience", [&](const std::string& v) { f.controller.settings.sidecar_service_account_token_audience = v; return OkStatus(); }},
       {"cluster-domain", [&](const std::string& v) -> Status {
@@ -133,6 +136,17 @@ Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args) {
   }
   if (f.leader_election_namespace.empty()) f.leader_election_namespace = f.controller.ns;
   return f;
+}
+
+bool SupportsNativeSidecars(const nlohmann::json& version) {
+  auto number = [&](const char* key) {
+    const std::string text = version.is_object() ? version.value(key, "") : "";
+    size_t digits = 0;
+    while (digits < text.size() && digits < 4 && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+    return digits == 0 ? -1 : std::stoi(text.substr(0, digits));   // "29+" (managed clusters) -> 29
+  };
+  const int major = number("major"), minor = number("minor");
+  return major > 1 || (major == 1 && minor >= 29);
 }
 
 }  // namespace fleet::op

@@ -105,6 +105,19 @@ int main(int argc, char** argv) {
   }
   auto registry = std::make_shared<prometheus::Registry>();
   auto api = fleet::op::InstrumentClient(*client, *registry);
+  if (flags->sidecar_mode_auto) {
+    // Native sidecars (Kubernetes >= 1.29) keep running beside the trainer; older clusters would
+    // reject or mis-run an init container with restartPolicy Always, so they get a plain one.
+    auto version = api->GetPath("/version");
+    if (version.ok()) {
+      flags->controller.settings.native_sidecar = fleet::op::SupportsNativeSidecars(*version);
+      Log(LogLevel::kInfo, std::string("sidecar mode ") + (flags->controller.settings.native_sidecar ? "native" : "init"),
+          {{"kubernetes", version->value("gitVersion", "?")}});
+    } else {
+      Log(LogLevel::kWarning, "cannot read the API server's version; assuming native sidecars (set --sidecar-mode)",
+          {{"error", version.status().ToString()}});
+    }
+  }
   fleet::op::Controller controller(api, flags->controller, registry);
 
   std::atomic<bool> leading{!flags->leader_elect};

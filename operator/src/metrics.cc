@@ -137,6 +137,7 @@ class InstrumentedClient final : public kube::Client {
     Add("watch", status);
     return status;
   }
+  kube::StatusOr<kube::Json> GetPath(const std::string& path) override { return Count("get", inner_->GetPath(path)); }
   kube::StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
                                      int64_t tail_lines) override {
     return Count("get", inner_->GetLog(ns, pod, container, tail_lines));

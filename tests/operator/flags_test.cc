@@ -88,7 +88,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{{"--workers"}, "--workers needs a value"},
                       BadFlag{{"--create-concurrency=-1"}, "--create-concurrency=-1"},
                       BadFlag{{"--kube-api-qps=1.5"}, "--kube-api-qps=1.5"},
-                      BadFlag{{"--sidecar-mode=sometimes"}, "expected native or init"},
+                      BadFlag{{"--sidecar-mode=sometimes"}, "expected auto, native or init"},
                       BadFlag{{"--cluster-domain="}, "--cluster-domain: must not be empty"},
                       BadFlag{{"--host-port-range=3000"}, "expected FIRST-LAST"},
                       BadFlag{{"--host-port-range=3000-2000"}, "FIRST <= LAST"},
@@ -97,6 +97,31 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{{"--leader-election-id="}, "must not be empty"},
                       BadFlag{{"--log-level=loud"}, "expected debug, info, warning or error"},
                       BadFlag{{"--log-format=xml"}, "expected text or json"}));
+
+}  // namespace
+}  // namespace fleet::op
+
+namespace fleet::op {
+namespace {
+
+TEST(OperatorFlagsTest, SidecarModeAutoIsTheDefault) {
+  EXPECT_TRUE(ParseOperatorFlags({})->sidecar_mode_auto);
+  auto native = ParseOperatorFlags({"--sidecar-mode=native"});
+  EXPECT_FALSE(native->sidecar_mode_auto);
+  EXPECT_TRUE(native->controller.settings.native_sidecar);
+}
+
+TEST(OperatorFlagsTest, NativeSidecarsFromKubernetes129On) {
+  EXPECT_TRUE(SupportsNativeSidecars({{"major", "1"}, {"minor", "29"}}));
+  EXPECT_TRUE(SupportsNativeSidecars({{"major", "1"}, {"minor", "32"}, {"gitVersion", "v1.32.0"}}));
+  EXPECT_TRUE(SupportsNativeSidecars({{"major", "1"}, {"minor", "30+"}}));   // managed clusters
+  EXPECT_TRUE(SupportsNativeSidecars({{"major", "2"}, {"minor", "0"}}));
+  EXPECT_FALSE(SupportsNativeSidecars({{"major", "1"}, {"minor", "28"}}));
+  EXPECT_FALSE(SupportsNativeSidecars({{"major", "1"}, {"minor", "20"}}));
+  EXPECT_FALSE(SupportsNativeSidecars(Json::object()));
+  EXPECT_FALSE(SupportsNativeSidecars({{"major", "one"}, {"minor", "x"}}));
+  EXPECT_FALSE(SupportsNativeSidecars(nullptr));
+}
 
 }  // namespace
 }  // namespace fleet::op

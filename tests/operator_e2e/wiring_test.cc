@@ -489,6 +489,34 @@ TEST_F(WiringE2eTest, SidecarModeInitUsesAPlainInitContainer) {
   }
 }
 
+// --sidecar-mode=auto (the default) asks the API server's version: a Kubernetes 1.28 gets plain
+// init containers, without any flag.
+class OldKubernetesE2eTest : public OperatorE2eTest {
+ protected:
+  OldKubernetesE2eTest() { fake_args_ = {"--server-version", "v1.28.4"}; }
+};
+
+TEST_F(OldKubernetesE2eTest, SidecarModeAutoUsesPlainInitContainersBefore129) {
+  StartOperator();
+  ASSERT_FALSE(CreateJob(JobBuilder("old").Collective(2).Obj()).is_null());
+  ASSERT_FALSE(WaitForPhase("old", "Running").is_null());
+  for (const Json& pod : Pods("old")) {
+    SCOPED_TRACE(NameOf(pod));
+    const Json& gate = pod["spec"]["initContainers"][0];
+    EXPECT_FALSE(gate.contains("restartPolicy"));
+    EXPECT_THAT(gate.value("args", Json::array()).dump(), ::testing::HasSubstr("--exit-when-ready"));
+  }
+}
+
+TEST_F(WiringE2eTest, SidecarModeAutoUsesNativeSidecarsFrom129) {
+  StartOperator();   // the fake reports v1.32
+  ASSERT_FALSE(CreateJob(JobBuilder("new").Collective(2).Obj()).is_null());
+  ASSERT_FALSE(WaitForPhase("new", "Running").is_null());
+  for (const Json& pod : Pods("new")) {
+    EXPECT_EQ(pod["spec"]["initContainers"][0].value("restartPolicy", ""), "Always") << NameOf(pod);
+  }
+}
+
 // Every job shape under every network mode: each pod's env passes the contract (the role maker for
 // one process per pod, the cluster env for fleetrun pods).
 class NetworkMatrixE2eTest : public OperatorE2eTest, public ::testing::WithParamInterface<std::string> {};

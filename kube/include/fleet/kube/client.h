@@ -143,6 +143,9 @@ class Client {
   virtual ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
                           const std::function<bool(const WatchEvent&)>& on_event,
                           const CancelToken& cancel) = 0;
+  // GET of a path outside the resource API that answers JSON: "/version", "/apis". The default
+  // (for decorators and fakes) answers kBadRequest.
+  virtual StatusOr<Json> GetPath(const std::string& path);
   virtual StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                        const std::string& container = "", int64_t tail_lines = -1) = 0;
 

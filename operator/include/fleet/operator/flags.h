@@ -8,6 +8,8 @@
 
 #include "fleet/operator/controller.h"
 #include "fleet/serving/log.h"
+#include <nlohmann/json.hpp>
+
 #include "fleet/runtime/result.h"
 
 namespace fleet::op {
@@ -18,6 +20,7 @@ struct OperatorFlags {
   ControllerOptions controller;              // --namespace, --workers, --create-concurrency, ...
   double qps = 500;                          // client-side API rate limit (0 = none)
   int burst = 1000;
+  bool sidecar_mode_auto = true;             // --sidecar-mode=auto: native on Kubernetes >= 1.29
   bool leader_elect = false;
   std::string leader_election_id = "fleet-operator";
   std::string leader_election_namespace;     // default: --namespace, else the pod's namespace
@@ -29,6 +32,10 @@ struct OperatorFlags {
 };
 
 Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args);
+
+// Whether the API server's /version answer ({"major":"1","minor":"29+",...}) is a Kubernetes with
+// native sidecars (1.29 or later: init containers with restartPolicy Always, on by default).
+bool SupportsNativeSidecars(const nlohmann::json& version);
 std::string OperatorUsage();
 
 }  // namespace fleet::op
