@@ -18,6 +18,7 @@
 //
 // usage: operator_scale [workers=990] [servers=10] [latency_ms=2] [concurrency=64]
 //                       [serial_pods=200] [jobs=20] [pods_per_job=500]
+//   workers=0 skips the bring-up; jobs=0 the memory measurement.
 //   The serial baseline creates serial_pods pods and reports its rate and the time it would need
 //   for the whole job (it is linear: 20 pods/s), so the run stays short.
 #include <signal.h>
@@ -398,7 +399,7 @@ int main(int argc, char** argv) {
   const int serial_pods = Arg(argc, argv, 5, 200);
   const int jobs = Arg(argc, argv, 6, 20);
   const int pods_per_job = Arg(argc, argv, 7, 500);
-  BringUp(servers, workers, latency_ms, concurrency, serial_pods);
+  if (workers > 0) BringUp(servers, workers, latency_ms, concurrency, serial_pods);
   if (jobs > 0) Memory(jobs, pods_per_job);
   return 0;
 }

@@ -702,27 +702,39 @@ std::optional<Time> ParseTime(const std::string& text) {
 }
 
 Json PodForPlanning(const Json& pod) {
+  // Only what the planner reads: the controller keeps one of these per pod of every job in
+  // memory, so every member left out counts (a whole running pod is ~20 KB of JSON).
   const Json& meta = Obj(pod, "metadata");
   Json out_meta = Json::object();
-  for (const char* key : {"name", "namespace", "uid", "labels", "creationTimestamp", "deletionTimestamp", "resourceVersion"}) {
+  for (const char* key : {"name", "uid", "creationTimestamp", "deletionTimestamp"}) {
     if (meta.contains(key)) out_meta[key] = meta[key];
   }
+  const std::string& run = Label(pod, kRunLabel);
+  if (!run.empty()) out_meta["labels"] = {{kRunLabel, run}};
   const Json& status = Obj(pod, "status");
   Json out_status = Json::object();
-  for (const char* key : {"phase", "reason", "message", "podIP", "hostIP", "conditions"}) {
+  for (const char* key : {"phase", "reason", "podIP", "hostIP"}) {
     if (status.contains(key)) out_status[key] = status[key];
   }
-  if (status.contains("containerStatuses") && status["containerStatuses"].is_array()) {
-    Json containers = Json::array();
-    for (const Json& c : status["containerStatuses"]) {
-      if (!c.is_object()) continue;
-      Json kept = Json::object();
-      for (const char* key : {"name", "state", "ready", "restartCount"}) {
-        if (c.contains(key)) kept[key] = c[key];
-      }
-      containers.push_back(std::move(kept));
+  Json conditions = Json::array();
+  for (const Json& c : Arr(status, "conditions")) {
+    const std::string& type = Str(c, "type", kNone);
+    if (type != "Ready" && type != "PodScheduled" && type != kProgressConditionType) continue;
+    Json kept = {{"type", type}, {"status", Str(c, "status", kNone)}};
+    if (type != "Ready") {   // the others are quoted in the job's conditions
+      kept["reason"] = Str(c, "reason", kNone);
+      kept["message"] = Str(c, "message", kNone);
     }
-    out_status["containerStatuses"] = std::move(containers);
+    conditions.push_back(std::move(kept));
+  }
+  if (!conditions.empty()) out_status["conditions"] = std::move(conditions);
+  // The first terminated main container's exit code (ExitCode() reads nothing else).
+  for (const Json& c : Arr(status, "containerStatuses")) {
+    const Json& state = Obj(c, "state");
+    if (!state.contains("terminated")) continue;
+    out_status["containerStatuses"] =
+        Json::array({{{"state", {{"terminated", {{"exitCode", state["terminated"].value("exitCode", 0)}}}}}}});
+    break;
   }
   return {{"metadata", std::move(out_meta)}, {"status", std::move(out_status)}};
 }

@@ -369,6 +369,7 @@ TEST(PodForPlanningTest, PlansAreTheSameAsWithWholePods) {
          w.Advance(3600);
        }},
       {"new address", [](World& w) { w.Edit("wd-worker-0", [](PodBuilder& p) { p.Ip("10.9.9.9"); }); }},
+      {"stalled", [](World& w) { w.Edit("wd-worker-2", [](PodBuilder& p) { p.Progress(false, "rank 2: no step for 10m"); }); }},
   };
   for (const auto& [name, change] : cases) {
     SCOPED_TRACE(name);
