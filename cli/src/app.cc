@@ -1,0 +1,510 @@
+#include "fleet/cli/app.h"
+
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <fstream>
+#include <iostream>
+#include <iterator>
+#include <memory>
+#include <optional>
+#include <sstream>
+#include <thread>
+
+#include "fleet/cli/command_line.h"
+#include "fleet/cli/job_spec.h"
+#include "fleet/cli/render.h"
+#include "fleet/cli/yaml_json.h"
+#include "fleet/kube/client.h"
+#include "fleet/kube/config.h"
+
+#ifndef FLEET_VERSION
+#define FLEET_VERSION "unknown"
+#endif
+
+namespace fleet::cli {
+namespace {
+
+using kube::ApiStatus;
+using kube::Code;
+using Clock = std::chrono::steady_clock;
+
+const kube::Resource kFleetJobs{"fleet.paddlepaddle.org", "v1alpha1", "fleetjobs", true};
+constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
+// How often `logs -f` reads the log again: the client can read a log but not stream it.
+constexpr std::chrono::milliseconds kLogPoll{500};
+
+int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
+
+std::string OneLine(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+std::string Phase(const Json& job) {
+  const Json status = job.value("status", Json::object());
+  return status.is_object() ? status.value("phase", "") : "";
+}
+
+// Where the last `lines` lines of `text` start (0 for all, with lines < 0).
+size_t TailStart(const std::string& text, int lines) {
+  if (lines < 0) return 0;
+  size_t pos = text.size();
+  if (pos > 0 && text[pos - 1] == '\n') --pos;   // the last line's own newline
+  for (int seen = 0; pos > 0; --pos) {
+    if (text[pos - 1] == '\n' && ++seen == lines) return pos;
+  }
+  return lines == 0 ? text.size() : 0;
+}
+
+std::string NameOf(const Json& obj) { return obj.value("metadata", Json::object()).value("name", ""); }
+
+// An error: its one line, and the exit status.
+struct Failure {
+  std::string message;
+  int exit_code = 1;
+};
+
+class Session {
+ public:
+  Session(const CommandLine& cl, std::istream& in, std::ostream& out, std::ostream& err)
+      : cl_(cl), in_(in), out_(out), err_(err) {}
+
+  // Loads the cluster config and makes the client; without a config only --dry-run works.
+  std::optional<Failure> Connect(const EnvMap& env, bool need_cluster) {
+    auto config = kube::LoadDefaultConfig(env, cl_.global.kubeconfig, cl_.global.context);
+    if (!config.ok()) {
+      ns_ = cl_.global.ns.empty() ? "default" : cl_.global.ns;
+      if (!need_cluster) return std::nullopt;
+      return Failure{"no cluster configured: " + OneLine(config.status().message()) +
+                     " (pass --kubeconfig, set KUBECONFIG, or run in a pod)"};
+    }
+    server_ = config->server;
+    ns_ = cl_.global.ns.empty() ? config->default_namespace : cl_.global.ns;
+    kube::ClientOptions options;
+    options.user_agent = "fleetctl/" FLEET_VERSION;
+    options.max_attempts = 3;
+    options.backoff_cap = std::chrono::milliseconds(1000);
+    auto client = kube::Client::Create(*config, options);
+    if (!client.ok()) return Failure{OneLine(client.status().message())};
+    client_ = *client;
+    return std::nullopt;
+  }
+
+  std::optional<Failure> Run() {
+    switch (cl_.command) {
+      case Command::kSubmit: return Submit();
+      case Command::kList: return List();
+      case Command::kStatus: return Status();
+      case Command::kLogs: return Logs();
+      case Command::kStop: return Suspend(cl_.names[0], true);
+      case Command::kResume: return Suspend(cl_.names[0], false);
+      case Command::kDelete: return Delete();
+      default: return Failure{"nothing to do", 2};
+    }
+  }
+
+ private:
+  bool Machine() const { return cl_.global.output != Output::kText; }
+
+  void Print(const Json& doc) {
+    if (cl_.global.output == Output::kJson) {
+      out_ << doc.dump(2) << "\n";
+    } else {
+      out_ << ToYaml(doc);
+    }
+    out_.flush();
+  }
+
+  // Progress and notes: on stdout for people, on stderr when stdout carries a document.
+  std::ostream& Note() { return Machine() ? err_ : out_; }
+
+  // ---- errors -----------------------------------------------------------------------------------
+  std::string CrdMissing() const {
+    return "the FleetJob API (fleetjobs.fleet.paddlepaddle.org/v1alpha1) is not installed in the cluster at " +
+           server_ + ": install the chart (helm install fleetjob charts/fleetjob) or kubectl apply -f crds/fleetjob.yaml";
+  }
+
+  // A 404 from a FleetJob call: the CRD is missing when the collection itself is unknown.
+  bool CrdInstalled() {
+    kube::ListOptions probe;
+    probe.limit = 1;
+    auto list = client_->List(kFleetJobs, ns_, probe);
+    return list.ok() || list.status().code() != Code::kNotFound;
+  }
+
+  Failure Explain(const ApiStatus& s, const std::string& job = "") {
+    switch (s.code()) {
+      case Code::kNotFound:
+        if (!CrdInstalled()) return {CrdMissing()};
+        if (!job.empty()) return {"fleetjob \"" + job + "\" not found in namespace \"" + ns_ + "\""};
+        return {OneLine(s.message())};
+      case Code::kUnavailable:
+        return {"cannot reach the cluster at " + server_ + ": " + OneLine(s.message())};
+      case Code::kUnauthorized:
+        return {"the cluster at " + server_ + " did not accept the credentials: " + OneLine(s.message())};
+      case Code::kAlreadyExists:
+        return {"fleetjob \"" + job + "\" already exists in namespace \"" + ns_ + "\""};
+      case Code::kInvalid:
+        return {"the API server refused the FleetJob: " + OneLine(s.message())};
+      default:
+        return {OneLine(s.message())};
+    }
+  }
+
+  kube::StatusOr<Json> GetJob(const std::string& name) { return client_->Get(kFleetJobs, ns_, name); }
+
+  // ---- submit ----------------------------------------------------------------------------------
+  std::optional<Failure> Submit() {
+    const SubmitOptions& s = cl_.submit;
+    Result<Json> job = Error{""};
+    if (!s.file.empty()) {
+      std::string text;
+      if (s.file == "-") {
+        text.assign(std::istreambuf_iterator<char>(in_), std::istreambuf_iterator<char>());
+      } else {
+        std::ifstream f(s.file);
+        if (!f) return Failure{"cannot read " + s.file};
+        text.assign(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+      }
+      auto docs = ParseYamlDocuments(text);
+      if (!docs) return Failure{s.file + ": " + docs.error()};
+      job = PrepareManifest(std::move(*docs), ns_, !cl_.global.ns.empty());
+      if (job) ns_ = job->at("metadata").value("namespace", ns_);
+    } else {
+      job = BuildFleetJob(s, ns_);
+    }
+    if (!job) return Failure{job.error(), 2};
+    if (s.dry_run) {
+      if (Machine()) {
+        Print(*job);
+      } else {
+        out_ << ToYaml(*job);
+      }
+      return std::nullopt;
+    }
+    auto created = client_->Create(kFleetJobs, ns_, *job);
+    if (!created.ok()) return Explain(created.status(), NameOf(*job));
+    const std::string name = NameOf(*created);
+    if (!Machine()) out_ << "fleetjob/" << name << " created\n" << std::flush;
+    Json final_job = *created;
+    std::optional<Failure> failure;
+    if (s.wait) failure = Wait(name, &final_job);
+    if (Machine()) Print(final_job);
+    return failure;
+  }
+
+  // Progress lines until the job is Running or has ended (or the timeout passes).
+  std::optional<Failure> Wait(const std::string& name, Json* job) {
+    const SubmitOptions& s = cl_.submit;
+    const auto deadline = s.timeout_seconds > 0 ? Clock::now() + std::chrono::seconds(s.timeout_seconds)
+                                                : Clock::time_point::max();
+    std::string last;
+    auto report = [&](const Json& j) {
+      const std::string line = ProgressLine(j);
+      if (line != last) Note() << name << ": " << line << "\n" << std::flush;
+      last = line;
+    };
+    // Whether waiting is over, and how: Running or Succeeded end it well, Failed and Suspended not.
+    struct End {
+      std::optional<Failure> failure;
+    };
+    auto ended = [&](const Json& j) -> std::optional<End> {
+      const std::string phase = Phase(j);
+      if (phase == "Running" || phase == "Succeeded") return End{};
+      if (phase == "Failed") {
+        return End{Failure{"fleetjob \"" + name + "\" failed: " + j.value("status", Json::object()).value("message", "")}};
+      }
+      if (phase == "Suspended") return End{Failure{"fleetjob \"" + name + "\" is suspended (fleetctl resume " + name + ")"}};
+      return std::nullopt;
+    };
+    report(*job);
+    while (true) {
+      if (auto end = ended(*job)) return end->failure;
+      const auto now = Clock::now();
+      if (now >= deadline) {
+        return Failure{"timed out after " + std::to_string(s.timeout_seconds) + "s waiting for fleetjob \"" + name +
+                       "\" (phase " + (Phase(*job).empty() ? "<none>" : Phase(*job)) + ")"};
+      }
+      kube::WatchOptions watch;
+      watch.resource_version = job->value("metadata", Json::object()).value("resourceVersion", "");
+      watch.field_selector = "metadata.name=" + name;
+      const auto left = std::chrono::duration_cast<std::chrono::seconds>(deadline - now).count();
+      watch.timeout_seconds = static_cast<int>(std::clamp<int64_t>(left, 1, 60));
+      bool deleted = false, done = false;
+      kube::CancelToken cancel, finished;
+      std::thread timer;
+      if (deadline != Clock::time_point::max()) {
+        timer = std::thread([&] {
+          if (!finished.SleepFor(std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()))) {
+            cancel.Cancel();
+          }
+        });
+      }
+      ApiStatus status = client_->Watch(kFleetJobs, ns_, watch, [&](const kube::WatchEvent& ev) {
+        if (ev.type == kube::WatchEventType::kDeleted) {
+          deleted = true;
+          return false;
+        }
+        if (ev.type == kube::WatchEventType::kBookmark) {
+          (*job)["metadata"]["resourceVersion"] =
+              ev.object.value("metadata", Json::object()).value("resourceVersion", "");
+          return true;
+        }
+        *job = ev.object;
+        report(*job);
+        done = ended(*job).has_value();
+        return !done;
+      }, cancel);
+      finished.Cancel();
+      if (timer.joinable()) timer.join();
+      if (deleted) return Failure{"fleetjob \"" + name + "\" was deleted"};
+      if (done || status.code() == Code::kCancelled) continue;   // judged (or timed out) at the top
+      if (!status.ok()) {
+        // The watch ended early (an expired resourceVersion, a dropped connection): read the job
+        // again and watch from there.
+        auto again = GetJob(name);
+        if (!again.ok()) return Explain(again.status(), name);
+        *job = *again;
+        report(*job);
+      }
+    }
+  }
+
+  // ---- list, status --------------------------------------------------------------------------
+  std::optional<Failure> List() {
+    kube::ListOptions options;
+    options.label_selector = cl_.selector;
+    auto list = client_->List(kFleetJobs, cl_.all_namespaces ? "" : ns_, options);
+    if (!list.ok()) {
+      if (list.status().code() == Code::kNotFound) return Failure{CrdMissing()};
+      return Explain(list.status());
+    }
+    if (Machine()) {
+      Print(*list);
+      return std::nullopt;
+    }
+    const Json items = list->value("items", Json::array());
+    if (items.empty()) {
+      err_ << "No FleetJobs found" << (cl_.all_namespaces ? "" : " in namespace " + ns_) << ".\n";
+      return std::nullopt;
+    }
+    out_ << JobsTable(items, cl_.all_namespaces, Now());
+    return std::nullopt;
+  }
+
+  std::optional<Failure> Status() {
+    const std::string& name = cl_.names[0];
+    auto job = GetJob(name);
+    if (!job.ok()) return Explain(job.status(), name);
+    kube::ListOptions pods_options;
+    pods_options.label_selector = std::string(kJobLabel) + "=" + name;
+    auto pods = client_->List(kube::Resource::Pods(), ns_, pods_options);
+    if (!pods.ok()) return Explain(pods.status());
+    kube::ListOptions events_options;
+    events_options.field_selector =
+        "involvedObject.uid=" + job->value("metadata", Json::object()).value("uid", "");
+    auto events = client_->List(kube::Resource::Events(), ns_, events_options);
+    if (!events.ok()) return Explain(events.status());
+    const Json doc = StatusDocument(*job, pods->value("items", Json::array()), events->value("items", Json::array()),
+                                    cl_.events);
+    if (Machine()) {
+      Print(doc);
+    } else {
+      out_ << StatusText(doc, Now());
+    }
+    return std::nullopt;
+  }
+
+  // ---- logs ---------------------------------------------------------------------------------------
+  std::optional<Failure> Logs() {
+    const std::string& name = cl_.names[0];
+    const LogsOptions& o = cl_.logs;
+    auto job = GetJob(name);
+    if (!job.ok()) return Explain(job.status(), name);
+    const auto roles = RoleNames(*job);
+    if (std::find(roles.begin(), roles.end(), o.role) == roles.end()) {
+      std::string list;
+      for (const auto& r : roles) list += (list.empty() ? "" : ", ") + r;
+      return Failure{"fleetjob \"" + name + "\" has no role \"" + o.role + "\" (its roles: " + list + ")"};
+    }
+    const std::string pod = name + "-" + o.role + "-" + std::to_string(o.rank);
+    return o.follow ? Follow(name, pod) : LogOnce(name, pod, *job);
+  }
+
+  std::string ContainerOf(const Json& pod) const {
+    if (!cl_.logs.container.empty()) return cl_.logs.container;
+    const Json containers = pod.value("spec", Json::object()).value("containers", Json::array());
+    return containers.empty() ? "" : containers[0].value("name", "");
+  }
+
+  void EmitLog(const std::string& pod, const std::string& container, const std::string& text) {
+    if (text.empty()) return;
+    if (Machine()) {
+      Print({{"pod", pod}, {"container", container}, {"log", text}});
+    } else {
+      out_ << text << std::flush;
+    }
+  }
+
+  std::optional<Failure> LogOnce(const std::string& job_name, const std::string& pod_name, const Json& job) {
+    auto pod = client_->Get(kube::Resource::Pods(), ns_, pod_name);
+    if (!pod.ok()) {
+      if (pod.status().code() == Code::kNotFound) {
+        return Failure{"pod " + pod_name + " does not exist: fleetjob \"" + job_name + "\" is " +
+                       (Phase(job).empty() ? "<none>" : Phase(job)) + " (fleetctl status " + job_name + ")"};
+      }
+      return Explain(pod.status());
+    }
+    const std::string container = ContainerOf(*pod);
+    auto log = client_->GetLog(ns_, pod_name, container, cl_.logs.tail);
+    if (!log.ok()) return Failure{"pod " + pod_name + ": " + OneLine(log.status().message())};
+    if (Machine()) {
+      Print({{"pod", pod_name}, {"container", container}, {"log", *log}});
+    } else {
+      out_ << *log << std::flush;
+    }
+    return std::nullopt;
+  }
+
+  // Re-reads the log every kLogPoll and prints what is new, until the pod ends. A pod replaced by
+  // a new one of the same name (a new run) is followed from its start.
+  std::optional<Failure> Follow(const std::string& job_name, const std::string& pod_name) {
+    std::string uid, waiting_for;
+    size_t offset = 0;
+    bool first_read = true;
+    auto note_once = [&](const std::string& what) {
+      if (what != waiting_for) Note() << "fleetctl: " << what << "\n" << std::flush;
+      waiting_for = what;
+    };
+    while (true) {
+      auto pod = client_->Get(kube::Resource::Pods(), ns_, pod_name);
+      if (!pod.ok()) {
+        if (pod.status().code() != Code::kNotFound) return Explain(pod.status());
+        auto job = GetJob(job_name);
+        if (!job.ok()) {
+          if (job.status().code() == Code::kNotFound) return Failure{"fleetjob \"" + job_name + "\" was deleted"};
+          return Explain(job.status());
+        }
+        const std::string phase = Phase(*job);
+        if (phase == "Succeeded" || phase == "Failed" || phase == "Suspended") {
+          note_once("pod " + pod_name + " is gone and fleetjob \"" + job_name + "\" is " + phase);
+          return std::nullopt;
+        }
+        note_once("waiting for pod " + pod_name + " (fleetjob \"" + job_name + "\" is " +
+                  (phase.empty() ? "<none>" : phase) + ")");
+        std::this_thread::sleep_for(kLogPoll);
+        continue;
+      }
+      const std::string pod_uid = pod->value("metadata", Json::object()).value("uid", "");
+      if (pod_uid != uid) {
+        if (!uid.empty()) note_once("pod " + pod_name + " was replaced (a new run); following the new one");
+        uid = pod_uid;
+        offset = 0;
+      }
+      const std::string phase = pod->value("status", Json::object()).value("phase", "");
+      const std::string container = ContainerOf(*pod);
+      auto log = client_->GetLog(ns_, pod_name, container, -1);
+      if (log.ok()) {
+        std::string text = std::move(*log);
+        if (text.size() < offset) offset = 0;   // the log is not the one read before
+        const size_t from = first_read ? TailStart(text, cl_.logs.tail) : offset;
+        first_read = false;
+        EmitLog(pod_name, container, text.substr(from));
+        offset = text.size();
+        waiting_for.clear();
+      } else if (log.status().code() == Code::kBadRequest) {
+        note_once("pod " + pod_name + ": " + OneLine(log.status().message()));   // not started yet
+      } else if (log.status().code() != Code::kNotFound) {
+        return Failure{"pod " + pod_name + ": " + OneLine(log.status().message())};
+      }
+      if (phase == "Succeeded" || phase == "Failed") return std::nullopt;   // its whole log is printed
+      std::this_thread::sleep_for(kLogPoll);
+    }
+  }
+
+  // ---- stop, resume, delete -----------------------------------------------------------------------
+  std::optional<Failure> Suspend(const std::string& name, bool suspend) {
+    const Json patch = {{"spec", {{"runPolicy", {{"suspend", suspend}}}}}};
+    auto patched = client_->MergePatch(kFleetJobs, ns_, name, patch);
+    if (!patched.ok()) return Explain(patched.status(), name);
+    if (Machine()) {
+      Print(*patched);
+    } else {
+      out_ << "fleetjob/" << name << (suspend ? " suspended" : " resumed") << "\n";
+    }
+    return std::nullopt;
+  }
+
+  std::optional<Failure> Delete() {
+    Json deleted = Json::array();
+    std::optional<Failure> failure;
+    for (const std::string& name : cl_.names) {
+      auto job = GetJob(name);
+      ApiStatus status = job.ok() ? ApiStatus() : job.status();
+      if (status.ok()) {
+        kube::DeleteOptions options;
+        options.propagation_policy = "Background";
+        status = client_->Delete(kFleetJobs, ns_, name, options);
+      }
+      if (!status.ok()) {
+        failure = Explain(status, name);
+        err_ << "fleetctl: " << failure->message << "\n";
+        continue;
+      }
+      deleted.push_back(*job);
+      if (!Machine()) out_ << "fleetjob/" << name << " deleted\n";
+    }
+    if (Machine()) Print({{"apiVersion", "v1"}, {"kind", "List"}, {"items", deleted}});
+    if (failure) failure->message.clear();   // already said, per job
+    return failure;
+  }
+
+  const CommandLine& cl_;
+  std::istream& in_;
+  std::ostream& out_;
+  std::ostream& err_;
+  std::shared_ptr<kube::Client> client_;
+  std::string server_;
+  std::string ns_;
+};
+
+}  // namespace
+
+int RunFleetctl(const std::vector<std::string>& args, const EnvMap& env, std::istream& in, std::ostream& out,
+                std::ostream& err) {
+  auto cl = ParseCommandLine(args);
+  if (!cl) {
+    err << "fleetctl: " << cl.error() << "\n";
+    return 2;
+  }
+  if (cl->help_for != Command::kNone) {
+    out << Usage(cl->help_for == Command::kHelp ? Command::kNone : cl->help_for);
+    return 0;
+  }
+  if (cl->command == Command::kVersion) {
+    if (cl->global.output == Output::kText) {
+      out << "fleetctl " << FLEET_VERSION << "\n";
+    } else {
+      const Json doc = {{"fleetctl", FLEET_VERSION}};
+      out << (cl->global.output == Output::kJson ? doc.dump(2) + "\n" : ToYaml(doc));
+    }
+    return 0;
+  }
+  Session session(*cl, in, out, err);
+  const bool need_cluster = !(cl->command == Command::kSubmit && cl->submit.dry_run);
+  std::optional<Failure> failure = session.Connect(env, need_cluster);
+  if (!failure) {
+    try {
+      failure = session.Run();
+    } catch (const std::exception& e) {   // nlohmann on an unexpected object shape
+      failure = Failure{std::string("unexpected answer from the API server: ") + e.what()};
+    }
+  }
+  if (!failure) return 0;
+  if (!failure->message.empty()) err << "fleetctl: " << failure->message << "\n";
+  return failure->exit_code;
+}
+
+}  // namespace fleet::cli

@@ -1,0 +1,353 @@
+"""fleetctl end to end: the real binary against the fake control plane (tests/controlplane), with the
+real fleet-operator running the jobs it submits.
+
+  TestFleetctl:        submit (flags, a manifest, --wait, --dry-run), list, status, logs (-f too),
+                       stop/resume, delete, -o json|yaml - against a cluster with the CRD and an
+                       operator.
+  TestFleetctlErrors:  one clear line and a non-zero exit for: no cluster configured, an unreachable
+                       cluster, no CRD installed, a job that does not exist, a refused object, a
+                       usage error; --wait that times out.
+
+Run (ctest does):  FLEETCTL=... FLEET_OPERATOR_BINARY=... /usr/bin/python3 -m unittest -v test_fleetctl
+"""
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import threading
+import unittest
+
+import yaml
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "chart"))
+import fleet_cluster  # noqa: E402
+from fleet_cluster import ROOT, Cluster, wait_for  # noqa: E402
+
+FLEETCTL = os.environ.get("FLEETCTL", os.path.join(ROOT, "build", "cli", "fleetctl"))
+OPERATOR = os.environ.get("FLEET_OPERATOR_BINARY", os.path.join(ROOT, "build", "operator", "fleet-operator"))
+CRD = os.path.join(ROOT, "crds", "fleetjob.yaml")
+PS_EXAMPLE = os.path.join(ROOT, "examples", "k8s", "ps.yaml")
+TOOLS = "fleetjob/tools:0.1.0"
+PS_COMMAND = ["--", "python3", "-u", "/opt/fleetjob/examples/ps/train.py"]
+
+
+class Run:
+    def __init__(self, proc):
+        self.code, self.out, self.err = proc.returncode, proc.stdout, proc.stderr
+
+    def __repr__(self):
+        return "exit %d\nstdout:\n%s\nstderr:\n%s" % (self.code, self.out, self.err)
+
+
+class FleetctlTest(unittest.TestCase):
+    cluster = None
+
+    def fleetctl(self, *args, kubeconfig=None, stdin=None, timeout=60):
+        kc = kubeconfig or self.cluster.kubeconfig
+        proc = subprocess.run([FLEETCTL, "--kubeconfig", kc] + list(args), input=stdin, capture_output=True,
+                              text=True, timeout=timeout, env=dict(os.environ, KUBECONFIG="", HOME=self.home))
+        return Run(proc)
+
+    def ok(self, *args, **kwargs):
+        run = self.fleetctl(*args, **kwargs)
+        self.assertEqual(run.code, 0, "fleetctl %s: %r\n%s" % (" ".join(args), run,
+                                                              self.cluster.logs() if self.cluster else ""))
+        return run
+
+    def fails(self, expected_message, *args, code=1, **kwargs):
+        """fleetctl exits `code` with exactly one line on stderr containing `expected_message`."""
+        run = self.fleetctl(*args, **kwargs)
+        self.assertEqual(run.code, code, "fleetctl %s: %r" % (" ".join(args), run))
+        lines = run.err.splitlines()
+        self.assertEqual(len(lines), 1, "not one line: %r" % run.err)
+        self.assertTrue(lines[0].startswith("fleetctl: "), lines[0])
+        self.assertIn(expected_message, lines[0])
+        return run
+
+
+class TestFleetctl(FleetctlTest):
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()
+        cls.home = cls.cluster.dir
+        cls.cluster.install_crd(CRD)
+        cls.operator = cls.cluster.start("fleet-operator", [
+            OPERATOR, "--kubeconfig=" + cls.cluster.kubeconfig, "--metrics-bind-address=0",
+            "--health-probe-bind-address=127.0.0.1:0", "--log-level=debug"])
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    def wait_phase(self, name, phase, ns="default"):
+        return self.cluster.wait_for_phase(ns, name, phase)
+
+    def test_the_tour_of_fleetctl_md(self):
+        with open(os.path.join(ROOT, "docs", "fleetctl.md")) as f:
+            tour = re.search(r"## A tour.*?```sh\n(.*?)```", f.read(), re.S).group(1)
+        commands = [shlex.split(c) for c in tour.replace("\\\n", " ").splitlines() if c.strip()]
+        self.assertEqual([c[1] for c in commands], ["submit", "list", "status", "logs", "stop", "resume", "delete"])
+        for argv in commands:
+            self.assertEqual(argv[0], "fleetctl")
+            run = self.ok(*argv[1:])
+            if argv[1] == "submit":
+                self.assertIn("ps-demo: Running  server 2/2 ready  worker 2/2 ready", run.out)
+            if argv[1] == "stop":
+                self.wait_phase("ps-demo", "Suspended")
+        self.assertIsNone(self.cluster.job("default", "ps-demo"))
+
+    # ---- submit ------------------------------------------------------------------------------------
+    def test_submit_from_flags_waits_until_running(self):
+        run = self.ok("submit", "--name=flags-ps", "--server_num=2", "--worker_num=3", "--image=" + TOOLS,
+                      "--cpu=1", "--memory=1Gi", "--env", "EPOCHS=2", "--restart_policy=OnFailure", "--wait",
+                      *PS_COMMAND)
+        lines = run.out.splitlines()
+        self.assertEqual(lines[0], "fleetjob/flags-ps created")
+        self.assertTrue(lines[-1].startswith("flags-ps: Running  server 2/2 ready  worker 3/3 ready"), run.out)
+        job = self.cluster.job("default", "flags-ps")
+        self.assertEqual(job["status"]["phase"], "Running")
+        spec = job["spec"]
+        self.assertEqual((spec["mode"], spec["server"]["replicas"], spec["worker"]["replicas"]), ("ps", 2, 3))
+        self.assertEqual(spec["worker"]["restartPolicy"], "OnFailure")
+        (c,) = spec["worker"]["template"]["spec"]["containers"]
+        self.assertEqual(c["command"], PS_COMMAND[1:])
+        self.assertEqual(c["env"], [{"name": "EPOCHS", "value": "2"}])
+        self.assertEqual(c["resources"]["limits"], {"cpu": "1", "memory": "1Gi"})
+        self.assertEqual(len(self.cluster.pods("default", "flags-ps")), 5)
+
+    def test_submit_generates_a_name_from_the_script(self):
+        run = self.ok("submit", "--worker_num=2", "--image=" + TOOLS, "--", "python3", "/opt/x/train_mnist.py")
+        (line,) = run.out.splitlines()
+        self.assertRegex(line, r"^fleetjob/train-mnist-[a-z0-9]{5} created$")
+        name = line.split("/")[1].split()[0]
+        self.assertEqual(self.cluster.job("default", name)["spec"]["mode"], "collective")
+
+    def test_submit_a_manifest_with_wait_and_json_output(self):
+        self.cluster.create_namespace("team-b")
+        run = self.ok("-n", "team-b", "submit", "-f", PS_EXAMPLE, "--wait", "-o", "json")
+        job = json.loads(run.out)   # stdout: the job as it is once running; progress on stderr
+        self.assertEqual((job["metadata"]["name"], job["metadata"]["namespace"]), ("ps-example", "team-b"))
+        self.assertEqual(job["status"]["phase"], "Running")
+        self.assertIn("ps-example: Running", run.err)
+        with open(PS_EXAMPLE) as f:
+            self.assertEqual(job["spec"], yaml.safe_load(f)["spec"])
+
+    def test_submit_a_manifest_from_stdin_and_yaml_dry_run(self):
+        with open(PS_EXAMPLE) as f:
+            manifest = f.read()
+        run = self.ok("submit", "-f", "-", "--dry-run", stdin=manifest.replace("ps-example", "dry"))
+        job = yaml.safe_load(run.out)
+        self.assertEqual(job["metadata"], {"name": "dry", "namespace": "default"})
+        self.assertIsNone(self.cluster.job("default", "dry"), "--dry-run created the job")
+        run = self.ok("submit", "--name=dry2", "--worker_num=2", "--gpus=4", "--image=paddle", "--dry-run",
+                      "-o", "json", "--", "python", "-u", "train.py", "--lr=0.1")
+        spec = json.loads(run.out)["spec"]
+        self.assertEqual(spec["processesPerPod"], 4)
+        self.assertEqual(spec["worker"]["template"]["spec"]["containers"][0]["command"],
+                         ["fleetrun", "train.py", "--lr=0.1"])
+
+    def test_wait_reports_a_job_the_operator_fails(self):
+        with open(PS_EXAMPLE) as f:
+            job = yaml.safe_load(f)
+        job["metadata"]["name"] = "bad-port"
+        job["spec"]["port"] = 9102   # the sidecar's metrics port: the operator refuses the job
+        self.fails('fleetjob "bad-port" failed: spec.sidecar.metricsPort', "submit", "-f", "-", "--wait",
+                   stdin=json.dumps(job))
+        self.assertEqual(self.cluster.job("default", "bad-port")["status"]["phase"], "Failed")
+
+    # ---- list, status --------------------------------------------------------------------------------
+    def submit_running(self, name, workers=2, ns="default"):
+        self.ok("-n", ns, "submit", "--name=" + name, "--server_num=1", "--worker_num=%d" % workers,
+                "--image=" + TOOLS, "--wait", *PS_COMMAND)
+        return self.cluster.job(ns, name)
+
+    def test_list(self):
+        self.submit_running("listed")
+        self.cluster.create_namespace("team-l")
+        self.submit_running("elsewhere", ns="team-l")
+        out = self.ok("list").out.splitlines()
+        self.assertEqual(out[0].split(), ["NAME", "MODE", "PHASE", "SERVERS", "WORKERS", "RESTARTS", "AGE"])
+        row = [l for l in out if l.startswith("listed ")][0].split()
+        self.assertEqual(row[:6], ["listed", "ps", "Running", "1/1", "2/2", "0"])
+        self.assertFalse([l for l in out if l.startswith("elsewhere")])
+        out = self.ok("list", "-A").out.splitlines()
+        self.assertEqual(out[0].split()[0], "NAMESPACE")
+        self.assertTrue([l for l in out if l.split()[:2] == ["team-l", "elsewhere"]])
+        listed = json.loads(self.ok("list", "-o", "json").out)
+        self.assertEqual(listed["kind"], "FleetJobList")
+        self.assertIn("listed", [j["metadata"]["name"] for j in listed["items"]])
+        listed = yaml.safe_load(self.ok("-n", "team-l", "list", "-o", "yaml").out)
+        self.assertEqual([j["metadata"]["name"] for j in listed["items"]], ["elsewhere"])
+        self.cluster.create_namespace("empty")
+        run = self.ok("-n", "empty", "list")
+        self.assertEqual((run.out, run.err), ("", "No FleetJobs found in namespace empty.\n"))
+
+    def test_status_shows_phase_roles_conditions_and_events(self):
+        self.submit_running("stat", workers=3)
+        text = self.ok("status", "stat").out
+        self.assertRegex(text, r"Phase:\s+Running")
+        self.assertRegex(text, r"Mode:\s+ps")
+        rows = {l.split()[0]: l.split()[1:] for l in text.splitlines() if l.startswith(("server ", "worker "))}
+        self.assertEqual(rows["server"][:3], ["1", "1", "1"])
+        self.assertEqual(rows["worker"][:3], ["3", "3", "3"])
+        self.assertIn("Conditions:", text)
+        self.assertIn("Events:", text)
+        doc = yaml.safe_load(self.ok("status", "stat", "-o", "yaml").out)
+        self.assertEqual((doc["name"], doc["phase"], doc["mode"]), ("stat", "Running", "ps"))
+        self.assertEqual([r["role"] for r in doc["roles"]], ["server", "worker"])
+        self.assertEqual(doc["roles"][1]["ready"], 3)
+        self.assertIn("Running", [c["type"] for c in doc["conditions"]])
+        self.assertTrue(doc["events"], "the operator's events on the job")
+        for e in doc["events"]:
+            self.assertIn(e["type"], ("Normal", "Warning"))
+            self.assertIn(e["reason"], text)
+        self.assertEqual(doc["podsNotRunning"], [])
+        self.assertEqual(len(json.loads(self.ok("status", "stat", "-o", "json", "--events=1").out)["events"]), 1)
+
+    def test_status_says_why_pods_are_not_running(self):
+        self.cluster.control("POST", "config", {"kubelet": "manual"})
+        try:
+            self.ok("submit", "--name=stuck", "--worker_num=2", "--image=" + TOOLS, "--", "python3", "x.py")
+            wait_for("stuck's pods", lambda: len(self.cluster.pods("default", "stuck")) == 2)
+            self.cluster.pod_action("default", "stuck-worker-0", {"action": "unschedulable",
+                                                                  "message": "0/4 nodes have enough nvidia.com/gpu"})
+            doc = json.loads(self.ok("status", "stuck", "-o", "json").out)
+            why = {p["pod"]: (p["phase"], p["why"]) for p in doc["podsNotRunning"]}
+            self.assertEqual(why["stuck-worker-0"][0], "Pending")
+            self.assertIn("0/4 nodes have enough nvidia.com/gpu", why["stuck-worker-0"][1])
+            self.assertIn("stuck-worker-1", why)
+            self.assertIn("Not running:", self.ok("status", "stuck").out)
+        finally:
+            self.cluster.control("POST", "config", {"kubelet": "auto"})
+
+    # ---- logs -----------------------------------------------------------------------------------------
+    def test_logs_of_a_role_and_rank(self):
+        self.submit_running("logged", workers=2)
+        c = self.cluster
+        c.append_log("default", "logged-worker-0", "step 1\nstep 2\nstep 3\n", container="paddle")
+        c.append_log("default", "logged-server-0", "serving\n", container="paddle")
+        c.append_log("default", "logged-worker-0", "gate open\n", container="fleet-sidecar")
+        self.assertEqual(self.ok("logs", "logged").out, "step 1\nstep 2\nstep 3\n")
+        self.assertEqual(self.ok("logs", "logged", "--tail=1").out, "step 3\n")
+        self.assertEqual(self.ok("logs", "logged", "--role=server", "--rank", "0").out, "serving\n")
+        self.assertEqual(self.ok("logs", "logged", "-c", "fleet-sidecar").out, "gate open\n")
+        doc = json.loads(self.ok("logs", "logged", "-o", "json").out)
+        self.assertEqual(doc, {"pod": "logged-worker-0", "container": "paddle", "log": "step 1\nstep 2\nstep 3\n"})
+        self.fails('has no role "heter" (its roles: server, worker)', "logs", "logged", "--role=heter")
+        self.fails("pod logged-worker-7 does not exist", "logs", "logged", "--rank=7")
+
+    def test_logs_follow_until_the_pod_ends(self):
+        self.submit_running("followed", workers=1)
+        c = self.cluster
+        c.append_log("default", "followed-worker-0", "epoch 0\nepoch 1\n", container="paddle")
+        proc = subprocess.Popen([FLEETCTL, "--kubeconfig", c.kubeconfig, "logs", "followed", "-f", "--tail=1"],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        out = []
+        reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
+        reader.start()
+        wait_for("the last line so far", lambda: out == ["epoch 1\n"])
+        c.append_log("default", "followed-worker-0", "epoch 2\n", container="paddle")
+        wait_for("the new line", lambda: out == ["epoch 1\n", "epoch 2\n"])
+        c.append_log("default", "followed-worker-0", "done\n", container="paddle")
+        c.pod_action("default", "followed-worker-0", {"action": "succeed"})
+        self.assertEqual(proc.wait(20), 0, proc.stderr.read())
+        reader.join(5)
+        proc.stdout.close()
+        proc.stderr.close()
+        self.assertEqual(out, ["epoch 1\n", "epoch 2\n", "done\n"])
+
+    # ---- stop, resume, delete -----------------------------------------------------------------------
+    def test_stop_and_resume(self):
+        job = self.submit_running("pausable")
+        run = job["status"]["run"]
+        self.assertEqual(self.ok("stop", "pausable").out, "fleetjob/pausable suspended\n")
+        self.wait_phase("pausable", "Suspended")
+        wait_for("pausable's pods to go", lambda: not [
+            p for p in self.cluster.pods("default", "pausable") if not p["metadata"].get("deletionTimestamp")])
+        patched = json.loads(self.ok("resume", "pausable", "-o", "json").out)
+        self.assertFalse(patched["spec"]["runPolicy"]["suspend"])
+        job = self.wait_phase("pausable", "Running")
+        self.assertGreater(job["status"]["run"], run)
+
+    def test_delete(self):
+        self.submit_running("doomed")
+        self.submit_running("doomed2")
+        self.assertEqual(self.ok("delete", "doomed").out, "fleetjob/doomed deleted\n")
+        self.assertIsNone(self.cluster.job("default", "doomed"))
+        doc = yaml.safe_load(self.ok("delete", "doomed2", "-o", "yaml").out)
+        self.assertEqual([j["metadata"]["name"] for j in doc["items"]], ["doomed2"])
+        self.fails('fleetjob "doomed" not found in namespace "default"', "delete", "doomed")
+
+    def test_job_not_found(self):
+        for args in (["status", "nope"], ["logs", "nope"], ["stop", "nope"], ["resume", "nope"], ["delete", "nope"]):
+            with self.subTest(args=args):
+                self.fails('fleetjob "nope" not found in namespace "default"', *args)
+
+    def test_refused_objects_and_usage_errors(self):
+        with open(PS_EXAMPLE) as f:
+            manifest = f.read().replace("name: ps-example", "name: Bad_Name")
+        self.fails("the API server refused the FleetJob", "submit", "-f", "-", stdin=manifest)
+        self.ok("submit", "--name=twice", "--image=" + TOOLS, "--", "python3", "x.py")
+        self.fails('fleetjob "twice" already exists in namespace "default"', "submit", "--name=twice",
+                   "--image=" + TOOLS, "--", "python3", "x.py")
+        self.fails("submit needs --image", "submit", "--", "python3", "x.py", code=2)
+        self.fails("unknown flag --sever_num for submit", "submit", "--sever_num=2", code=2)
+        self.fails("--worker_num=0: expected an integer from 1 to 10000", "submit", "--worker_num=0", code=2)
+        self.fails("--output=xml: expected json or yaml", "list", "-o", "xml", code=2)
+        self.fails("status needs the FleetJob's name", "status", code=2)
+        self.fails("--gpus > 1 runs one process per GPU through fleetrun", "submit", "--image=x", "--gpus=2",
+                   "--", "./train.sh", code=2)
+
+
+class TestFleetctlErrors(FleetctlTest):
+    """Clusters that are not there, or not ready for FleetJobs."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()   # no CRD, no operator
+        cls.home = cls.cluster.dir
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
+
+    def test_no_cluster_configured(self):
+        missing = os.path.join(self.cluster.dir, "no-such-kubeconfig")
+        self.fails("no cluster configured: kubeconfig %s" % missing, "list", kubeconfig=missing)
+        # Without --kubeconfig, KUBECONFIG or ~/.kube/config either (HOME is a scratch directory).
+        run = subprocess.run([FLEETCTL, "list"], capture_output=True, text=True, timeout=30,
+                             env={"HOME": self.cluster.dir, "PATH": os.environ.get("PATH", "")})
+        self.assertEqual(run.returncode, 1)
+        self.assertRegex(run.stderr, r"^fleetctl: no cluster configured: .*\n$")
+
+    def test_unreachable_cluster(self):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]   # closed again: nothing listens there
+        kc = os.path.join(self.cluster.dir, "unreachable")
+        with open(kc, "w") as f:
+            f.write(fleet_cluster.KUBECONFIG.format(server="http://127.0.0.1:%d" % port, namespace="default"))
+        self.fails("cannot reach the cluster at http://127.0.0.1:%d" % port, "list", kubeconfig=kc)
+        self.fails("cannot reach the cluster at http://127.0.0.1:%d" % port, "status", "x", kubeconfig=kc)
+
+    def test_no_crd_installed(self):
+        for args in (["list"], ["status", "x"], ["logs", "x"], ["stop", "x"], ["delete", "x"],
+                     ["submit", "--image=x", "--", "python3", "t.py"]):
+            with self.subTest(args=args):
+                self.fails("the FleetJob API (fleetjobs.fleet.paddlepaddle.org/v1alpha1) is not installed", *args)
+
+    def test_wait_times_out_without_an_operator(self):
+        self.addCleanup(self.cluster.delete_crd, self.cluster.install_crd(CRD))
+        run = self.fails('timed out after 1s waiting for fleetjob "idle" (phase <none>)', "submit", "--name=idle",
+                         "--image=x", "--wait", "--timeout=1s", "--", "python3", "t.py")
+        self.assertEqual(run.out, "fleetjob/idle created\nidle: <none>  worker 0/1 ready\n")
+
+
+if __name__ == "__main__":
+    unittest.main()
