@@ -132,6 +132,12 @@ const RoleSpec* FleetJobSpec::Find(RoleKind kind) const {
   return nullptr;
 }
 
+std::string ReplicaSignature(const FleetJobSpec& spec) {
+  std::string out;
+  for (const RoleSpec& role : spec.roles) out += (out.empty() ? "" : ",") + role.name + "=" + std::to_string(role.replicas);
+  return out;
+}
+
 int FleetJobSpec::TotalPods() const {
   int total = 0;
   for (const RoleSpec& r : roles) total += r.replicas;

@@ -398,13 +398,6 @@ void Planner::CheckPending(const RunPods& current) {
   }
 }
 
-// "server=2,worker=4,gpu=2": the replicas a run was wired for.
-std::string ReplicaSignature(const FleetJobSpec& spec) {
-  std::string out;
-  for (const RoleSpec& role : spec.roles) out += (out.empty() ? "" : ",") + role.name + "=" + std::to_string(role.replicas);
-  return out;
-}
-
 ReconcilePlan Planner::Run() {
   const Json& meta = Obj(object_, "metadata");
   if (meta.contains("deletionTimestamp")) return plan_;  // garbage collection removes the children
@@ -521,11 +514,13 @@ ReconcilePlan Planner::Run() {
   }
   if (NeedsSidecarAccount(*job_)) {
     if (!observed_.service_account) Create(ObjectKind::kServiceAccount, BuildSidecarServiceAccount(*job_), "sidecar identity");
-    Json role = BuildSidecarRole(*job_);
     if (!observed_.role) {
-      Create(ObjectKind::kRole, std::move(role), "sidecar may read the endpoints and its own pod");
-    } else if (observed_.role->value("rules", Json::array()) != role["rules"]) {
-      // The job's pods changed (replicas): the sidecars may touch exactly the new ones.
+      Create(ObjectKind::kRole, BuildSidecarRole(*job_), "sidecar may read the endpoints and its own pod");
+    } else if (Str(Obj(Obj(*observed_.role, "metadata"), "annotations"), kReplicasAnnotation, kNone) !=
+               ReplicaSignature(spec)) {
+      // The job's pods changed (replicas): the sidecars may touch exactly the new ones. (The
+      // annotation says which pods the Role names, without comparing thousands of names.)
+      Json role = BuildSidecarRole(*job_);
       role["metadata"]["resourceVersion"] = Str(Obj(*observed_.role, "metadata"), "resourceVersion", kNone);
       plan_.actions.push_back({Verb::kUpdate, ObjectKind::kRole, Name(role), std::move(role), "the job's pods changed"});
     }

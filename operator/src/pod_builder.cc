@@ -196,8 +196,10 @@ Json BuildSidecarRole(const FleetJob& job) {
   // the sidecar does). Its own pod: read it, and set its training-progress condition.
   Json pods = Json::array();
   for (const PodSlot& slot : PodSlots(job)) pods.push_back(slot.name);
+  Json meta = ChildMeta(job, SidecarServiceAccountName(job));
+  meta["annotations"] = {{kReplicasAnnotation, ReplicaSignature(job.spec)}};
   return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
-          {"metadata", ChildMeta(job, SidecarServiceAccountName(job))},
+          {"metadata", std::move(meta)},
           {"rules", Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
                                   {"resourceNames", Json::array({EndpointsConfigMapName(job.name)})},
                                   {"verbs", Json::array({"get", "list", "watch"})}},

@@ -92,4 +92,7 @@ Result<FleetJob> ParseFleetJob(const Json& object);
 
 std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
 
+// "server=2,worker=4,gpu=2": the replicas of every role, in spec order.
+std::string ReplicaSignature(const FleetJobSpec& spec);
+
 }  // namespace fleet::op

@@ -25,6 +25,8 @@ inline constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
 inline constexpr const char* kRoleLabel = "fleet.paddlepaddle.org/role";
 inline constexpr const char* kIndexLabel = "fleet.paddlepaddle.org/index";
 inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
+// The sidecar's Role says which replicas its pod names are of (ReplicaSignature).
+inline constexpr const char* kReplicasAnnotation = "fleet.paddlepaddle.org/replicas";
 // The endpoints ConfigMap says which run and which hosts its lists were computed for.
 inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
 inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-digest";
