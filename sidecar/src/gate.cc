@@ -1,5 +1,7 @@
 #include "fleet/sidecar/gate.h"
 
+#include "fleet/sidecar/exposition.h"
+
 #include <algorithm>
 #include <random>
 
@@ -459,12 +461,24 @@ void Gate::ProbeLoop() {
 
 // ---- HTTP ----
 
-std::vector<serving::Route> Gate::Routes() {
+std::vector<Endpoint> Gate::Servers() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return verdict_.state == ConfigMapState::kReady ? verdict_.servers : std::vector<Endpoint>();
+}
+
+double Gate::PeerWaitSeconds() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (peers_since_ == Clock::time_point()) return 0.0;
+  return Seconds((open_ ? opened_at_ : Clock::now()) - peers_since_);
+}
+
+std::vector<serving::Route> Gate::Routes(std::function<std::string()> ready,
+                                         std::function<void(std::string*)> more_metrics) {
   serving::Route startup{"/startup", {}, [this](const serving::Request&) {
                            std::lock_guard<std::mutex> lock(mu_);
                            return serving::Response::Text(open_ ? 200 : 503, DescribeLocked().second + "\n");
                          }};
-  serving::Route metrics = serving::MetricsRoute(registry_);
+  serving::Route metrics = ExpositionRoute(registry_, std::move(more_metrics));
   metrics.handler = [this, serialize = metrics.handler](const serving::Request& request) {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -473,9 +487,12 @@ std::vector<serving::Route> Gate::Routes() {
     return serialize(request);
   };
   return {std::move(startup),
-          serving::HealthRoute("/readyz", [this] {
-            std::lock_guard<std::mutex> lock(mu_);
-            return open_ ? std::string() : DescribeLocked().second;
+          serving::HealthRoute("/readyz", [this, ready = std::move(ready)] {
+            {
+              std::lock_guard<std::mutex> lock(mu_);
+              if (!open_) return DescribeLocked().second;
+            }
+            return ready ? ready() : std::string();
           }),
           serving::HealthRoute("/healthz", [this] { return HealthProblem(); }),
           std::move(metrics)};

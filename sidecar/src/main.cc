@@ -1,5 +1,6 @@
-// fleet-sidecar: flags -> cluster config -> HTTP endpoints -> the gate, until a signal (or, with
-// --exit-when-ready, until the gate opens). See options.h for the command line and gate.h for the gate.
+// fleet-sidecar: flags -> cluster config -> HTTP endpoints -> the gate, then the agent, until a signal
+// (or, with --exit-when-ready, until the gate opens). See options.h for the command line, gate.h for
+// the gate and agent.h for the agent.
 #include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
@@ -20,6 +21,8 @@
 #include "fleet/kube/config.h"
 #include "fleet/runtime/env_contract.h"
 #include "fleet/serving/http_server.h"
+#include "fleet/sidecar/agent.h"
+#include "fleet/sidecar/exposition.h"
 #include "fleet/sidecar/gate.h"
 #include "fleet/sidecar/log.h"
 #include "fleet/sidecar/options.h"
@@ -37,7 +40,14 @@ using fleet::sidecar::Logger;
   std::_Exit(code);
 }
 
-int RunGate(const GateOptions& options, const fleet::EnvMap& env) {
+std::string PortNote(const std::string& address, int port) {
+  return address.size() > 2 && address.substr(address.size() - 2) == ":0" ? " (port " + std::to_string(port) + ")" : "";
+}
+
+int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& env) {
+  const bool gated = command_line.command == fleet::sidecar::Command::kGate;
+  const GateOptions& options = command_line.gate;
+  const fleet::sidecar::AgentOptions& agent_options = command_line.agent;
   Logger log(options.ns + "/" + options.pod);
 
   // Signals arrive through a signalfd: blocked here, before any thread exists, so every thread
@@ -58,38 +68,94 @@ int RunGate(const GateOptions& options, const fleet::EnvMap& env) {
     return 1;
   }
 
-  auto config = fleet::kube::LoadDefaultConfig(env, options.kubeconfig);
-  if (!config.ok()) {
-    log("cannot load the cluster config: " + config.status().ToString());
-    return 1;
-  }
-  fleet::kube::ClientOptions client_options;
-  client_options.request_timeout = options.api_timeout;
-  client_options.max_attempts = 1;   // the gate retries itself, with backoff, and can be stopped between tries
-  client_options.user_agent = "fleet-sidecar";
-  auto client = fleet::kube::Client::Create(*config, client_options);
-  if (!client.ok()) {
-    log("cannot create the API client: " + client.status().ToString());
-    return 1;
+  // The API: the gate's watch, and the agent's pod condition.
+  std::shared_ptr<fleet::kube::Client> client;
+  if (gated || agent_options.pod_condition) {
+    auto config = fleet::kube::LoadDefaultConfig(env, options.kubeconfig);
+    if (!config.ok()) {
+      log("cannot load the cluster config: " + config.status().ToString());
+      return 1;
+    }
+    fleet::kube::ClientOptions client_options;
+    client_options.request_timeout = options.api_timeout;
+    client_options.max_attempts = 1;   // the gate and the condition writer retry themselves, with backoff
+    client_options.user_agent = "fleet-sidecar";
+    auto created = fleet::kube::Client::Create(*config, client_options);
+    if (!created.ok()) {
+      log("cannot create the API client: " + created.status().ToString());
+      return 1;
+    }
+    client = *created;
   }
 
   auto registry = std::make_shared<prometheus::Registry>();
-  auto gate = std::make_unique<fleet::sidecar::Gate>(*client, fleet::sidecar::GateConfig::FromOptions(options), log,
-                                                     registry);
-  gate->OnOpen([open_fd] {
-    const uint64_t one = 1;
-    [[maybe_unused]] ssize_t n = ::write(open_fd, &one, sizeof one);
-  });
-  auto server = fleet::serving::HttpServer::Start(options.listen, gate->Routes());
+  std::unique_ptr<fleet::sidecar::Gate> gate;
+  if (gated) {
+    gate = std::make_unique<fleet::sidecar::Gate>(client, fleet::sidecar::GateConfig::FromOptions(options), log,
+                                                  registry);
+    gate->OnOpen([open_fd] {
+      const uint64_t one = 1;
+      [[maybe_unused]] ssize_t n = ::write(open_fd, &one, sizeof one);
+    });
+  }
+  // A plain init container (--exit-when-ready) only gates: the agent runs in a native sidecar.
+  std::unique_ptr<fleet::sidecar::Agent> agent;
+  if (!options.exit_when_ready) {
+    agent = std::make_unique<fleet::sidecar::Agent>(
+        fleet::sidecar::AgentConfig::FromOptions(options, agent_options, gated), log, registry,
+        agent_options.pod_condition ? client : nullptr);
+  }
+
+  std::vector<fleet::serving::Route> routes;
+  if (gate) {
+    if (agent) {
+      routes = gate->Routes([a = agent.get()] { return a->NotReady(); },
+                            [a = agent.get()](std::string* out) { a->metrics().AppendExposition(out); });
+    } else {
+      routes = gate->Routes();
+    }
+  } else {
+    routes = {{"/startup", {}, [](const fleet::serving::Request&) {
+                 return fleet::serving::Response::Text(200, "no startup gate: fleet-sidecar agent\n");
+               }},
+              fleet::serving::HealthRoute("/readyz", [a = agent.get()] { return a->NotReady(); }),
+              fleet::serving::HealthRoute("/healthz", [] { return std::string(); }),
+              fleet::sidecar::ExpositionRoute(
+                  registry, [a = agent.get()](std::string* out) { a->metrics().AppendExposition(out); })};
+  }
+  if (agent) routes.push_back(agent->StatusRoute());
+  auto server = fleet::serving::HttpServer::Start(options.listen, std::move(routes));
   if (!server.ok()) {
     log(server.error());
     return 1;
   }
-  log("serving /startup, /readyz, /healthz and /metrics on " + options.listen +
-      (options.listen.size() > 2 && options.listen.substr(options.listen.size() - 2) == ":0"
-           ? " (port " + std::to_string((*server)->port()) + ")"
-           : ""));
-  gate->Start();
+  log("serving /startup, /readyz, /healthz, /metrics" + std::string(agent ? " and /status" : "") + " on " +
+      options.listen + PortNote(options.listen, (*server)->port()));
+
+  std::unique_ptr<fleet::serving::HttpServer> report_server;
+  if (agent) {
+    if (auto started = agent->Start(); !started) {
+      log(started.error());
+      return 1;
+    }
+    if (!agent_options.report_http.empty()) {
+      fleet::serving::HttpServerOptions report_options;
+      report_options.threads = 1;
+      report_options.max_body_bytes = 64 * 1024;
+      report_options.request_timeout_ms = 5000;
+      auto reports = fleet::serving::HttpServer::Start(agent_options.report_http, {agent->ReportRoute()}, report_options);
+      if (!reports.ok()) {
+        log("--report-http: " + reports.error());
+        return 1;
+      }
+      report_server = std::move(*reports);
+      log("taking step reports on http://" + agent_options.report_http + "/v1/report" +
+          (PortNote(agent_options.report_http, report_server->port()).empty()
+               ? std::string()
+               : " (report port " + std::to_string(report_server->port()) + ")"));
+    }
+  }
+  if (gate) gate->Start();
 
   while (true) {
     pollfd fds[2] = {{signal_fd, POLLIN, 0}, {open_fd, POLLIN, 0}};
@@ -112,15 +178,19 @@ int RunGate(const GateOptions& options, const fleet::EnvMap& env) {
         log("exiting: the gate is open (--exit-when-ready)");
         break;
       }
+      if (agent) agent->GateOpened(gate->Servers(), gate->PeerWaitSeconds());
     }
   }
 
-  // The threads end within ~50 ms unless one is inside an API list (bounded by --api-timeout).
-  if (!gate->Stop(std::chrono::milliseconds(1500))) {
+  // The threads end within ~50 ms unless one is inside an API request (bounded by --api-timeout).
+  if (gate && !gate->Stop(std::chrono::milliseconds(1500))) {
     log("a request to the API server is still running; exiting without waiting for it");
   }
-  // The HTTP server is not torn down: its destructor would only wait (up to 2 s, CivetWeb's poll
-  // quantum) for probe answers nobody needs any more, delaying the pod's start or its termination.
+  if (agent && !agent->Stop(std::chrono::milliseconds(1500))) {
+    log("a request to the API server is still running; exiting without waiting for it");
+  }
+  // The HTTP servers are not torn down: their destructors would only wait (up to 2 s, CivetWeb's
+  // poll quantum) for probe answers nobody needs any more, delaying the pod's start or its termination.
   ExitNow(0);
 }
 
@@ -138,5 +208,5 @@ int main(int argc, char** argv) {
     std::fputs(fleet::sidecar::Usage().c_str(), stdout);
     return 0;
   }
-  return RunGate(command_line->gate, env);
+  return Run(*command_line, env);
 }

@@ -143,6 +143,102 @@ TEST(SidecarOptionsTest, ErrorsNameTheFlag) {
   }
 }
 
+// What the operator passes for the agent (docs/sidecar.md, "What the operator passes").
+TEST(SidecarOptionsTest, AgentFlagsOfTheGate) {
+  auto cl = ParseCommandLine(PodBuilderArgs(), {});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  const AgentOptions& d = cl->agent;   // the defaults
+  EXPECT_EQ(d.rank, 0);
+  EXPECT_EQ(d.ranks, 1);
+  EXPECT_EQ(d.log_dir, "");
+  EXPECT_TRUE(d.log_files.empty());
+  EXPECT_EQ(d.stall_window, milliseconds(600000));
+  EXPECT_EQ(d.report_http, "");
+  EXPECT_EQ(d.report_udp, "");
+  EXPECT_EQ(d.main_process, "auto");
+  EXPECT_TRUE(d.pod_condition);   // gate: on
+  EXPECT_EQ(d.max_line_bytes, 8192u);
+
+  cl = ParseCommandLine(With(PodBuilderArgs(), {"--rank=8", "--ranks=4", "--log-dir=/var/log/fleet/", "--log-file=/a.log",
+                                                "--log-file", "/b.log", "--pattern=it (?P<step>\\d+)",
+                                                "--pattern=l=(?P<loss>\\S+)", "--stall-window=5m",
+                                                "--report-http=127.0.0.1:9090", "--report-udp=[::1]:9090",
+                                                "--report-socket=/var/run/fleet/metrics.sock", "--main-process=on",
+                                                "--main-process-match=python|fleetrun", "--peer-check-interval=30s",
+                                                "--pod-condition=false", "--max-line-bytes=65536",
+                                                "--log-poll-interval=1s", "--condition-min-interval=10s"}),
+                        {});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  const AgentOptions& a = cl->agent;
+  EXPECT_EQ(a.rank, 8);
+  EXPECT_EQ(a.ranks, 4);
+  EXPECT_EQ(a.log_dir, "/var/log/fleet");
+  EXPECT_EQ(a.log_files, (std::vector<std::string>{"/a.log", "/b.log"}));
+  EXPECT_EQ(a.patterns.size(), 2u);
+  EXPECT_EQ(a.stall_window, milliseconds(300000));
+  EXPECT_EQ(a.report_http, "127.0.0.1:9090");
+  EXPECT_EQ(a.report_udp, "[::1]:9090");
+  EXPECT_EQ(a.report_socket, "/var/run/fleet/metrics.sock");
+  EXPECT_EQ(a.main_process, "on");
+  EXPECT_EQ(a.main_process_match, "python|fleetrun");
+  EXPECT_EQ(a.peer_check_interval, milliseconds(30000));
+  EXPECT_FALSE(a.pod_condition);
+  EXPECT_EQ(a.max_line_bytes, 65536u);
+  EXPECT_EQ(a.log_poll_interval, milliseconds(1000));
+  EXPECT_EQ(a.condition_min_interval, milliseconds(10000));
+
+  cl = ParseCommandLine(With(PodBuilderArgs(), {"--stall-window=0", "--report-http=off"}), {});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  EXPECT_EQ(cl->agent.stall_window, milliseconds(0));
+  EXPECT_EQ(cl->agent.report_http, "");
+}
+
+TEST(SidecarOptionsTest, TheAgentSubcommand) {
+  auto cl = ParseCommandLine({"agent", "--job=local", "--role=worker", "--metrics-port=9100", "--log-dir=log", "--ranks=2"},
+                             {{"HOSTNAME", "laptop"}});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  EXPECT_EQ(cl->command, Command::kAgent);
+  EXPECT_EQ(cl->gate.ns, "default");
+  EXPECT_EQ(cl->gate.pod, "laptop");
+  EXPECT_EQ(cl->gate.listen, "127.0.0.1:9100");
+  EXPECT_FALSE(cl->agent.pod_condition);   // agent: off
+  cl = ParseCommandLine({"agent", "--job=local", "--role=worker", "--metrics-port=9100"}, {{"POD_NAME", "j-worker-3"}});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  EXPECT_EQ(cl->gate.pod, "j-worker-3");
+  EXPECT_EQ(ParseCommandLine({"agent", "--help"}, {})->command, Command::kHelp);
+  EXPECT_NE(Usage().find("fleet-sidecar agent"), std::string::npos);
+}
+
+TEST(SidecarOptionsTest, AgentErrorsNameTheFlag) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {With(PodBuilderArgs(), {"--rank=-1"}), "--rank"},
+      {With(PodBuilderArgs(), {"--ranks=5000"}), "--ranks"},
+      {With(PodBuilderArgs(), {"--log-dir="}), "--log-dir"},
+      {With(PodBuilderArgs(), {"--log-file="}), "--log-file"},
+      {With(PodBuilderArgs(), {"--pattern=(?P<loss>"}), "--pattern"},
+      {With(PodBuilderArgs(), {"--stall-window=soon"}), "--stall-window"},
+      {With(PodBuilderArgs(), {"--report-http=10.1.2.3:9090"}), "--report-http"},
+      {With(PodBuilderArgs(), {"--report-udp=localhost"}), "--report-udp"},
+      {With(PodBuilderArgs(), {"--report-socket=" + std::string(120, 'a')}), "--report-socket"},
+      {With(PodBuilderArgs(), {"--main-process=yes"}), "--main-process"},
+      {With(PodBuilderArgs(), {"--main-process-match=[a"}), "--main-process-match"},
+      {With(PodBuilderArgs(), {"--peer-check-interval=10ms"}), "--peer-check-interval"},
+      {With(PodBuilderArgs(), {"--pod-condition=maybe"}), "--pod-condition"},
+      {With(PodBuilderArgs(), {"--log-poll-interval=20s"}), "--log-poll-interval"},
+      {With(PodBuilderArgs(), {"--rank=1", "--rank=2"}), "--rank"},
+      {{"agent", "--job=j", "--role=w", "--metrics-port=1", "--config-map=c"}, "--config-map is a flag of 'gate'"},
+  };
+  for (const auto& [args, fragment] : cases) {
+    auto cl = ParseCommandLine(args, {});
+    ASSERT_FALSE(cl.ok()) << fragment;
+    EXPECT_NE(cl.error().find(fragment), std::string::npos) << cl.error();
+    EXPECT_EQ(cl.error().find('\n'), std::string::npos) << cl.error();
+  }
+  std::vector<std::string> many = PodBuilderArgs();
+  for (int i = 0; i < 17; ++i) many.push_back("--log-file=/f" + std::to_string(i));
+  EXPECT_FALSE(ParseCommandLine(many, {}).ok());
+}
+
 TEST(SidecarOptionsTest, Durations) {
   EXPECT_EQ(*ParseDuration("1ms", "d"), milliseconds(1));
   EXPECT_EQ(*ParseDuration("1500ms", "d"), milliseconds(1500));

@@ -10,12 +10,16 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <fstream>
 #include <limits>
 #include <regex>
 #include <sstream>
 #include <thread>
 
+#ifndef FLEET_SOURCE_DIR_DEFAULT
+#error "FLEET_SOURCE_DIR_DEFAULT must name the source tree"
+#endif
 #ifndef FLEET_SIDECAR_BINARY
 #error "FLEET_SIDECAR_BINARY must name the fleet-sidecar executable"
 #endif
@@ -156,6 +160,84 @@ double MetricValue(const std::string& page, const std::string& name) {
     return std::stod(line.substr(space + 1));
   }
   return std::numeric_limits<double>::quiet_NaN();
+}
+
+std::optional<CommandResult> RunCommand(const std::vector<std::string>& argv, const std::string& input,
+                                        std::chrono::milliseconds timeout) {
+  char in_path[] = "/tmp/fleet-cmd-in-XXXXXX";
+  char out_path[] = "/tmp/fleet-cmd-out-XXXXXX";
+  const int in_fd = ::mkstemp(in_path);
+  const int out_fd = ::mkstemp(out_path);
+  if (in_fd < 0 || out_fd < 0) return std::nullopt;
+  for (size_t done = 0; done < input.size();) {
+    const ssize_t n = ::write(in_fd, input.data() + done, input.size() - done);
+    if (n <= 0) break;
+    done += static_cast<size_t>(n);
+  }
+  ::lseek(in_fd, 0, SEEK_SET);
+  std::vector<std::string> copy = argv;
+  std::vector<char*> args;
+  for (std::string& a : copy) args.push_back(a.data());
+  args.push_back(nullptr);
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    ::dup2(in_fd, STDIN_FILENO);
+    ::dup2(out_fd, STDOUT_FILENO);
+    ::dup2(out_fd, STDERR_FILENO);
+    ::execv(args[0], args.data());
+    ::_exit(127);
+  }
+  ::close(in_fd);
+  ::close(out_fd);
+  ::unlink(in_path);
+  CommandResult result;
+  if (pid > 0) {
+    const bool ended = Eventually(
+        [&] {
+          int status = 0;
+          if (::waitpid(pid, &status, WNOHANG) != pid) return false;
+          result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+          return true;
+        },
+        timeout);
+    if (!ended) {
+      ::kill(pid, SIGKILL);
+      int status = 0;
+      ::waitpid(pid, &status, 0);
+      result.status = -1;
+    }
+  }
+  result.output = ReadFile(out_path);
+  ::unlink(out_path);
+  if (pid < 0) return std::nullopt;
+  return result;
+}
+
+std::string FindTool(const std::string& name) {
+  std::vector<std::string> dirs;
+  if (const char* path = std::getenv("PATH")) {
+    std::stringstream s(path);
+    std::string dir;
+    while (std::getline(s, dir, ':')) dirs.push_back(dir);
+  }
+  dirs.push_back("/usr/bin");
+  for (const std::string& dir : dirs) {
+    const std::string candidate = dir + "/" + name;
+    if (::access(candidate.c_str(), X_OK) == 0) return candidate;
+  }
+  return "";
+}
+
+std::string SourceDir() {
+  const char* dir = std::getenv("FLEET_SOURCE_DIR");
+  return dir && *dir ? dir : FLEET_SOURCE_DIR_DEFAULT;
+}
+
+std::optional<CommandResult> PromtoolCheckMetrics(const std::string& page) {
+  const std::string promtool = FindTool("promtool");
+  if (promtool.empty()) return std::nullopt;
+  return RunCommand({promtool, "check", "metrics"}, page);
 }
 
 }  // namespace fleet::sidecar::testing

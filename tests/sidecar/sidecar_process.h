@@ -68,4 +68,18 @@ class SidecarProcess {
 // when absent.
 double MetricValue(const std::string& page, const std::string& name);
 
+struct CommandResult {
+  int status = -1;          // exit status (128 + N for signal N); -1 when it ran past the timeout
+  std::string output;       // stdout and stderr
+};
+// Runs `argv` (no shell) with `input` on its stdin; nullopt when it cannot be started.
+std::optional<CommandResult> RunCommand(const std::vector<std::string>& argv, const std::string& input = "",
+                                        std::chrono::milliseconds timeout = std::chrono::seconds(20));
+// A tool from PATH (or /usr/bin): its path, "" when absent.
+std::string FindTool(const std::string& name);
+// The source tree: $FLEET_SOURCE_DIR (ctest sets it), else the one this was built from.
+std::string SourceDir();
+// `promtool check metrics` over a page; nullopt when promtool is not installed.
+std::optional<CommandResult> PromtoolCheckMetrics(const std::string& page);
+
 }  // namespace fleet::sidecar::testing

@@ -86,8 +86,16 @@ class Gate {
   bool open() const;
   std::string Message() const;       // what /startup says
   std::string HealthProblem() const; // "" while the gate's threads work
+  // Once open: the servers it waited for (empty for servers and collective trainers), and how long
+  // it waited for them to accept connections.
+  std::vector<Endpoint> Servers() const;
+  double PeerWaitSeconds() const;
   // /startup, /readyz, /healthz and /metrics. The gate must outlive the server that uses them.
-  std::vector<serving::Route> Routes();
+  // `ready`, when given, is asked once the gate is open: "" for ready, else why not (the agent's
+  // readiness); /readyz is 200 only when the gate is open and it says "".
+  // `more_metrics`, when given, appends more families to /metrics (the agent's).
+  std::vector<serving::Route> Routes(std::function<std::string()> ready = nullptr,
+                                     std::function<void(std::string*)> more_metrics = nullptr);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // Applies a ConfigMap (nullptr: it does not exist) as the watch does: a seam for tests.

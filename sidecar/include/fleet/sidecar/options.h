@@ -2,8 +2,10 @@
 // SidecarContainer) emits
 //   fleet-sidecar gate --namespace=NS --job=NAME --pod=POD --role=ROLE --run=N
 //                      --config-map=NAME --metrics-port=PORT [--exit-when-ready]
-// and people running it by hand add --kubeconfig, --listen and the tuning flags. Parsing is strict
-// and does nothing else: every error is one line naming the flag, for an exit status of 2.
+// plus the agent's flags (AgentOptions: rank, log sources, push API, stall window); people running
+// it by hand add --kubeconfig, --listen and the tuning flags. `fleet-sidecar agent` is the agent
+// without the gate (a job outside Kubernetes, e.g. fleetrun on one machine). Parsing is strict and
+// does nothing else: every error is one line naming the flag, for an exit status of 2.
 #pragma once
 
 #include <chrono>
@@ -37,11 +39,33 @@ struct GateOptions {
   std::chrono::seconds watch_timeout{300};                  // --watch-timeout: server-side watch end
 };
 
-enum class Command { kHelp, kGate };
+// What the sidecar does once the gate is open (or at once, for `agent`): metrics from the trainer's
+// logs and pushed reports, readiness, stall detection and the pod's TrainingProgress condition.
+struct AgentOptions {
+  int rank = 0;                      // --rank: the rank of the pod's first process
+  int ranks = 1;                     // --ranks: processes in the pod (fleetrun's workerlog.N is rank + N)
+  std::string log_dir;               // --log-dir: follow workerlog.N, serverlog.N, heterlog.N in it
+  std::vector<std::string> log_files;   // --log-file (repeatable, at most 16): rank --rank
+  std::vector<std::string> patterns;    // --pattern (repeatable, at most 16): regexes with named groups
+  size_t max_line_bytes = 8192;      // --max-line-bytes: longer log lines are skipped
+  std::chrono::milliseconds log_poll_interval{250};     // --log-poll-interval
+  std::chrono::milliseconds stall_window{600000};       // --stall-window (0 = off)
+  std::string report_http;           // --report-http=127.0.0.1:PORT: POST /v1/report ("" = off)
+  std::string report_udp;            // --report-udp=127.0.0.1:PORT: the text protocol ("" = off)
+  std::string report_socket;         // --report-socket=PATH: the text protocol on a Unix datagram socket
+  std::string main_process = "auto"; // --main-process: auto, on or off
+  std::string main_process_match;    // --main-process-match: a regex on the main process's command line
+  std::chrono::milliseconds peer_check_interval{10000};  // --peer-check-interval
+  bool pod_condition = true;         // --pod-condition: write the TrainingProgress condition
+  std::chrono::milliseconds condition_min_interval{5000};  // --condition-min-interval: between two writes
+};
+
+enum class Command { kHelp, kGate, kAgent };
 
 struct CommandLine {
   Command command = Command::kHelp;
-  GateOptions gate;
+  GateOptions gate;                  // kAgent: the identity flags, listen and kubeconfig only
+  AgentOptions agent;
 };
 
 // `args` are argv[1..]. `env` supplies POD_IP for the default --listen.
@@ -52,6 +76,9 @@ std::string Usage();
 
 // "$POD_IP:PORT" ("[addr]:PORT" for an IPv6 POD_IP), or "127.0.0.1:PORT" when POD_IP is unset.
 std::string DefaultListenAddress(const EnvMap& env, int port);
+
+// "HOST:PORT" whose host is a loopback address (127.0.0.0/8, [::1] or localhost); `what` names the flag.
+Result<std::string> ParseLoopbackAddress(std::string_view text, std::string_view what);
 
 // "1500ms", "2s", "5m" -> milliseconds (at least 1 ms, at most a day); `what` names the flag.
 Result<std::chrono::milliseconds> ParseDuration(std::string_view text, std::string_view what);

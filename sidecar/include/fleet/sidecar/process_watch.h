@@ -1,0 +1,57 @@
+// MainProcessWatcher: is the pod's main (training) process alive? It needs the pod's process
+// namespace shared with the sidecar (shareProcessNamespace: true): then PID 1 is the pod's pause
+// process and the other containers' processes are visible in /proc.
+//
+// The main process is the oldest process (by start time) that is not PID 1, not this process, not
+// another fleet-sidecar and not a zombie, and whose command line matches `match` when one is given
+// (e.g. "python|fleetrun": other sidecars, such as a service mesh's proxy, also share the namespace).
+// Once found, only that PID is checked (same start time, not a zombie); when it is gone, /proc is
+// scanned again: a new one is a restart.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <regex>
+#include <string>
+
+namespace fleet::sidecar {
+
+enum class MainProcessMode { kAuto, kOn, kOff };
+
+struct MainProcessObservation {
+  bool running = false;
+  pid_t pid = 0;
+  std::string command;        // its command line (args joined by spaces, at most 200 characters)
+  bool restarted = false;     // a new main process, after an earlier one was seen
+};
+
+class MainProcessWatcher {
+ public:
+  // `proc` is the procfs mount (a fake tree in tests). `match`: "" = any process.
+  MainProcessWatcher(std::string proc, const std::string& match, pid_t self);
+
+  // kAuto: on when PID 1 is the pod's pause process (its namespace is shared), else off.
+  static bool Enabled(MainProcessMode mode, const std::string& proc = "/proc");
+
+  MainProcessObservation Check();
+
+ private:
+  struct Candidate {
+    pid_t pid = 0;
+    uint64_t start_time = 0;
+    std::string command;
+  };
+  std::optional<Candidate> Read(pid_t pid) const;
+  std::optional<Candidate> Scan() const;
+
+  std::string proc_;
+  std::optional<std::regex> match_;
+  pid_t self_;
+  std::optional<Candidate> current_;
+  bool seen_ = false;
+};
+
+}  // namespace fleet::sidecar

@@ -1,0 +1,125 @@
+#include "fleet/sidecar/process_watch.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstring>
+#include <string_view>
+
+namespace fleet::sidecar {
+namespace {
+
+// Reads at most `limit` bytes of a small file (procfs files have no size).
+bool ReadSmall(const std::string& path, std::string* out, size_t limit) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  out->resize(limit);
+  size_t got = 0;
+  while (got < limit) {
+    const ssize_t n = ::read(fd, out->data() + got, limit - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  ::close(fd);
+  out->resize(got);
+  return true;
+}
+
+std::string_view Basename(std::string_view path) {
+  const size_t slash = path.rfind('/');
+  return slash == std::string_view::npos ? path : path.substr(slash + 1);
+}
+
+}  // namespace
+
+MainProcessWatcher::MainProcessWatcher(std::string proc, const std::string& match, pid_t self)
+    : proc_(std::move(proc)), self_(self) {
+  if (!match.empty()) match_.emplace(match, std::regex::ECMAScript | std::regex::optimize);
+}
+
+bool MainProcessWatcher::Enabled(MainProcessMode mode, const std::string& proc) {
+  if (mode != MainProcessMode::kAuto) return mode == MainProcessMode::kOn;
+  std::string cmdline;
+  if (!ReadSmall(proc + "/1/cmdline", &cmdline, 4096)) return false;
+  const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+  return Basename(argv0) == "pause";
+}
+
+std::optional<MainProcessWatcher::Candidate> MainProcessWatcher::Read(pid_t pid) const {
+  const std::string dir = proc_ + "/" + std::to_string(pid);
+  std::string stat;
+  if (!ReadSmall(dir + "/stat", &stat, 1024)) return std::nullopt;
+  // "pid (comm) S ppid ... starttime(22nd)": comm may hold spaces and parentheses; the last ')' ends it.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return std::nullopt;
+  const char state = stat[close + 2];
+  if (state == 'Z' || state == 'X' || state == 'x') return std::nullopt;
+  // Fields after comm: 3 = state ... 22 = starttime: skip 19 more spaces after the state.
+  size_t i = close + 2;
+  for (int field = 3; field < 22 && i != std::string::npos; ++field) i = stat.find(' ', i + 1);
+  if (i == std::string::npos) return std::nullopt;
+  Candidate c;
+  c.pid = pid;
+  const char* begin = stat.data() + i + 1;
+  std::from_chars(begin, stat.data() + stat.size(), c.start_time);
+  std::string cmdline;
+  if (!ReadSmall(dir + "/cmdline", &cmdline, 4096)) return std::nullopt;
+  while (!cmdline.empty() && cmdline.back() == '\0') cmdline.pop_back();
+  if (cmdline.empty()) return std::nullopt;  // a kernel thread, or one that is exiting
+  const std::string argv0 = cmdline.substr(0, cmdline.find('\0'));
+  if (Basename(argv0) == "fleet-sidecar") return std::nullopt;
+  for (char& ch : cmdline) {
+    if (ch == '\0') ch = ' ';
+  }
+  if (match_ && !std::regex_search(cmdline, *match_)) return std::nullopt;
+  c.command = cmdline.size() > 200 ? cmdline.substr(0, 200) + "..." : cmdline;
+  return c;
+}
+
+std::optional<MainProcessWatcher::Candidate> MainProcessWatcher::Scan() const {
+  DIR* dir = ::opendir(proc_.c_str());
+  if (!dir) return std::nullopt;
+  std::optional<Candidate> best;
+  while (const dirent* entry = ::readdir(dir)) {
+    pid_t pid = 0;
+    const char* name = entry->d_name;
+    const size_t length = std::strlen(name);
+    auto [ptr, ec] = std::from_chars(name, name + length, pid);
+    if (ec != std::errc() || ptr != name + length || pid <= 1 || pid == self_) continue;
+    auto c = Read(pid);
+    if (!c) continue;
+    if (!best || c->start_time < best->start_time || (c->start_time == best->start_time && c->pid < best->pid)) {
+      best = std::move(c);
+    }
+  }
+  ::closedir(dir);
+  return best;
+}
+
+MainProcessObservation MainProcessWatcher::Check() {
+  MainProcessObservation o;
+  if (current_) {
+    auto again = Read(current_->pid);
+    if (again && again->start_time == current_->start_time) {
+      o.running = true;
+      o.pid = current_->pid;
+      o.command = current_->command;
+      return o;
+    }
+    current_.reset();
+  }
+  current_ = Scan();
+  if (!current_) return o;
+  o.running = true;
+  o.pid = current_->pid;
+  o.command = current_->command;
+  o.restarted = seen_;
+  seen_ = true;
+  return o;
+}
+
+}  // namespace fleet::sidecar

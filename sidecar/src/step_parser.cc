@@ -1,0 +1,825 @@
+#include "fleet/sidecar/step_parser.h"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <regex>
+#include <vector>
+
+namespace fleet::sidecar {
+namespace {
+
+using Json = nlohmann::json;
+
+enum class Key { kStep, kSteps, kEpoch, kLoss, kStepTime, kSamples, kSamplesPerSecond, kTotalTime, kRank, kIgnored, kScalar };
+
+inline char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
+
+bool EqualsIgnoringCase(std::string_view a, std::string_view lower) {
+  if (a.size() != lower.size()) return false;
+  if (std::memcmp(a.data(), lower.data(), a.size()) == 0) return true;  // the common case: as written
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (Lower(a[i]) != lower[i]) return false;
+  }
+  return true;
+}
+
+bool Is(std::string_view key, std::string_view lower) { return EqualsIgnoringCase(key, lower); }
+
+// kKeys, as a switch on the length and first letter: a log line has several keys, and this runs for
+// each of them.
+Key Classify(std::string_view key) {
+  if (key.empty()) return Key::kScalar;
+  const char c = Lower(key.front());
+  switch (key.size()) {
+    case 3:
+      if (c == 'i' && Is(key, "ips")) return Key::kSamplesPerSecond;
+      break;
+    case 4:
+      switch (c) {
+        case 's': if (Is(key, "step")) return Key::kStep; break;
+        case 'i': if (Is(key, "iter")) return Key::kStep; break;
+        case 'p': if (Is(key, "pass")) return Key::kEpoch; break;
+        case 'l': if (Is(key, "loss")) return Key::kLoss; break;
+        case 'c': if (Is(key, "cost")) return Key::kLoss; break;
+        case 'r': if (Is(key, "rank")) return Key::kRank; break;
+        default: break;
+      }
+      break;
+    case 5:
+      switch (c) {
+        case 'b': if (Is(key, "batch")) return Key::kStep; break;
+        case 's':
+          if (Is(key, "steps")) return Key::kSteps;
+          if (Is(key, "speed")) return Key::kSamplesPerSecond;
+          break;
+        case 'e': if (Is(key, "epoch")) return Key::kEpoch; break;
+        default: break;
+      }
+      break;
+    case 7:
+      if (c == 's' && Is(key, "samples")) return Key::kSamples;
+      break;
+    case 8:
+      if (c == 'a') {
+        if (Is(key, "avg_cost") || Is(key, "avg_loss")) return Key::kLoss;
+      }
+      break;
+    case 9:
+      if (c == 'i' && Is(key, "iteration")) return Key::kStep;
+      if (c == 's' && Is(key, "step_time")) return Key::kStepTime;
+      break;
+    case 10:
+      if (c == 't' && Is(key, "train_loss")) return Key::kLoss;
+      if (c == 'b' && (Is(key, "batch_time") || Is(key, "batch_cost"))) return Key::kStepTime;
+      break;
+    case 11:
+      if (c == 'g' && Is(key, "global_step")) return Key::kStep;
+      break;
+    case 12:
+      if (c == 'w' && Is(key, "worker_index")) return Key::kIgnored;
+      break;
+    case 15:
+      if (c == 't' && Is(key, "total time cost")) return Key::kTotalTime;
+      if (c == 's' && Is(key, "step per second")) return Key::kIgnored;
+      break;
+    case 18:
+      if (c == 's' && Is(key, "samples_per_second")) return Key::kSamplesPerSecond;
+      break;
+    default:
+      break;
+  }
+  return Key::kScalar;
+}
+
+inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
+inline bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
+inline bool IsAlnum(char c) { return IsDigit(c) || IsAlpha(c); }
+
+// Characters of a log field's key (spaces too: "total time cost").
+struct KeyChars {
+  bool table[256] = {};
+  constexpr KeyChars() {
+    for (int c = 0; c < 256; ++c) {
+      table[c] = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
+                 c == '-' || c == '.' || c == '/' || c == ' ' || c == '@';
+    }
+  }
+};
+constexpr KeyChars kKeyChars;
+inline bool IsKeyChar(char c) { return kKeyChars.table[static_cast<unsigned char>(c)]; }
+
+inline bool IsFieldSeparator(char c) {
+  switch (c) {
+    case ' ': case '\t': case ',': case ';': case '|': case '[': case ']': case '(': case ')':
+    case '{': case '}': case '\r': case '"': case '\'':
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string_view Trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);
+  return s;
+}
+
+// Appends the digits at text[*i...] to *mantissa; returns how many there were.
+inline int Digits(std::string_view text, size_t* i, uint64_t* mantissa) {
+  const char* p = text.data();
+  const size_t n = text.size();
+  size_t at = *i;
+  uint64_t m = *mantissa;
+  while (at < n && p[at] >= '0' && p[at] <= '9') {
+    m = m * 10 + static_cast<uint64_t>(p[at] - '0');
+    ++at;
+  }
+  const int count = static_cast<int>(at - *i);
+  *i = at;
+  *mantissa = m;
+  return count;
+}
+
+// The common case of a log's numbers, "-12.345678": at most 15 significant digits, no exponent. The
+// digits as an integer are exact in a double, and so are powers of ten up to 1e22, so one division
+// gives the correctly rounded value (Clinger's fast path). False: leave it to from_chars.
+bool FastDecimal(std::string_view text, size_t* pos, double* value) {
+  static constexpr double kPow10[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8,
+                                      1e9, 1e10, 1e11, 1e12, 1e13, 1e14, 1e15};
+  size_t i = *pos;
+  const size_t n = text.size();
+  const bool negative = i < n && text[i] == '-';
+  if (negative) ++i;
+  uint64_t mantissa = 0;
+  int digits = Digits(text, &i, &mantissa);
+  if (digits == 0) return false;
+  int fraction = 0;
+  if (i < n && text[i] == '.') {
+    ++i;
+    fraction = Digits(text, &i, &mantissa);
+    digits += fraction;
+  }
+  if (digits > 15 || (i < n && (text[i] == 'e' || text[i] == 'E'))) return false;
+  const double v = static_cast<double>(mantissa) / kPow10[fraction];
+  *value = negative ? -v : v;
+  *pos = i;
+  return true;
+}
+
+// A number at text[*pos]: optionally wrapped as a one-element array ("[0.69]"), optionally followed
+// at once by a unit ("0.5s", "12ms"). On success *pos is past it (and its unit).
+bool ParseNumber(std::string_view text, size_t* pos, double* value, std::string_view* unit) {
+  size_t i = *pos;
+  const size_t n = text.size();
+  bool bracket = false;
+  if (i < n && text[i] == '[') {
+    bracket = true;
+    ++i;
+    while (i < n && text[i] == ' ') ++i;
+  }
+  if (i < n && text[i] == '+') ++i;
+  if (!FastDecimal(text, &i, value)) {
+    const char* begin = text.data() + i;
+    const char* end = text.data() + n;
+    auto [ptr, ec] = std::from_chars(begin, end, *value);
+    if (ec != std::errc()) {
+      if (ec != std::errc::result_out_of_range) return false;
+      // Out of double's range: from_chars still moves past it; the value is not usable.
+      *value = std::nan("");
+    }
+    i = static_cast<size_t>(ptr - text.data());
+  }
+  const size_t unit_begin = i;
+  while (i < n && (IsAlpha(text[i]) || text[i] == '/')) ++i;
+  if (unit) *unit = text.substr(unit_begin, i - unit_begin);
+  if (bracket) {
+    while (i < n && text[i] == ' ') ++i;
+    if (i >= n || text[i] != ']') return false;
+    ++i;
+  }
+  *pos = i;
+  return true;
+}
+
+bool AsCount(double v, int64_t* out) {
+  if (!(v >= 0) || v > 9007199254740992.0 || v != std::floor(v)) return false;
+  *out = static_cast<int64_t>(v);
+  return true;
+}
+
+bool NonNegativeFinite(double v) { return v >= 0 && std::isfinite(v); }
+
+// Applies one field. False: the value does not fit the field (the record is malformed).
+bool ApplyField(Key key, std::string_view name, double value, std::string_view unit, bool from_log, StepRecord* r) {
+  switch (key) {
+    case Key::kStep:
+      if (!AsCount(value, &r->step)) return false;
+      r->fields |= StepRecord::kStep;
+      return true;
+    case Key::kSteps:
+      if (!AsCount(value, &r->steps)) return false;
+      r->fields |= StepRecord::kSteps;
+      return true;
+    case Key::kEpoch:
+      if (!AsCount(value, &r->epoch)) return false;
+      r->fields |= StepRecord::kEpoch;
+      return true;
+    case Key::kLoss:
+      if (std::isinf(value)) value = std::nan("");  // a diverged loss: NaN is what it means
+      r->loss = value;
+      r->fields |= StepRecord::kLoss;
+      return true;
+    case Key::kStepTime:
+      if (!NonNegativeFinite(value)) return false;
+      if (unit == "ms") value /= 1e3;
+      else if (unit == "us") value /= 1e6;
+      r->step_time = value;
+      r->fields |= StepRecord::kStepTime;
+      return true;
+    case Key::kSamples:
+      if (!NonNegativeFinite(value)) return false;
+      r->samples = value;
+      r->fields |= StepRecord::kSamples;
+      return true;
+    case Key::kSamplesPerSecond:
+      if (!NonNegativeFinite(value)) return false;
+      r->samples_per_second = value;
+      r->fields |= StepRecord::kSamplesPerSecond;
+      return true;
+    case Key::kTotalTime:
+      if (!NonNegativeFinite(value)) return false;
+      r->total_time = value;
+      r->fields |= StepRecord::kTotalTime;
+      return true;
+    case Key::kRank: {
+      if (from_log) return true;  // a log's rank is its file's
+      if (!AsCount(value, &r->rank) || r->rank > (1 << 20)) return false;
+      r->fields |= StepRecord::kRank;
+      return true;
+    }
+    case Key::kIgnored:
+      return true;
+    case Key::kScalar:
+      if (std::isinf(value)) value = std::nan("");
+      r->AddScalar(name, value);
+      return true;
+  }
+  return true;
+}
+
+size_t FindOr(std::string_view text, char c, size_t from, size_t none) {
+  if (from >= text.size()) return none;
+  const void* hit = std::memchr(text.data() + from, c, text.size() - from);
+  return hit ? static_cast<size_t>(static_cast<const char*>(hit) - text.data()) : none;
+}
+
+// Where the general parser found the numbers it used, for LineParser's template of the line.
+struct TraceSlot {
+  size_t begin = 0, end = 0;       // the number's text
+  Key key = Key::kIgnored;
+  bool integer = false;            // digits only (the step token, the epoch header)
+  bool token = false;              // the step token: applied after every field
+  size_t name_begin = 0, name_length = 0;   // a scalar's name in the line
+};
+struct Trace {
+  std::vector<TraceSlot> slots;
+  bool usable = true;              // false: a number the template cannot replay (units, exponents, ...)
+};
+
+// Exactly a number FastDecimal reads (what a template slot replays), spanning [begin, end).
+bool IsFastDecimal(std::string_view text, size_t begin, size_t end);
+
+// The "key: value" fields of a log line between [begin, end). Returns false when a known field has
+// a value it cannot use; *found counts the fields taken. A field's key is the run of key characters
+// (letters, digits, _ - . / @ and inner spaces) just before its ':' or '='; whatever precedes it
+// ("TRAIN --->", ", ") is read past. The separators are found with memchr, not byte by byte.
+bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord* r, int* found, Trace* trace) {
+  const std::string_view text = line.substr(0, end);
+  size_t colon = FindOr(text, ':', begin, end);
+  size_t equals = FindOr(text, '=', begin, end);
+  size_t i = begin;
+  while (true) {
+    const size_t sep = std::min(colon, equals);
+    if (sep >= end) break;
+    size_t key_begin = sep;
+    while (key_begin > i && IsKeyChar(text[key_begin - 1])) --key_begin;
+    std::string_view key = Trim(text.substr(key_begin, sep - key_begin));
+    i = sep + 1;
+    while (i < end && (text[i] == ' ' || text[i] == '\t' || text[i] == '=')) ++i;
+    Key k = Key::kScalar;
+    bool usable = !key.empty() && IsAlpha(key.front());
+    if (usable) {
+      k = Classify(key);
+      if (k == Key::kScalar) {
+        // "Epoch 3 done loss" -> "loss": a field's key is the last word before its separator.
+        const size_t space = key.rfind(' ');
+        if (space != std::string_view::npos) {
+          key = key.substr(space + 1);
+          usable = IsAlpha(key.front());
+          k = Classify(key);
+        }
+      }
+    }
+    if (!usable || k == Key::kIgnored) {
+      // Not a field, or one read past: its value, whatever it is, too.
+      const size_t value_begin = i;
+      while (i < end && text[i] != ',' && text[i] != ' ') ++i;
+      if (trace && usable && IsFastDecimal(text, value_begin, i)) {
+        trace->slots.push_back({value_begin, i, Key::kIgnored, false, false, 0, 0});
+      }
+    } else {
+      double value = 0;
+      std::string_view unit;
+      size_t after = i;
+      const bool number = ParseNumber(text, &after, &value, &unit) &&
+                          (after >= end || !IsKeyChar(text[after]) || text[after] == ' ');
+      if (!number) {
+        if (k != Key::kScalar) return false;
+        while (i < end && text[i] != ',' && text[i] != ' ') ++i;  // some other value: read past it
+      } else {
+        const bool named = k != Key::kScalar || IsScalarName(key);
+        if (trace) {
+          if (IsFastDecimal(text, i, after)) {
+            trace->slots.push_back({i, after, named ? k : Key::kIgnored, false, false,
+                                    static_cast<size_t>(key.data() - line.data()), key.size()});
+          } else {
+            trace->usable = false;
+          }
+        }
+        i = after;
+        if (named) {
+          if (!ApplyField(k, key, value, unit, /*from_log=*/true, r)) return false;
+          ++*found;
+        }
+      }
+    }
+    if (colon < i) colon = FindOr(text, ':', i, end);
+    if (equals < i) equals = FindOr(text, '=', i, end);
+  }
+  return true;
+}
+
+// "step" as a word, then optional spaces, ':' or '=', then digits ending the word.
+bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, size_t* end, int64_t* step,
+                   size_t* digits_begin) {
+  for (size_t p = line.find(word); p != std::string_view::npos; p = line.find(word, p + 1)) {
+    if (p > 0 && (IsAlnum(line[p - 1]) || line[p - 1] == '_')) continue;
+    size_t i = p + word.size();
+    while (i < line.size() && line[i] == ' ') ++i;
+    if (i < line.size() && (line[i] == ':' || line[i] == '=')) {
+      ++i;
+      while (i < line.size() && line[i] == ' ') ++i;
+    }
+    const size_t digits = i;
+    while (i < line.size() && IsDigit(line[i])) ++i;
+    if (i == digits) continue;
+    if (i < line.size() && (IsAlpha(line[i]) || line[i] == '_' || line[i] == '.')) continue;
+    auto [ptr, ec] = std::from_chars(line.data() + digits, line.data() + i, *step);
+    if (ec != std::errc()) *step = -1;  // too many digits: malformed
+    *digits_begin = digits;
+    *begin = p;
+    *end = i;
+    return true;
+  }
+  return false;
+}
+
+size_t SkipSpaces(std::string_view s, size_t i) {
+  while (i < s.size() && s[i] == ' ') ++i;
+  return i;
+}
+
+bool ReadInt(std::string_view s, size_t* i, int64_t* out) {
+  const size_t begin = *i;
+  while (*i < s.size() && IsDigit(s[*i])) ++*i;
+  if (*i == begin) return false;
+  auto [ptr, ec] = std::from_chars(s.data() + begin, s.data() + *i, *out);
+  return ec == std::errc();
+}
+
+// "[Epoch 0, batch 5]" at `open`: epoch and step; *end is past ']'. kNone when it is not that header.
+ParseOutcome ParseEpochHeader(std::string_view line, size_t open, StepRecord* r, size_t* end, Trace* trace) {
+  size_t i = SkipSpaces(line, open + 6);  // past "[Epoch"
+  if (i < line.size() && line[i] == ':') i = SkipSpaces(line, i + 1);
+  if (i >= line.size() || !IsDigit(line[i])) return ParseOutcome::kNone;
+  const size_t epoch_begin = i;
+  if (!ReadInt(line, &i, &r->epoch)) return ParseOutcome::kMalformed;
+  const size_t epoch_end = i;
+  i = SkipSpaces(line, i);
+  if (i >= line.size() || line[i] != ',') return ParseOutcome::kNone;
+  i = SkipSpaces(line, i + 1);
+  const size_t word = i;
+  while (i < line.size() && IsAlpha(line[i])) ++i;
+  const std::string_view name = line.substr(word, i - word);
+  if (!EqualsIgnoringCase(name, "batch") && !EqualsIgnoringCase(name, "step") && !EqualsIgnoringCase(name, "iter")) {
+    return ParseOutcome::kNone;
+  }
+  i = SkipSpaces(line, i);
+  if (i < line.size() && line[i] == ':') i = SkipSpaces(line, i + 1);
+  if (i >= line.size() || !IsDigit(line[i])) return ParseOutcome::kNone;
+  const size_t step_begin = i;
+  if (!ReadInt(line, &i, &r->step)) return ParseOutcome::kMalformed;
+  const size_t step_end = i;
+  i = SkipSpaces(line, i);
+  if (i >= line.size() || line[i] != ']') return ParseOutcome::kNone;
+  r->fields |= StepRecord::kEpoch | StepRecord::kStep;
+  if (trace) {
+    trace->slots.push_back({epoch_begin, epoch_end, Key::kEpoch, true, false, 0, 0});
+    trace->slots.push_back({step_begin, step_end, Key::kStep, true, false, 0, 0});
+  }
+  *end = i + 1;
+  return ParseOutcome::kStep;
+}
+
+bool IsNameStart(char c) { return IsAlpha(c) || c == '_'; }
+bool IsNameChar(char c) { return IsAlnum(c) || c == '_'; }
+
+}  // namespace
+
+void StepRecord::Clear() {
+  fields = 0;
+  step = 0;
+  steps = 1;
+  epoch = 0;
+  rank = 0;
+  loss = step_time = samples = samples_per_second = total_time = 0;
+  scalar_count = 0;
+  scalars_dropped = 0;
+}
+
+void StepRecord::AddScalar(std::string_view name, double value) {
+  for (size_t i = 0; i < scalar_count; ++i) {
+    if (scalars[i].name == name) {
+      scalars[i].value = value;
+      return;
+    }
+  }
+  if (scalar_count == kMaxScalars) {
+    ++scalars_dropped;
+    return;
+  }
+  scalars[scalar_count++] = {name, value};
+}
+
+bool IsScalarName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!(IsAlnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || c == '-')) return false;
+  }
+  return true;
+}
+
+namespace {
+
+ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trace* trace) {
+  record->Clear();
+  // "[Epoch 0, batch 5] loss: ..." (dygraph examples)
+  for (std::string_view marker : {std::string_view("[Epoch"), std::string_view("[epoch")}) {
+    const size_t open = line.find(marker);
+    if (open == std::string_view::npos) continue;
+    size_t end = 0;
+    const ParseOutcome header = ParseEpochHeader(line, open, record, &end, trace);
+    if (header == ParseOutcome::kMalformed) return header;
+    if (header == ParseOutcome::kNone) {
+      record->Clear();
+      if (trace) trace->slots.clear();
+      break;
+    }
+    int found = 0;
+    return ParseLogFields(line, end, line.size(), record, &found, trace) ? ParseOutcome::kStep
+                                                                          : ParseOutcome::kMalformed;
+  }
+  // "TRAIN ---> pass: 0 loss: 0.69" (static-graph parameter-server examples): one step per line.
+  const size_t train = line.find("TRAIN --->");
+  if (train != std::string_view::npos) {
+    int found = 0;
+    if (!ParseLogFields(line, train + 10, line.size(), record, &found, trace)) return ParseOutcome::kMalformed;
+    return found > 0 ? ParseOutcome::kStep : ParseOutcome::kNone;
+  }
+  // "... step11, train_loss: ..." / "step 12 cost=0.53" (Fleet examples).
+  size_t begin = 0, end = 0, digits = 0;
+  int64_t step = 0;
+  if (!FindStepToken(line, "step", &begin, &end, &step, &digits) &&
+      !FindStepToken(line, "Step", &begin, &end, &step, &digits)) {
+    return ParseOutcome::kNone;
+  }
+  int found = 0;
+  if (!ParseLogFields(line, 0, begin, record, &found, trace) ||
+      !ParseLogFields(line, end, line.size(), record, &found, trace)) {
+    return ParseOutcome::kMalformed;
+  }
+  if (found == 0) return ParseOutcome::kNone;  // "step 3 of the setup": no numbers, not a training step
+  if (step < 0) return ParseOutcome::kMalformed;
+  record->step = step;
+  record->fields |= StepRecord::kStep;
+  if (trace) trace->slots.push_back({digits, end, Key::kStep, true, true, 0, 0});
+  return ParseOutcome::kStep;
+}
+
+bool IsFastDecimal(std::string_view text, size_t begin, size_t end) {
+  size_t i = begin;
+  double value = 0;
+  return FastDecimal(text.substr(0, end), &i, &value) && i == end;
+}
+
+}  // namespace
+
+ParseOutcome ParseStepLine(std::string_view line, StepRecord* record) {
+  return ParseStepLineTraced(line, record, nullptr);
+}
+
+// ---- LineParser ----
+
+struct LineParser::Slot {
+  size_t literal_begin = 0, literal_length = 0;   // in text_: what precedes the number
+  Key key = Key::kIgnored;
+  bool integer = false;
+  bool token = false;
+  size_t name_offset = 0, name_length = 0;        // a scalar's name, from the literal's start
+};
+
+LineParser::LineParser() = default;
+LineParser::~LineParser() = default;
+LineParser::LineParser(LineParser&&) noexcept = default;
+LineParser& LineParser::operator=(LineParser&&) noexcept = default;
+
+bool LineParser::Replay(std::string_view line, StepRecord* r) const {
+  r->Clear();
+  size_t p = 0;
+  const char* text = text_.data();
+  bool has_token = false;
+  int64_t token = 0;
+  for (const Slot& slot : slots_) {
+    if (line.size() - p < slot.literal_length ||
+        std::memcmp(line.data() + p, text + slot.literal_begin, slot.literal_length) != 0) {
+      return false;
+    }
+    const size_t literal_at = p;
+    p += slot.literal_length;
+    double value = 0;
+    if (slot.integer) {
+      uint64_t digits = 0;
+      const int count = Digits(line, &p, &digits);
+      if (count == 0 || count > 15) return false;
+      const int64_t n = static_cast<int64_t>(digits);
+      if (slot.token) {
+        has_token = true;
+        token = n;
+        continue;
+      }
+      value = static_cast<double>(n);
+    } else if (slot.key == Key::kIgnored) {
+      // Its value is not used: the general parser reads past it up to the literal that follows.
+      if (p < line.size() && line[p] == '-') ++p;
+      const size_t int_begin = p;
+      while (p < line.size() && IsDigit(line[p])) ++p;
+      if (p == int_begin) return false;
+      if (p < line.size() && line[p] == '.') {
+        ++p;
+        while (p < line.size() && IsDigit(line[p])) ++p;
+      }
+      continue;
+    } else if (!FastDecimal(line, &p, &value)) {
+      return false;
+    }
+    const std::string_view name = line.substr(literal_at + slot.name_offset, slot.name_length);
+    if (!ApplyField(slot.key, name, value, std::string_view(), /*from_log=*/true, r)) return false;
+  }
+  if (line.size() - p != tail_.size() || std::memcmp(line.data() + p, tail_.data(), tail_.size()) != 0) return false;
+  if (has_token) {
+    r->step = token;
+    r->fields |= StepRecord::kStep;
+  }
+  return true;
+}
+
+ParseOutcome LineParser::Parse(std::string_view line, StepRecord* record) {
+  if (valid_ && Replay(line, record)) return ParseOutcome::kStep;
+  Trace trace;
+  const ParseOutcome outcome = ParseStepLineTraced(line, record, &trace);
+  if (outcome != ParseOutcome::kStep || !trace.usable) return outcome;
+  // Learn this line's shape: the text between its numbers, and what each number is.
+  valid_ = false;
+  text_.clear();
+  slots_.clear();
+  std::vector<TraceSlot> ordered = trace.slots;
+  std::sort(ordered.begin(), ordered.end(), [](const TraceSlot& a, const TraceSlot& b) { return a.begin < b.begin; });
+  size_t p = 0;
+  for (const TraceSlot& t : ordered) {
+    if (t.begin < p || t.end <= t.begin) return outcome;  // overlapping: not a shape to replay
+    Slot slot;
+    slot.literal_begin = text_.size();
+    slot.literal_length = t.begin - p;
+    text_.append(line.data() + p, t.begin - p);
+    slot.key = t.key;
+    slot.integer = t.integer;
+    slot.token = t.token;
+    if (t.name_length) {
+      if (t.name_begin < p || t.name_begin + t.name_length > t.begin) return outcome;  // the name must be literal
+      slot.name_offset = t.name_begin - p;
+      slot.name_length = t.name_length;
+    }
+    slots_.push_back(slot);
+    p = t.end;
+  }
+  tail_.assign(line.data() + p, line.size() - p);
+  valid_ = true;
+  return outcome;
+}
+
+// ---- user patterns ----
+
+struct StepPattern::Compiled {
+  std::regex regex;
+  struct Group {
+    size_t index;
+    std::string name;
+    Key key;
+  };
+  std::vector<Group> groups;
+};
+
+Result<StepPattern> StepPattern::Compile(std::string_view source) {
+  const std::string quoted = "'" + std::string(source) + "'";
+  auto compiled = std::make_shared<Compiled>();
+  std::string ecma;
+  size_t group = 0;
+  bool in_class = false;
+  for (size_t i = 0; i < source.size(); ++i) {
+    const char c = source[i];
+    if (c == '\\') {
+      ecma += c;
+      if (i + 1 < source.size()) ecma += source[++i];
+      continue;
+    }
+    if (in_class) {
+      if (c == ']') in_class = false;
+      ecma += c;
+      continue;
+    }
+    if (c == '[') {
+      in_class = true;
+      ecma += c;
+      if (i + 1 < source.size() && source[i + 1] == '^') ecma += source[++i];
+      if (i + 1 < source.size() && source[i + 1] == ']') ecma += source[++i];  // "[]...]": a literal ']'
+      continue;
+    }
+    if (c != '(') {
+      ecma += c;
+      continue;
+    }
+    if (i + 1 < source.size() && source[i + 1] == '?') {
+      size_t name_at = 0;
+      if (source.compare(i, 4, "(?P<") == 0) name_at = i + 4;
+      else if (source.compare(i, 3, "(?<") == 0 && i + 3 < source.size() && IsNameStart(source[i + 3])) name_at = i + 3;
+      if (name_at == 0) {  // (?: (?= (?! ...: not capturing
+        ecma += c;
+        continue;
+      }
+      size_t close = name_at;
+      while (close < source.size() && IsNameChar(source[close])) ++close;
+      if (close == name_at || close >= source.size() || source[close] != '>' || !IsNameStart(source[name_at])) {
+        return Error{"--pattern " + quoted + ": a group name must be a word ((?P<name>...) or (?<name>...))"};
+      }
+      std::string name(source.substr(name_at, close - name_at));
+      for (const auto& g : compiled->groups) {
+        if (g.name == name) return Error{"--pattern " + quoted + ": the group name '" + name + "' is used twice"};
+      }
+      Key key = Classify(name);
+      if (key == Key::kIgnored || key == Key::kTotalTime) {
+        return Error{"--pattern " + quoted + ": the group name '" + name + "' cannot be used"};
+      }
+      if (key == Key::kScalar && !IsScalarName(name)) {
+        return Error{"--pattern " + quoted + ": the group name '" + name + "' is too long"};
+      }
+      compiled->groups.push_back({++group, std::move(name), key});
+      ecma += '(';
+      i = close;
+      continue;
+    }
+    ++group;
+    ecma += c;
+  }
+  if (compiled->groups.empty()) {
+    return Error{"--pattern " + quoted + ": it has no named group; name what it captures, e.g. (?P<loss>[0-9.]+)"};
+  }
+  try {
+    compiled->regex = std::regex(ecma, std::regex::ECMAScript | std::regex::optimize);
+  } catch (const std::regex_error& e) {
+    return Error{"--pattern " + quoted + ": not a valid regular expression: " + e.what()};
+  }
+  StepPattern pattern;
+  pattern.source_ = std::string(source);
+  pattern.compiled_ = std::move(compiled);
+  return pattern;
+}
+
+ParseOutcome StepPattern::Match(std::string_view line, StepRecord* record) const {
+  record->Clear();
+  std::cmatch m;
+  if (!std::regex_search(line.data(), line.data() + line.size(), m, compiled_->regex)) return ParseOutcome::kNone;
+  for (const Compiled::Group& g : compiled_->groups) {
+    if (g.index >= m.size() || !m[g.index].matched) continue;
+    const std::string_view text(m[g.index].first, static_cast<size_t>(m[g.index].length()));
+    const std::string_view value_text = Trim(text);
+    size_t pos = 0;
+    double value = 0;
+    std::string_view unit;
+    if (!ParseNumber(value_text, &pos, &value, &unit) || pos != value_text.size()) return ParseOutcome::kMalformed;
+    if (!ApplyField(g.key, g.name, value, unit, /*from_log=*/true, record)) return ParseOutcome::kMalformed;
+  }
+  return ParseOutcome::kStep;
+}
+
+// ---- push API ----
+
+ParseOutcome ParseTextReport(std::string_view line, StepRecord* record, std::string* error) {
+  record->Clear();
+  int found = 0;
+  size_t i = 0;
+  while (i < line.size()) {
+    while (i < line.size() && (line[i] == ' ' || line[i] == '\t' || line[i] == '\r')) ++i;
+    if (i >= line.size()) break;
+    const size_t begin = i;
+    while (i < line.size() && line[i] != ' ' && line[i] != '\t' && line[i] != '\r') ++i;
+    const std::string_view token = line.substr(begin, i - begin);
+    const size_t eq = token.find('=');
+    if (eq == std::string_view::npos || eq == 0) {
+      *error = "expected key=value, got '" + std::string(token.substr(0, 64)) + "'";
+      return ParseOutcome::kMalformed;
+    }
+    const std::string_view key = token.substr(0, eq);
+    const std::string_view text = token.substr(eq + 1);
+    const Key k = Classify(key);
+    if (k == Key::kScalar && !IsScalarName(key)) {
+      *error = "bad name '" + std::string(key.substr(0, 64)) + "' (1-64 of A-Z a-z 0-9 _ . : / -)";
+      return ParseOutcome::kMalformed;
+    }
+    size_t pos = 0;
+    double value = 0;
+    std::string_view unit;
+    if (!ParseNumber(text, &pos, &value, &unit) || pos != text.size() || !unit.empty()) {
+      *error = std::string(key.substr(0, 64)) + ": not a number";
+      return ParseOutcome::kMalformed;
+    }
+    if (k == Key::kIgnored || k == Key::kTotalTime) {
+      *error = std::string(key) + " is not a report field";
+      return ParseOutcome::kMalformed;
+    }
+    if (!ApplyField(k, key, value, unit, /*from_log=*/false, record)) {
+      *error = std::string(key) + ": the value does not fit (counts are whole numbers >= 0, times >= 0)";
+      return ParseOutcome::kMalformed;
+    }
+    ++found;
+  }
+  return found == 0 ? ParseOutcome::kNone : ParseOutcome::kStep;
+}
+
+namespace {
+
+Status JsonRecord(const Json& object, StepRecord* r) {
+  if (!object.is_object()) return Error{"a report must be a JSON object"};
+  for (auto it = object.begin(); it != object.end(); ++it) {
+    const std::string& key = it.key();
+    if (key == "scalars") {
+      if (!it->is_object()) return Error{"scalars must be an object of numbers"};
+      for (auto s = it->begin(); s != it->end(); ++s) {
+        if (!IsScalarName(s.key())) return Error{"bad scalar name '" + s.key().substr(0, 64) + "'"};
+        if (!s->is_number()) return Error{"scalar " + s.key() + " is not a number"};
+        r->AddScalar(s.key(), s->get<double>());
+      }
+      continue;
+    }
+    const Key k = Classify(key);
+    if (k == Key::kIgnored || k == Key::kTotalTime) return Error{key + " is not a report field"};
+    if (k == Key::kScalar && !IsScalarName(key)) return Error{"bad field name '" + key.substr(0, 64) + "'"};
+    if (!it->is_number()) return Error{key + " is not a number"};
+    if (!ApplyField(k, key, it->get<double>(), "", /*from_log=*/false, r)) {
+      return Error{key + ": the value does not fit (counts are whole numbers >= 0, times >= 0)"};
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<std::vector<StepRecord>> ParseJsonReport(const Json& body, size_t max_records) {
+  std::vector<StepRecord> records;
+  if (body.is_array()) {
+    if (body.size() > max_records) {
+      return Error{"at most " + std::to_string(max_records) + " reports per request"};
+    }
+    records.resize(body.size());
+    for (size_t i = 0; i < body.size(); ++i) {
+      if (auto s = JsonRecord(body[i], &records[i]); !s) return Error{"report " + std::to_string(i) + ": " + s.error()};
+    }
+    return records;
+  }
+  records.resize(1);
+  if (auto s = JsonRecord(body, &records[0]); !s) return Error{s.error()};
+  return records;
+}
+
+}  // namespace fleet::sidecar

@@ -1,0 +1,481 @@
+// The agent end to end: the real fleet-sidecar binary, after its gate opened against the fake API
+// server (or as `fleet-sidecar agent`), fed by log files, the push API and the Python helper;
+// observed through /metrics, /readyz, /status and the pod condition it writes.
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <vector>
+
+#include "fake_apiserver_fixture.h"
+#include "sidecar_process.h"
+
+namespace fleet::sidecar::testing {
+namespace {
+
+using kube::testing::FakeApiServer;
+using kube::testing::HttpConnection;
+using kube::testing::TempDir;
+using Json = nlohmann::json;
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+constexpr const char* kCondition = "fleet.paddlepaddle.org/TrainingProgress";
+
+std::string StepLine(int rank, int step, double loss) {
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "worker_index: %d, step %d, train_loss: %.6f, total time cost = %.6f, step per second: %.6f, "
+                "speed: %.6f\n",
+                rank, step, loss, step * 0.01, 100.0, 3200.0);
+  return line;
+}
+
+void Append(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::app | std::ios::binary);
+  out << text;
+}
+
+// The number after `prefix` in the sidecar's log (e.g. "(report port "), -1 when absent.
+int LoggedNumber(SidecarProcess& sidecar, const std::string& prefix) {
+  int found = -1;
+  Eventually([&] {
+    const std::string err = sidecar.Stderr();
+    const size_t at = err.find(prefix);
+    if (at == std::string::npos) return !sidecar.Running();
+    found = std::atoi(err.c_str() + at + prefix.size());
+    return true;
+  });
+  return found;
+}
+
+// The value of the sample of `name` whose labels include `labels` (e.g. rank="3"); NaN when absent.
+double Sample(const std::string& page, const std::string& name, const std::string& labels) {
+  std::istringstream lines(page);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (line.rfind(name + "{", 0) != 0 || line.find(labels) == std::string::npos) continue;
+    return std::stod(line.substr(line.rfind(' ') + 1));
+  }
+  return std::nan("");
+}
+
+class AgentTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<SidecarProcess> Start(const std::vector<std::string>& args) {
+    auto sidecar = std::make_unique<SidecarProcess>(args, dir_.path());
+    EXPECT_TRUE(sidecar->started());
+    EXPECT_GT(sidecar->WaitForPort(), 0) << sidecar->Stderr();
+    return sidecar;
+  }
+  std::string Metrics(SidecarProcess& sidecar) {
+    auto r = sidecar.Get("/metrics");
+    return r && r->status == 200 ? r->body : "";
+  }
+  ::testing::AssertionResult MetricBecomes(SidecarProcess& sidecar, const std::string& name, const std::string& labels,
+                                           double value, milliseconds timeout = seconds(10)) {
+    double last = std::nan("");
+    if (Eventually([&] { return (last = Sample(Metrics(sidecar), name, labels)) == value; }, timeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << name << "{" << labels << "} is " << last << ", not " << value << "\n"
+                                         << sidecar.Stderr();
+  }
+  ::testing::AssertionResult Says(SidecarProcess& sidecar, const std::string& path, int status,
+                                  const std::string& fragment, milliseconds timeout = seconds(10)) {
+    std::string last;
+    if (Eventually(
+            [&] {
+              auto r = sidecar.Get(path);
+              last = r ? std::to_string(r->status) + " " + r->body : "(no answer)";
+              return r && r->status == status && r->body.find(fragment) != std::string::npos;
+            },
+            timeout)) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << path << " never answered " << status << " with '" << fragment
+                                         << "'; last: " << last << "\n" << sidecar.Stderr();
+  }
+  static std::optional<HttpConnection::Response> Post(int port, const std::string& body,
+                                                      const std::string& type = "application/json") {
+    HttpConnection http("http://127.0.0.1:" + std::to_string(port));
+    return http.Send("POST", "/v1/report", body, {{"Content-Type", type}});
+  }
+
+  TempDir dir_;
+};
+
+class GatedAgentTest : public AgentTest {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(fake_.ok()) << fake_.error();
+    kubeconfig_ = dir_.Write("kubeconfig", "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+                                           "clusters: [{name: fake, cluster: {server: '" + fake_.url() + "'}}]\n"
+                                           "contexts: [{name: fake, context: {cluster: fake, user: sidecar}}]\n"
+                                           "users: [{name: sidecar, user: {token: sidecar-token}}]\n");
+  }
+  void Create(const std::string& path, const Json& object) {
+    HttpConnection http(fake_.url());
+    auto r = http.Send("POST", path, object.dump(), {{"Content-Type", "application/json"}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 201) << r->body;
+  }
+  void CreatePod(const std::string& name) {
+    Create("/api/v1/namespaces/default/pods",
+           {{"apiVersion", "v1"},
+            {"kind", "Pod"},
+            {"metadata", {{"name", name}}},
+            {"spec", {{"containers", Json::array({{{"name", "main"}, {"image", "trainer"}}})}}}});
+  }
+  void CreateConfigMap(int run, const Json& data) {
+    Create("/api/v1/namespaces/default/configmaps",
+           {{"apiVersion", "v1"},
+            {"kind", "ConfigMap"},
+            {"metadata", {{"name", "j-endpoints"}, {"annotations", {{"fleet.paddlepaddle.org/run", std::to_string(run)}}}}},
+            {"data", data}});
+  }
+  // The pod's TrainingProgress condition ({} when absent).
+  Json Condition(const std::string& pod) {
+    HttpConnection http(fake_.url());
+    auto r = http.Send("GET", "/api/v1/namespaces/default/pods/" + pod);
+    if (!r || r->status != 200) return Json::object();
+    const Json object = Json::parse(r->body);
+    for (const Json& c : object["status"].value("conditions", Json::array())) {
+      if (c.value("type", "") == kCondition) return c;
+    }
+    return Json::object();
+  }
+  ::testing::AssertionResult ConditionBecomes(const std::string& pod, const std::string& status,
+                                              const std::string& reason, const std::string& fragment,
+                                              SidecarProcess& sidecar) {
+    Json last;
+    if (Eventually([&] {
+          last = Condition(pod);
+          return last.value("status", "") == status && last.value("reason", "") == reason &&
+                 last.value("message", "").find(fragment) != std::string::npos;
+        })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "the condition is " << last.dump() << ", not " << status << "/" << reason
+                                         << " with '" << fragment << "'\n" << sidecar.Stderr();
+  }
+  std::vector<std::string> GateArgs(const std::string& role, const std::vector<std::string>& extra) {
+    std::vector<std::string> args = {"gate", "--namespace=default", "--job=j", "--pod=j-" + role + "-0",
+                                     "--role=" + role, "--run=3", "--config-map=j-endpoints", "--metrics-port=9090",
+                                     "--kubeconfig=" + kubeconfig_, "--listen=127.0.0.1:0"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return args;
+  }
+
+  FakeApiServer fake_;
+  std::string kubeconfig_;
+};
+
+TEST_F(GatedAgentTest, AfterTheGateItFollowsTheLogsDetectsStallsAndSaysSoOnThePod) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170,10.0.0.2:6170"}});
+  fake_.ClearRequests();
+  const std::string log_dir = dir_.path() + "/log";
+  auto sidecar = Start(GateArgs("worker", {"--rank=4", "--ranks=2", "--log-dir=" + log_dir, "--stall-window=1s",
+                                           "--condition-min-interval=100ms", "--main-process=off"}));
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+  EXPECT_TRUE(ConditionBecomes("j-worker-0", "True", "AwaitingFirstStep",
+                               "no training step reported yet by ranks 4-5 (pod j-worker-0)", *sidecar));
+
+  // fleetrun's per-process logs: workerlog.1 is the pod's second rank (5).
+  dir_.Write("log/workerlog.1", "");
+  for (int step = 1; step <= 31; step += 10) Append(log_dir + "/workerlog.1", StepLine(5, step, 1.0 / step));
+  Append(log_dir + "/workerlog.1", "some other line\nstep 40, loss: oops\n");
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"5\"", 31));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"5\"", 31));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_sidecar_parse_errors_total", "source=\"log\"", 1));
+  const std::string page = Metrics(*sidecar);
+  EXPECT_NEAR(Sample(page, "fleet_training_loss", "rank=\"5\""), 1.0 / 31, 1e-6);
+  EXPECT_EQ(Sample(page, "fleet_training_samples_per_second", "rank=\"5\""), 3200);
+  EXPECT_EQ(Sample(page, "fleet_training_step_duration_seconds_count", "rank=\"5\""), 30);  // from total time cost
+  EXPECT_EQ(Sample(page, "fleet_sidecar_gate_open", "pod=\"j-worker-0\""), 1);
+  EXPECT_TRUE(std::isnan(Sample(page, "fleet_training_steps_total", "rank=\"4\"")));     // rank 4 has not reported
+  EXPECT_TRUE(ConditionBecomes("j-worker-0", "True", "Progressing", "ranks 4-5 (pod j-worker-0) report training steps",
+                               *sidecar));
+  if (auto check = PromtoolCheckMetrics(page)) {
+    EXPECT_EQ(check->status, 0) << check->output;
+    EXPECT_EQ(check->output, "");
+  }
+
+  // No step for longer than the window: stalled, not ready, and the pod says which rank and how long.
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 503, "rank 5 stalled: no step for"));
+  EXPECT_TRUE(ConditionBecomes("j-worker-0", "False", "Stalled", "rank 5 (pod j-worker-0) has reported no step for",
+                               *sidecar));
+  EXPECT_NE(Condition("j-worker-0").value("message", "").find("(last step 31; stall window 1s)"), std::string::npos);
+  auto status = sidecar->Get("/status");
+  ASSERT_TRUE(status);
+  const Json state = Json::parse(status->body);
+  EXPECT_EQ(state["stalled"], Json::array({5}));
+  EXPECT_FALSE(state["ready"].get<bool>());
+
+  // Steps again: progressing, ready.
+  Append(log_dir + "/workerlog.1", StepLine(5, 41, 0.01));
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+  EXPECT_TRUE(ConditionBecomes("j-worker-0", "True", "Progressing", "report training steps", *sidecar));
+  EXPECT_NE(sidecar->Stderr().find("training progresses again"), std::string::npos);
+
+  // The API access beyond the gate: reads and status patches of its own pod, nothing else.
+  for (const Json& r : fake_.Requests()) {
+    const std::string path = r.value("path", "");
+    if (path.find("/configmaps") != std::string::npos) continue;
+    const std::string method = r.value("method", "");
+    EXPECT_TRUE((method == "GET" && path == "/api/v1/namespaces/default/pods/j-worker-0") ||
+                (method == "PATCH" && path == "/api/v1/namespaces/default/pods/j-worker-0/status"))
+        << r.dump();
+  }
+  ASSERT_TRUE(sidecar->Signal(SIGTERM));
+  EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
+}
+
+TEST_F(GatedAgentTest, ATrainerIsNotReadyWhileAServerIsUnreachable) {
+  // A parameter server on a port this test can take away and give back.
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(fd, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t length = sizeof addr;
+  ASSERT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &length), 0);
+  ASSERT_EQ(::listen(fd, 64), 0);
+  const int port = ntohs(addr.sin_port);
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_PSERVERS_IP_PORT_LIST", "127.0.0.1:" + std::to_string(port)}});
+  auto sidecar = Start(GateArgs("worker", {"--peer-check-interval=200ms", "--server-connect-timeout=300ms",
+                                           "--main-process=off", "--pod-condition=false"}));
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "the server accepts connections"));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_peers_ready", "rank=\"0\"", 1));
+  EXPECT_EQ(Sample(Metrics(*sidecar), "fleet_training_peers", "rank=\"0\""), 1);
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+
+  ::close(fd);  // the server goes away
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 503, "peers unreachable: 127.0.0.1:" + std::to_string(port)));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_peers_ready", "rank=\"0\"", 0));
+  EXPECT_TRUE(Eventually([&] {
+    return Sample(Metrics(*sidecar), "fleet_training_peer_wait_seconds_total", "rank=\"0\"") > 0.1;
+  })) << Metrics(*sidecar);
+
+  const int again = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  const int one = 1;
+  ::setsockopt(again, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  ASSERT_EQ(::bind(again, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  ASSERT_EQ(::listen(again, 64), 0);
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+  EXPECT_NE(sidecar->Stderr().find("every peer accepts connections again"), std::string::npos);
+  ::close(again);
+  EXPECT_TRUE(Condition("j-worker-0").empty());  // --pod-condition=false
+}
+
+TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
+  const std::string socket_path = dir_.path() + "/metrics.sock";
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--pod=j-worker-2", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--rank=8", "--ranks=4", "--report-http=127.0.0.1:0", "--report-udp=127.0.0.1:0",
+                        "--report-socket=" + socket_path, "--main-process=off"});
+  const int http_port = LoggedNumber(*sidecar, "(report port ");
+  const int udp_port = LoggedNumber(*sidecar, "udp port ");
+  ASSERT_GT(http_port, 0);
+  ASSERT_GT(udp_port, 0);
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "no startup gate"));
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+
+  // HTTP: JSON objects and arrays, and text lines.
+  auto r = Post(http_port, R"({"step": 1, "loss": 0.5, "samples": 32, "scalars": {"acc": 0.25}})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_EQ(Json::parse(r->body)["accepted"], 1);
+  r = Post(http_port, R"([{"rank": 9, "step": 5, "step_time": 0.02}, {"rank": 9, "step": 6, "step_time": 0.03}])");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  r = Post(http_port, "step=2 loss=0.25\nstep=3 loss=0.125\n", "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 200) << r->body;
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"8\"", 3));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"9\"", 2));
+  // Refused: malformed, a rank of another pod, too large, not POST.
+  r = Post(http_port, R"({"step": "one"})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  EXPECT_NE(r->body.find("step is not a number"), std::string::npos) << r->body;
+  r = Post(http_port, "{not json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 400);
+  r = Post(http_port, R"({"rank": 12, "step": 1})");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 422);
+  EXPECT_NE(r->body.find("ranks 8-11"), std::string::npos) << r->body;
+  r = Post(http_port, "step=1 " + std::string(70 * 1024, 'x'), "text/plain");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 413);
+  HttpConnection get("http://127.0.0.1:" + std::to_string(http_port));
+  auto wrong = get.Send("GET", "/v1/report");
+  ASSERT_TRUE(wrong);
+  EXPECT_EQ(wrong->status, 405);
+
+  // UDP and the Unix socket: the text protocol, one or more lines per datagram.
+  const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_in to{};
+  to.sin_family = AF_INET;
+  to.sin_port = htons(static_cast<uint16_t>(udp_port));
+  to.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  for (const std::string& datagram : {std::string("rank=10 step=1 loss=2"), std::string("rank=10 step=2\nrank=10 step=3"),
+                                      std::string("rank=10 step=x"), std::string(5000, 'y')}) {
+    ::sendto(udp, datagram.data(), datagram.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
+  }
+  ::close(udp);
+  const int unix_socket = ::socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  sockaddr_un un{};
+  un.sun_family = AF_UNIX;
+  std::strncpy(un.sun_path, socket_path.c_str(), sizeof un.sun_path - 1);
+  const std::string datagram = "rank=11 step=7 loss=0.5 top1=0.75";
+  ASSERT_EQ(::sendto(unix_socket, datagram.data(), datagram.size(), 0, reinterpret_cast<sockaddr*>(&un), sizeof un),
+            static_cast<ssize_t>(datagram.size()))
+      << std::strerror(errno);
+  ::close(unix_socket);
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"10\"", 3));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_scalar", "rank=\"11\",name=\"top1\"", 0.75));
+
+  const std::string page = Metrics(*sidecar);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"http\""), 5);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"udp\""), 3);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"unix\""), 1);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_parse_errors_total", "source=\"http\""), 2);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_parse_errors_total", "source=\"udp\""), 1);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_dropped_reports_total", "reason=\"rank\",source=\"http\""), 1);
+  EXPECT_EQ(Sample(page, "fleet_sidecar_dropped_reports_total", "reason=\"too_long\",source=\"udp\""), 1);
+  EXPECT_EQ(Sample(page, "fleet_training_step_duration_seconds_count", "rank=\"9\""), 2);
+  EXPECT_EQ(Sample(page, "fleet_training_scalar", "rank=\"8\",name=\"acc\""), 0.25);
+  if (auto check = PromtoolCheckMetrics(page)) {
+    EXPECT_EQ(check->status, 0) << check->output;
+  }
+
+  // The Python helper, as a training script uses it, over each transport.
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  const std::string sdk = SourceDir() + "/sdk/python";
+  const std::string script =
+      "import sys; sys.path.insert(0, '" + sdk + "'); import fleet_metrics\n"
+      "for step in range(1, 21):\n"
+      "    with fleet_metrics.timed_step(step=step, samples=64) as s:\n"
+      "        s.loss = 1.0 / step\n"
+      "        s.scalars['lr'] = 0.1\n"
+      "r = fleet_metrics.default_reporter()\n"
+      "# Datagrams may be dropped on a busy machine (counted in r.errors): the last one again until taken.\n"
+      "import time\n"
+      "deadline = time.time() + 5\n"
+      "while not r.report(step=20, loss=0.05, lr=0.1) and time.time() < deadline:\n"
+      "    time.sleep(0.05)\n"
+      "print('sent', r.sent, 'errors', r.errors, r.last_error)\n"
+      "sys.exit(0 if r.sent >= 1 and r.sent + r.errors >= 21 else 1)\n";
+  const std::vector<std::pair<std::string, std::string>> transports = {
+      {"udp://127.0.0.1:" + std::to_string(udp_port), "8"},
+      {"unix://" + socket_path, "9"},
+      {"http://127.0.0.1:" + std::to_string(http_port), "10"}};
+  for (const auto& [endpoint, rank] : transports) {
+    const std::string env_file = dir_.Write("run-" + rank + ".sh",
+                                            "FLEET_METRICS_ENDPOINT='" + endpoint + "' PADDLE_TRAINER_ID=" + rank +
+                                                " exec /usr/bin/python3 -c \"$1\"\n");
+    auto run = RunCommand({"/bin/sh", env_file, script});
+    ASSERT_TRUE(run);
+    EXPECT_EQ(run->status, 0) << endpoint << ": " << run->output;
+  }
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"8\"", 20));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"9\"", 20));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"10\"", 20));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_loss", "rank=\"10\"", 0.05));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_scalar", "rank=\"9\",name=\"lr\"", 0.1));
+}
+
+TEST_F(AgentTest, ReadinessFollowsTheMainProcess) {
+  const std::string marker = "fleet-agent-main-" + std::to_string(::getpid());
+  auto start_main = [&] {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::setpgid(0, 0);  // the shell and its sleep: one group, killed together
+      const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+      ::dup2(null, STDOUT_FILENO);
+      ::dup2(null, STDERR_FILENO);
+      ::execl("/bin/sh", "sh", "-c", "sleep 60; : keep", marker.c_str(), nullptr);
+      ::_exit(127);
+    }
+    if (pid > 0) ::setpgid(pid, pid);
+    return pid;
+  };
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--main-process=on", "--main-process-match=" + marker});
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 503, "the main process is not running"));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_main_process_up", "rank=\"0\"", 0));
+  pid_t main = start_main();
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_main_process_up", "rank=\"0\"", 1));
+  EXPECT_NE(sidecar->Stderr().find("the main process runs: pid " + std::to_string(main)), std::string::npos);
+  ::kill(-main, SIGKILL);
+  ::waitpid(main, nullptr, 0);
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 503, "the main process is not running"));
+  main = start_main();   // started again (a container restart)
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_restarts_total", "rank=\"0\"", 1));
+  EXPECT_NE(sidecar->Stderr().find("a new main process runs"), std::string::npos);
+  ::kill(-main, SIGKILL);
+  ::waitpid(main, nullptr, 0);
+}
+
+TEST_F(AgentTest, BadAgentFlagsExitTwoWithOneLine) {
+  const std::vector<std::string> base = {"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0"};
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"agent", "--role=worker", "--metrics-port=9"}, "missing required flag --job"},
+      {{"--run=3"}, "--run is a flag of 'gate'"},
+      {{"--exit-when-ready"}, "--exit-when-ready is a flag of 'gate'"},
+      {{"--report-http=0.0.0.0:9"}, "loopback only"},
+      {{"--report-udp=10.0.0.1:9"}, "loopback only"},
+      {{"--report-socket=relative.sock"}, "absolute path"},
+      {{"--pattern=loss=(\\d+)"}, "no named group"},
+      {{"--stall-window=500ms"}, "at least 1s"},
+      {{"--ranks=0"}, "--ranks"},
+      {{"--main-process=sometimes"}, "--main-process"},
+      {{"--main-process-match=("}, "--main-process-match"},
+      {{"--log-file=a", "--log-file=a"}, "given twice"},
+      {{"--max-line-bytes=10"}, "--max-line-bytes"},
+  };
+  for (const auto& [extra, fragment] : cases) {
+    std::vector<std::string> args = extra.front() == "agent" ? extra : base;
+    if (extra.front() != "agent") args.insert(args.end(), extra.begin(), extra.end());
+    SidecarProcess sidecar(args, dir_.path());
+    EXPECT_EQ(sidecar.WaitExit(seconds(5)), 2) << fragment;
+    const std::string err = sidecar.Stderr();
+    EXPECT_NE(err.find(fragment), std::string::npos) << err;
+    EXPECT_EQ(std::count(err.begin(), err.end(), '\n'), 1) << err;
+  }
+  // A push API address that is taken: exit 1, saying which.
+  auto first = Start({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                      "--report-udp=127.0.0.1:0", "--main-process=off"});
+  const int udp_port = LoggedNumber(*first, "udp port ");
+  SidecarProcess second({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                         "--report-udp=127.0.0.1:" + std::to_string(udp_port), "--main-process=off"},
+                        dir_.path());
+  EXPECT_EQ(second.WaitExit(seconds(5)), 1);
+  EXPECT_NE(second.Stderr().find("--report-udp: cannot bind udp 127.0.0.1:" + std::to_string(udp_port)),
+            std::string::npos)
+      << second.Stderr();
+}
+
+}  // namespace
+}  // namespace fleet::sidecar::testing

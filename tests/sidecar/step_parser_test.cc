@@ -1,0 +1,332 @@
+// Step lines and reports: the Paddle formats of the seed documents and the examples, what is not a
+// step, what is malformed; the template parser agrees with the general one; user patterns; the
+// push API's text and JSON.
+#include "fleet/sidecar/step_parser.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+namespace fleet::sidecar {
+namespace {
+
+using Json = nlohmann::json;
+
+StepRecord Parse(const std::string& line, ParseOutcome expected = ParseOutcome::kStep) {
+  StepRecord r;
+  EXPECT_EQ(ParseStepLine(line, &r), expected) << line;
+  return r;
+}
+
+double Scalar(const StepRecord& r, const std::string& name) {
+  for (size_t i = 0; i < r.scalar_count; ++i) {
+    if (r.scalars[i].name == name) return r.scalars[i].value;
+  }
+  return std::nan("");
+}
+
+TEST(StepLineTest, FleetWorkerIndexFormatFromTheSeeds) {
+  // 000_f5e7bc87a2e63b2a.txt: "step11" glued, "total time cost =" and "step per second:".
+  StepRecord r = Parse("worker_index: 0, step11, train_loss: 7.020836, total time cost = 0.286696, "
+                       "step per second: 3.488016, speed: 3.488016");
+  EXPECT_TRUE(r.Has(StepRecord::kStep));
+  EXPECT_EQ(r.step, 11);
+  EXPECT_DOUBLE_EQ(r.loss, 7.020836);
+  EXPECT_DOUBLE_EQ(r.total_time, 0.286696);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 3.488016);
+  EXPECT_FALSE(r.Has(StepRecord::kEpoch));
+  EXPECT_EQ(r.scalar_count, 0u);  // worker_index and step per second are read past
+
+  // The examples' variant (examples/common/fleet_example.py): "step 11".
+  r = Parse("worker_index: 1, step 41, train_loss: 0.000112, total time cost = 0.078040, step per second: "
+            "525.368, speed: 20509.94");
+  EXPECT_EQ(r.step, 41);
+  EXPECT_DOUBLE_EQ(r.loss, 0.000112);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 20509.94);
+
+  // 003_620859dbbc322cd8.txt: "step%d cost=%f" and "worker_index: %d, step%d cost = %f".
+  r = Parse("step12 cost=0.530000");
+  EXPECT_EQ(r.step, 12);
+  EXPECT_DOUBLE_EQ(r.loss, 0.53);
+  r = Parse("worker_index: 2, step1000 cost = 0.125000");
+  EXPECT_EQ(r.step, 1000);
+  EXPECT_DOUBLE_EQ(r.loss, 0.125);
+  r = Parse("Step: 7, loss: 2.5");
+  EXPECT_EQ(r.step, 7);
+  r = Parse("2026-01-02 03:04:05 INFO step 9, loss: [0.69314], lr: 0.1");  // a logger's prefix, an array
+  EXPECT_EQ(r.step, 9);
+  EXPECT_DOUBLE_EQ(r.loss, 0.69314);
+  EXPECT_DOUBLE_EQ(Scalar(r, "lr"), 0.1);
+}
+
+TEST(StepLineTest, EpochBatchFormatWithScalars) {
+  // 001_7564b6c4251e414e.txt (dygraph ResNet).
+  StepRecord r = Parse("[Epoch 0, batch 5] loss: 39.06348, acc1: 0.03125, acc5: 0.09375");
+  EXPECT_TRUE(r.Has(StepRecord::kEpoch));
+  EXPECT_EQ(r.epoch, 0);
+  EXPECT_EQ(r.step, 5);
+  EXPECT_DOUBLE_EQ(r.loss, 39.06348);
+  EXPECT_DOUBLE_EQ(Scalar(r, "acc1"), 0.03125);
+  EXPECT_DOUBLE_EQ(Scalar(r, "acc5"), 0.09375);
+  r = Parse("    [Epoch 3, batch 120] loss: 4.67622, acc1: 0.00000, acc5: 0.09375");
+  EXPECT_EQ(r.epoch, 3);
+  EXPECT_EQ(r.step, 120);
+  r = Parse("[epoch 1, step 2] val_loss: 0.5, loss: 0.25");
+  EXPECT_DOUBLE_EQ(r.loss, 0.25);
+  EXPECT_DOUBLE_EQ(Scalar(r, "val_loss"), 0.5);  // not the training loss
+}
+
+TEST(StepLineTest, TrainPassFormatCountsOneStepPerLine) {
+  // 001_7564b6c4251e414e.txt (static-graph wide&deep, parameter server).
+  StepRecord r = Parse("TRAIN ---> pass: 0 loss: 0.69");
+  EXPECT_FALSE(r.Has(StepRecord::kStep));
+  EXPECT_EQ(r.steps, 1);
+  EXPECT_TRUE(r.Has(StepRecord::kEpoch));
+  EXPECT_EQ(r.epoch, 0);
+  EXPECT_DOUBLE_EQ(r.loss, 0.69);
+  r = Parse("TRAIN ---> pass: 2 loss: [0.6931472]");
+  EXPECT_EQ(r.epoch, 2);
+  EXPECT_NEAR(r.loss, 0.6931472, 1e-12);
+}
+
+TEST(StepLineTest, UnitsTimesAndOtherNames) {
+  StepRecord r = Parse("step 3, batch_cost: 12ms, ips: 64.5 images/sec, reader_cost: 0.5s");
+  EXPECT_DOUBLE_EQ(r.step_time, 0.012);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 64.5);
+  EXPECT_DOUBLE_EQ(Scalar(r, "reader_cost"), 0.5);
+  r = Parse("global_step: 100, step 100, loss: nan, acc: inf");
+  EXPECT_TRUE(std::isnan(r.loss));              // diverged
+  EXPECT_TRUE(std::isnan(Scalar(r, "acc")));    // inf is no better
+  r = Parse("step 4, loss=1e-3, mode: train, time: 12:00:01, samples: 32");  // a word and a clock
+  EXPECT_DOUBLE_EQ(r.loss, 0.001);
+  EXPECT_DOUBLE_EQ(r.samples, 32);
+}
+
+TEST(StepLineTest, WhatIsNotAStep) {
+  for (const char* line : {"", "-----------  Configuration Arguments -----------", "gpus: 0,1,2,3",
+                           "INFO 202X-0X-0X 06:09:36,185 launch_utils.py:425] Local start 4 processes.",
+                           "server not ready, wait 3 sec to retry...", "worker_index: 0, final train_loss: 0.000101",
+                           "step per second is the average", "stepping through the data", "steps: 5, loss: 1",
+                           "step 3 of the setup", "worker_index: 0, step 5", "PADDLE_TRAINER_ID 0",
+                           "[Epoch 0] done", "pserver_index: 0, listening on 127.0.0.1:6170, shard params[0:9]"}) {
+    StepRecord r;
+    EXPECT_EQ(ParseStepLine(line, &r), ParseOutcome::kNone) << line;
+  }
+}
+
+TEST(StepLineTest, MalformedStepLinesAreSaid) {
+  for (const char* line : {"step 5, loss: abc", "step 99999999999999999999999, loss: 1",
+                           "[Epoch 0, batch 99999999999999999999] loss: 1", "[Epoch 1, batch 2] loss: x",
+                           "step 6, step_time: -1", "step 7, batch: 2.5", "TRAIN ---> pass: 1.5 loss: 1",
+                           "step 8, samples: -3, loss: 1", "step 9, speed: fast"}) {
+    StepRecord r;
+    EXPECT_EQ(ParseStepLine(line, &r), ParseOutcome::kMalformed) << line;
+  }
+}
+
+TEST(StepLineTest, ScalarsAreBounded) {
+  std::string line = "step 1";
+  for (int i = 0; i < 20; ++i) line += ", m" + std::to_string(i) + ": " + std::to_string(i);
+  StepRecord r = Parse(line);
+  EXPECT_EQ(r.scalar_count, StepRecord::kMaxScalars);
+  EXPECT_EQ(r.scalars_dropped, 20 - StepRecord::kMaxScalars);
+}
+
+// Numbers: the fast path gives exactly what strtod gives.
+TEST(StepLineTest, NumbersAreExact) {
+  std::mt19937_64 rng(7);
+  std::uniform_real_distribution<double> value(0, 100000);
+  for (int i = 0; i < 20000; ++i) {
+    char text[64];
+    const double v = value(rng);
+    std::snprintf(text, sizeof text, i % 3 == 0 ? "%.6f" : i % 3 == 1 ? "%.3f" : "%.9g", v);
+    StepRecord r = Parse(std::string("step 1, loss: ") + text);
+    ASSERT_EQ(r.loss, std::strtod(text, nullptr)) << text;
+    StepRecord t;
+    std::string error;
+    ASSERT_EQ(ParseTextReport(std::string("loss=-") + text, &t, &error), ParseOutcome::kStep) << error;
+    ASSERT_EQ(t.loss, -std::strtod(text, nullptr)) << text;
+  }
+}
+
+bool Same(const StepRecord& a, const StepRecord& b) {
+  auto eq = [](double x, double y) { return x == y || (std::isnan(x) && std::isnan(y)); };
+  if (a.fields != b.fields || a.step != b.step || a.steps != b.steps || a.epoch != b.epoch ||
+      !eq(a.loss, b.loss) || !eq(a.step_time, b.step_time) || !eq(a.samples, b.samples) ||
+      !eq(a.samples_per_second, b.samples_per_second) || !eq(a.total_time, b.total_time) ||
+      a.scalar_count != b.scalar_count || a.scalars_dropped != b.scalars_dropped) {
+    return false;
+  }
+  for (size_t i = 0; i < a.scalar_count; ++i) {
+    if (a.scalars[i].name != b.scalars[i].name || !eq(a.scalars[i].value, b.scalars[i].value)) return false;
+  }
+  return true;
+}
+
+// The template parser must say exactly what the general parser says, line by line, whatever the
+// stream mixes: formats, numbers of other shapes, non-step lines, malformed lines.
+TEST(LineParserTest, AgreesWithTheGeneralParserOnMixedStreams) {
+  std::mt19937_64 rng(11);
+  auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };
+  auto number = [&]() -> std::string {
+    char text[64];
+    switch (pick(9)) {
+      case 0: return std::to_string(pick(100000));
+      case 1: return "-" + std::to_string(pick(100));
+      case 2: return "1e-" + std::to_string(pick(9));
+      case 3: return "nan";
+      case 4: return "[0.5]";
+      case 5: return std::to_string(pick(10)) + "." + std::to_string(pick(1000)) + "ms";
+      case 6: return "12345678901234567";
+      default: std::snprintf(text, sizeof text, "%.6f", std::uniform_real_distribution<double>(0, 1e4)(rng)); return text;
+    }
+  };
+  auto count = [&]() { return std::to_string(pick(10) == 0 ? 99999999 : pick(5000)); };
+  std::vector<std::string> lines;
+  for (int i = 0; i < 30000; ++i) {
+    switch (pick(8)) {
+      case 0:
+      case 1:
+      case 2:
+        lines.push_back("worker_index: " + std::to_string(pick(2)) + ", step " + count() + ", train_loss: " +
+                        number() + ", total time cost = " + number() + ", step per second: " + number() +
+                        ", speed: " + number());
+        break;
+      case 3:
+        lines.push_back("[Epoch " + count() + ", batch " + count() + "] loss: " + number() + ", acc1: " + number() +
+                        ", acc5: " + number());
+        break;
+      case 4:
+        lines.push_back("TRAIN ---> pass: " + count() + " loss: " + number());
+        break;
+      case 5:
+        lines.push_back("step" + count() + " cost=" + number() + (pick(2) ? ", lr: " + number() : ""));
+        break;
+      case 6:
+        lines.push_back(pick(2) ? "server not ready, wait 3 sec to retry..." : "step 3 of the setup");
+        break;
+      default:
+        lines.push_back("step " + count() + ", loss: " + (pick(4) ? number() : std::string("x")) + ", global_step: " +
+                        count() + ", batch_cost: " + number());
+        break;
+    }
+  }
+  LineParser parser;
+  size_t steps = 0;
+  for (const std::string& line : lines) {
+    StepRecord fast, general;
+    const ParseOutcome a = parser.Parse(line, &fast);
+    const ParseOutcome b = ParseStepLine(line, &general);
+    ASSERT_EQ(a, b) << line;
+    if (a == ParseOutcome::kStep) {
+      ++steps;
+      ASSERT_TRUE(Same(fast, general)) << line;
+    }
+  }
+  EXPECT_GT(steps, lines.size() / 2);
+}
+
+TEST(StepPatternTest, NamedGroupsBecomeFields) {
+  auto p = StepPattern::Compile(R"(iter (?P<step>\d+) .*loss=(?P<loss>[-0-9.e]+) top1=(?<top1>[0-9.]+))");
+  ASSERT_TRUE(p.ok()) << p.error();
+  StepRecord r;
+  ASSERT_EQ(p->Match("12:00 iter 300 (lr 0.1) loss=0.25 top1=0.75", &r), ParseOutcome::kStep);
+  EXPECT_EQ(r.step, 300);
+  EXPECT_DOUBLE_EQ(r.loss, 0.25);
+  EXPECT_DOUBLE_EQ(Scalar(r, "top1"), 0.75);
+  EXPECT_EQ(p->Match("iter 300 no loss here", &r), ParseOutcome::kNone);
+  EXPECT_EQ(p->Match("iter 301 loss=. top1=0.5", &r), ParseOutcome::kMalformed);
+
+  // Unnamed, non-capturing and escaped parentheses do not shift the groups.
+  p = StepPattern::Compile(R"((?:a|b)(x)\((?P<epoch>\d+)\) [(] (?P<samples_per_second>\d+))");
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_EQ(p->Match("ax(3) ( 64", &r), ParseOutcome::kStep);
+  EXPECT_EQ(r.epoch, 3);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 64);
+}
+
+TEST(StepPatternTest, BadPatternsAreRefusedWithAReason) {
+  for (const auto& [source, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {R"(loss=(\d+))", "no named group"},
+           {R"((?P<loss>\d+) (?P<loss>\d+))", "used twice"},
+           {R"((?P<loss>\d+)[)", "not a valid regular expression"},
+           {R"((?<=x)(?P<loss>\d+))", "not a valid regular expression"},
+           {R"((?P<worker_index>\d+))", "cannot be used"},
+           {R"((?P<>\d+))", "group name"}}) {
+    auto p = StepPattern::Compile(source);
+    ASSERT_FALSE(p.ok()) << source;
+    EXPECT_NE(p.error().find(fragment), std::string::npos) << p.error();
+    EXPECT_NE(p.error().find("--pattern"), std::string::npos) << p.error();
+  }
+}
+
+TEST(TextReportTest, KeyValueLines) {
+  StepRecord r;
+  std::string error;
+  ASSERT_EQ(ParseTextReport("step=12 loss=0.53 samples=32 acc=0.91 rank=3 step_time=0.25", &r, &error),
+            ParseOutcome::kStep)
+      << error;
+  EXPECT_EQ(r.step, 12);
+  EXPECT_DOUBLE_EQ(r.loss, 0.53);
+  EXPECT_DOUBLE_EQ(r.samples, 32);
+  EXPECT_DOUBLE_EQ(Scalar(r, "acc"), 0.91);
+  EXPECT_EQ(r.rank, 3);
+  EXPECT_TRUE(r.Has(StepRecord::kRank));
+  EXPECT_DOUBLE_EQ(r.step_time, 0.25);
+  EXPECT_EQ(ParseTextReport("  \r", &r, &error), ParseOutcome::kNone);
+  ASSERT_EQ(ParseTextReport("steps=4\tloss=nan", &r, &error), ParseOutcome::kStep);
+  EXPECT_EQ(r.steps, 4);
+  EXPECT_TRUE(std::isnan(r.loss));
+
+  for (const auto& [line, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {"step", "expected key=value"},
+           {"=3", "expected key=value"},
+           {"loss=fast", "not a number"},
+           {"loss=0.5s", "not a number"},
+           {"step=-1", "does not fit"},
+           {"step=1.5", "does not fit"},
+           {"bad{name}=1", "bad name"},
+           {"worker_index=1", "not a report field"}}) {
+    error.clear();
+    EXPECT_EQ(ParseTextReport(line, &r, &error), ParseOutcome::kMalformed) << line;
+    EXPECT_NE(error.find(fragment), std::string::npos) << line << ": " << error;
+  }
+}
+
+TEST(JsonReportTest, ObjectsArraysAndErrors) {
+  const Json one = Json::parse(R"({"step": 5, "loss": 0.5, "samples": 64, "scalars": {"acc": 0.25}, "lr": 0.1})");
+  auto records = ParseJsonReport(one);
+  ASSERT_TRUE(records.ok()) << records.error();
+  ASSERT_EQ(records->size(), 1u);
+  EXPECT_EQ((*records)[0].step, 5);
+  EXPECT_DOUBLE_EQ(Scalar((*records)[0], "acc"), 0.25);
+  EXPECT_DOUBLE_EQ(Scalar((*records)[0], "lr"), 0.1);
+
+  const Json many = Json::parse(R"([{"rank": 1, "step": 1}, {"rank": 2, "steps": 3}])");
+  records = ParseJsonReport(many);
+  ASSERT_TRUE(records.ok()) << records.error();
+  ASSERT_EQ(records->size(), 2u);
+  EXPECT_EQ((*records)[1].rank, 2);
+  EXPECT_EQ((*records)[1].steps, 3);
+
+  for (const auto& [text, fragment] : std::vector<std::pair<std::string, std::string>>{
+           {R"({"loss": "low"})", "loss is not a number"},
+           {R"({"scalars": [1]})", "scalars must be an object"},
+           {R"({"scalars": {"a b": 1}})", "bad scalar name"},
+           {R"({"step": -2})", "does not fit"},
+           {R"([1])", "report 0: a report must be a JSON object"},
+           {R"("step")", "a report must be a JSON object"}}) {
+    auto r = ParseJsonReport(Json::parse(text));
+    ASSERT_FALSE(r.ok()) << text;
+    EXPECT_NE(r.error().find(fragment), std::string::npos) << r.error();
+  }
+  EXPECT_FALSE(ParseJsonReport(Json::parse("[{}, {}, {}]"), 2).ok());
+}
+
+}  // namespace
+}  // namespace fleet::sidecar
