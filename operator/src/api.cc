@@ -41,6 +41,17 @@ class FieldReader {
     if (!object_[key].is_string()) return Fail(Path(key) + ": must be a string");
     out = object_[key].get<std::string>();
   }
+  // A list of at most `max` non-empty strings.
+  void Strings(const char* key, size_t max, std::vector<std::string>& out) {
+    if (!Has(key)) return;
+    const Json& v = object_[key];
+    if (!v.is_array()) return Fail(Path(key) + ": must be a list of strings");
+    if (v.size() > max) return Fail(Path(key) + ": at most " + std::to_string(max) + " entries, got " + std::to_string(v.size()));
+    for (const Json& e : v) {
+      if (!e.is_string() || e.get<std::string>().empty()) return Fail(Path(key) + ": entries must be non-empty strings");
+      out.push_back(e.get<std::string>());
+    }
+  }
   template <typename E>
   void Enum(const char* key, const std::vector<std::pair<const char*, E>>& values, E& out) {
     if (!Has(key)) return;
@@ -274,6 +285,12 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     sd.String("image", s.sidecar.image);
     sd.Int("metricsPort", 1024, 65535, s.sidecar.metrics_port);
     if (sd.Has("resources")) s.sidecar.resources = sd.Get("resources");
+    sd.Strings("logFiles", 16, s.sidecar.log_files);
+    sd.Strings("patterns", 16, s.sidecar.patterns);
+    sd.Int("stallWindowSeconds", 0, 7 * 24 * 3600, s.sidecar.stall_window_seconds);
+    for (const std::string& file : s.sidecar.log_files) {
+      if (file.front() != '/') sd.Fail("spec.sidecar.logFiles: \"" + file + "\" must be an absolute path (in a volume the trainer and the sidecar both mount)");
+    }
     if (!sd.error().empty()) return Error{sd.error()};
   }
   // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's

@@ -15,6 +15,8 @@ Json SidecarResources(const SidecarSpec& sidecar) {
   return {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"cpu", "200m"}, {"memory", "64Mi"}}}};
 }
 
+std::string LoopbackReportAddress(int port) { return "127.0.0.1:" + std::to_string(port); }
+
 Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
                       bool own_token) {
   const int port = SidecarPort(job, slot, settings.host_port_base);
@@ -32,6 +34,19 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const O
       {"securityContext", {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"allowPrivilegeEscalation", false},
                            {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}}}},
   };
+  // The agent: which ranks this pod runs, where the trainer's steps come from, the push API on
+  // loopback (the same port number as the pod-IP listener: different addresses; in HostNetwork
+  // mode the port is in the job's own block), and stall detection for trainers.
+  Json& args = c["args"];
+  const bool fleetrun_pod = job.spec.mode == JobMode::kCollective;
+  args.push_back("--rank=" + std::to_string(fleetrun_pod ? slot.index * job.spec.processes_per_pod : slot.index));
+  if (fleetrun_pod && job.spec.processes_per_pod > 1) args.push_back("--ranks=" + std::to_string(job.spec.processes_per_pod));
+  args.push_back("--report-udp=" + LoopbackReportAddress(port));
+  args.push_back("--report-http=" + LoopbackReportAddress(port));
+  const int64_t stall = slot.role->kind == RoleKind::kServer ? 0 : job.spec.sidecar.stall_window_seconds;
+  args.push_back("--stall-window=" + std::to_string(stall) + "s");
+  for (const std::string& file : job.spec.sidecar.log_files) args.push_back("--log-file=" + file);
+  for (const std::string& pattern : job.spec.sidecar.patterns) args.push_back("--pattern=" + pattern);
   if (own_token) {
     c["volumeMounts"] = Json::array({{{"name", kTokenVolume}, {"mountPath", kServiceAccountMount}, {"readOnly", true}}});
   }
@@ -128,9 +143,15 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
     }
   }
 
-  // The wiring env and the endpoint files go to every container of the template.
+  // The sidecar sees the trainer's processes (is the main process alive?).
+  spec["shareProcessNamespace"] = true;
+
+  // The wiring env and the endpoint files go to every container of the template, with where to
+  // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).
   const std::string config_map = EndpointsConfigMapName(job.name);
-  const Json env = wiring.PodEnv(slot, config_map);
+  Json env = wiring.PodEnv(slot, config_map);
+  env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
+                 {"value", "udp://" + LoopbackReportAddress(SidecarPort(job, slot, settings.host_port_base))}});
   const int port = PodPort(job, slot, settings.host_port_base);
   Json& containers = spec["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {

@@ -369,3 +369,50 @@ TEST(PodCreationTest, TemplatesWithTheirOwnServiceAccountGetNoSidecarAccount) {
 
 }  // namespace
 }  // namespace fleet::op::testing
+
+namespace fleet::op::testing {
+namespace {
+
+std::vector<std::string> SidecarArgs(const ReconcilePlan& plan, const std::string& pod) {
+  const Action* a = FindAction(plan, Verb::kCreate, ObjectKind::kPod, pod);
+  if (!a) return {};
+  return a->object["spec"]["initContainers"][0]["args"].get<std::vector<std::string>>();
+}
+
+// The agent half of the sidecar: ranks, the push API on loopback, stall detection for trainers
+// only, the spec's log files and patterns; the pod shares its process namespace.
+TEST(PodCreationTest, SidecarAgentIsToldRanksSourcesAndStallWindow) {
+  const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"logFiles", {"/var/log/train/out.log"}},
+                                                                    {"patterns", {"it (?P<step>\\d+)"}},
+                                                                    {"stallWindowSeconds", 120}}).Obj();
+  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const auto worker = SidecarArgs(plan, "wd-worker-1");
+  EXPECT_THAT(worker, Contains("--rank=1"));
+  EXPECT_THAT(worker, Contains("--stall-window=120s"));
+  EXPECT_THAT(worker, Contains("--report-udp=127.0.0.1:9102"));
+  EXPECT_THAT(worker, Contains("--report-http=127.0.0.1:9102"));
+  EXPECT_THAT(worker, Contains("--log-file=/var/log/train/out.log"));
+  EXPECT_THAT(worker, Contains("--pattern=it (?P<step>\\d+)"));
+  EXPECT_THAT(SidecarArgs(plan, "wd-server-0"), Contains("--stall-window=0s")) << "servers log no steps";
+  const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-1");
+  ASSERT_NE(pod, nullptr);
+  EXPECT_EQ(pod->object["spec"]["shareProcessNamespace"], true);
+  EXPECT_EQ(EnvEntry(pod->object["spec"]["containers"][0], "FLEET_METRICS_ENDPOINT")["value"], "udp://127.0.0.1:9102");
+}
+
+TEST(PodCreationTest, CollectivePodsRunningFleetrunCoverTheirRanks) {
+  const ReconcilePlan plan =
+      PlanReconcile(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Obj(), Observed{}, T0(), OperatorSettings{});
+  EXPECT_THAT(SidecarArgs(plan, "wd-worker-1"), Contains("--rank=4"));
+  EXPECT_THAT(SidecarArgs(plan, "wd-worker-1"), Contains("--ranks=4"));
+}
+
+TEST(PodCreationTest, RelativeLogFilesAreRefused) {
+  const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"logFiles", {"train.log"}}}).Obj();
+  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  EXPECT_EQ(plan.status.value("phase", ""), "Failed");
+  EXPECT_THAT(plan.status.value("message", ""), ::testing::HasSubstr("spec.sidecar.logFiles"));
+}
+
+}  // namespace
+}  // namespace fleet::op::testing

@@ -61,6 +61,9 @@ struct SidecarSpec {
   std::string image = "fleetjob/sidecar:0.1.0";
   Json resources;                    // core/v1 ResourceRequirements; defaults when empty
   int metrics_port = 9102;
+  std::vector<std::string> log_files;  // trainer logs to follow (in a volume both containers mount)
+  std::vector<std::string> patterns;   // extra step-log regexes with named groups
+  int64_t stall_window_seconds = 600;  // trainers: no step for this long is a stall (0 = off)
 };
 
 struct FleetJobSpec {
