@@ -1,0 +1,95 @@
+// Shared by the parameter-server benchmarks: free ports, fleet-ps-server processes, a process's
+// CPU time, medians.
+#pragma once
+
+#include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+extern char** environ;
+
+namespace fleet::ps::bench {
+
+using Clock = std::chrono::steady_clock;
+
+inline int FreePort() {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  socklen_t len = sizeof(addr);
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+// Starts `count` fleet-ps-server processes of one job; returns their pids, fills endpoints.
+inline std::vector<pid_t> StartPsServers(const std::string& binary, int count, int trainers,
+                                         std::vector<std::string>* endpoints) {
+  std::string list;
+  for (int i = 0; i < count; ++i) {
+    endpoints->push_back("127.0.0.1:" + std::to_string(FreePort()));
+    list += (i ? "," : "") + endpoints->back();
+  }
+  std::vector<pid_t> pids;
+  for (int i = 0; i < count; ++i) {
+    std::vector<std::string> env = {"TRAINING_ROLE=PSERVER", "PADDLE_PSERVERS_IP_PORT_LIST=" + list,
+                                    "PADDLE_TRAINERS_NUM=" + std::to_string(trainers), "POD_IP=127.0.0.1",
+                                    "PADDLE_PORT=" + (*endpoints)[static_cast<size_t>(i)].substr(10)};
+    for (char** e = environ; *e; ++e) {
+      if (std::string(*e).rfind("MALLOC_", 0) == 0) env.push_back(*e);  // glibc tuning passes through
+    }
+    std::vector<char*> envp;
+    for (auto& e : env) envp.push_back(e.data());
+    envp.push_back(nullptr);
+    std::string bin = binary;
+    char* argv[] = {bin.data(), nullptr};
+    posix_spawn_file_actions_t actions;
+    posix_spawn_file_actions_init(&actions);
+    posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", 0, 0);  // its log lines
+    pid_t pid = -1;
+    ::posix_spawn(&pid, bin.c_str(), &actions, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&actions);
+    pids.push_back(pid);
+  }
+  return pids;
+}
+
+inline void StopProcesses(const std::vector<pid_t>& pids) {
+  for (pid_t p : pids) ::kill(p, SIGTERM);
+  for (pid_t p : pids) ::waitpid(p, nullptr, 0);
+}
+
+// User + system CPU seconds a process has used so far (/proc/<pid>/stat).
+inline double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string all((std::istreambuf_iterator<char>(in)), {});
+  const auto close = all.rfind(')');
+  if (close == std::string::npos) return 0;
+  std::istringstream rest(all.substr(close + 2));
+  std::string field;
+  double utime = 0, stime = 0;
+  for (int i = 3; i <= 15 && rest >> field; ++i) {
+    if (i == 14) utime = std::stod(field);
+    if (i == 15) stime = std::stod(field);
+  }
+  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+inline double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+}  // namespace fleet::ps::bench

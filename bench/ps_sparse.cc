@@ -1,0 +1,180 @@
+// Parameter server, sparse pull throughput (issue 6, section 4): keys per second per server thread.
+//   table: one SparseShard in this process, pulled by 1 and by 2 threads (no RPC): keys per CPU
+//          second of the pulling threads, the table's own cost per key;
+//   rpc:   one fleet-ps-server process, T trainer threads each pulling batches of B random keys
+//          (rows already created) through PsClient; keys/s overall and keys per CPU second of the
+//          server process (/proc/<pid>/stat), i.e. what one fully busy server thread serves.
+// usage: ps_sparse [--trainers 4] [--batch 1000] [--rows 1000000] [--seconds 2] [dims... = 8 64]
+#include <time.h>
+
+#include <atomic>
+#include <mutex>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <thread>
+
+#include "fleet/ps/client.h"
+#include "fleet/ps/table.h"
+#include "ps_bench_util.h"
+
+#ifndef FLEET_PS_SERVER_PATH
+#define FLEET_PS_SERVER_PATH "fleet-ps-server"
+#endif
+
+namespace {
+
+using namespace fleet::ps;
+using namespace fleet::ps::bench;
+
+std::vector<uint64_t> RandomKeys(std::mt19937_64& rng, size_t n, uint64_t rows) {
+  std::vector<uint64_t> keys(n);
+  for (auto& k : keys) k = rng() % rows;
+  return keys;
+}
+
+double ThreadCpuSeconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) / 1e9;
+}
+
+// Keys per CPU second of `threads` threads pulling batches from one shard for `seconds` (CPU time,
+// not wall time: other load on the machine does not count).
+double TableKeysPerCpuSecond(SparseShard& shard, int threads, size_t batch, uint64_t rows, double seconds) {
+  std::atomic<bool> stop{false};
+  std::atomic<long> keys{0};
+  std::mutex cpu_mutex;
+  double cpu = 0;
+  std::vector<std::thread> workers;
+  for (int t = 0; t < threads; ++t) {
+    workers.emplace_back([&, t] {
+      std::mt19937_64 rng(static_cast<uint64_t>(t) + 1);
+      std::vector<std::vector<uint64_t>> batches;
+      for (int b = 0; b < 64; ++b) batches.push_back(RandomKeys(rng, batch, rows));
+      std::vector<float> out(batch * shard.config().dim);
+      long mine = 0;
+      const double cpu_start = ThreadCpuSeconds();
+      for (size_t b = 0; !stop; ++b) {
+        const auto& k = batches[b % batches.size()];
+        if (!shard.Pull(k.data(), k.size(), out.data()).ok()) std::abort();
+        mine += static_cast<long>(k.size());
+      }
+      const double used = ThreadCpuSeconds() - cpu_start;
+      keys += mine;
+      std::lock_guard lock(cpu_mutex);
+      cpu += used;
+    });
+  }
+  std::this_thread::sleep_for(std::chrono::duration<double>(seconds));  // the measured interval
+  stop = true;
+  for (auto& w : workers) w.join();
+  return static_cast<double>(keys) / cpu;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int trainers = 4;
+  size_t batch = 1000;
+  uint64_t rows = 1000000;
+  double seconds = 2;
+  std::vector<uint32_t> dims;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    if (a == "--trainers" && i + 1 < argc) trainers = std::atoi(argv[++i]);
+    else if (a == "--batch" && i + 1 < argc) batch = static_cast<size_t>(std::atol(argv[++i]));
+    else if (a == "--rows" && i + 1 < argc) rows = static_cast<uint64_t>(std::atoll(argv[++i]));
+    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
+    else dims.push_back(static_cast<uint32_t>(std::atoi(a.c_str())));
+  }
+  if (dims.empty()) dims = {8, 64};
+
+  std::vector<std::string> endpoints;
+  const std::vector<pid_t> servers = StartPsServers(FLEET_PS_SERVER_PATH, 1, trainers, &endpoints);
+  std::vector<std::unique_ptr<PsClient>> clients;
+  for (int t = 0; t < trainers; ++t) {
+    ClientOptions o;
+    o.servers = endpoints;
+    o.trainer_id = t;
+    o.trainers = trainers;
+    o.connect_timeout = std::chrono::seconds(30);
+    o.retry_interval = std::chrono::milliseconds(100);
+    std::unique_ptr<PsClient> c;
+    if (Status s = PsClient::Connect(o, &c); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return 1;
+    }
+    clients.push_back(std::move(c));
+  }
+
+  std::printf("sparse pull: %llu rows, batches of %zu random keys; %u CPUs\n", static_cast<unsigned long long>(rows),
+              batch, std::thread::hardware_concurrency());
+  std::printf("keys per CPU second: what one fully busy thread does (CPU time, so other load does not count)\n");
+  std::printf("%5s %18s %18s %14s %16s %22s\n", "dim", "table, 1 thread", "table, 2 threads", "rpc keys/s",
+              "server CPU s/s", "rpc keys/s per thread");
+  uint32_t table_id = 0;
+  for (uint32_t dim : dims) {
+    ++table_id;
+    // In process.
+    SparseShard shard(TableConfig::Sparse(table_id, dim, OptimizerConfig::Sgd(0.1f), Mode::kAsync, 0.01f), 0, 1);
+    {
+      std::vector<uint64_t> all(rows);
+      for (uint64_t k = 0; k < rows; ++k) all[k] = k;
+      std::vector<float> out(rows * dim);
+      if (!shard.Pull(all.data(), all.size(), out.data()).ok()) return 1;
+    }
+    const double one = TableKeysPerCpuSecond(shard, 1, batch, rows, seconds);
+    const double two = TableKeysPerCpuSecond(shard, 2, batch, rows, seconds);
+
+    // Over RPC: create the rows first (one pull of every key), then measure.
+    const TableConfig config = TableConfig::Sparse(table_id, dim, OptimizerConfig::Sgd(0.1f), Mode::kAsync, 0.01f);
+    for (auto& c : clients) {
+      if (Status s = c->CreateTable(config); !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    {
+      std::vector<uint64_t> all(rows);
+      for (uint64_t k = 0; k < rows; ++k) all[k] = k;
+      std::vector<float> out(rows * dim);
+      if (Status s = clients[0]->PullSparse(table_id, all.data(), all.size(), out.data()); !s.ok()) {
+        std::fprintf(stderr, "%s\n", s.ToString().c_str());
+        return 1;
+      }
+    }
+    std::atomic<bool> stop{false};
+    std::atomic<long> keys{0};
+    std::vector<std::thread> workers;
+    const double cpu_before = CpuSeconds(servers[0]);
+    const auto start = Clock::now();
+    for (int t = 0; t < trainers; ++t) {
+      workers.emplace_back([&, t] {
+        std::mt19937_64 rng(static_cast<uint64_t>(t) + 100);
+        std::vector<std::vector<uint64_t>> batches;
+        for (int b = 0; b < 64; ++b) batches.push_back(RandomKeys(rng, batch, rows));
+        std::vector<float> out(batch * dim);
+        long mine = 0;
+        for (size_t b = 0; !stop; ++b) {
+          const auto& k = batches[b % batches.size()];
+          if (!clients[static_cast<size_t>(t)]->PullSparse(table_id, k.data(), k.size(), out.data()).ok()) std::abort();
+          mine += static_cast<long>(k.size());
+        }
+        keys += mine;
+      });
+    }
+    std::this_thread::sleep_for(std::chrono::duration<double>(seconds));  // the measured interval
+    stop = true;
+    for (auto& w : workers) w.join();
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+    const double cpu = CpuSeconds(servers[0]) - cpu_before;
+    const double rate = static_cast<double>(keys) / elapsed;
+    std::printf("%5u %18.0f %18.0f %14.0f %16.2f %22.0f\n", dim, one, two, rate, cpu / elapsed,
+                static_cast<double>(keys) / cpu);
+    std::fflush(stdout);
+  }
+  clients.clear();
+  StopProcesses(servers);
+  return 0;
+}

@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Data-parallel example on the FleetJob runtime: gradients all-reduced through fleet_runtime (Gloo).
+
+The same synthetic linear regression as examples/collective/train.py, but the communication is the
+runtime's C++ collectives (runtime/collective, bound to Python as the module fleet_runtime) instead
+of a hand-written TCP ring:
+  - the Communicator is set up from the Paddle launcher env alone (PADDLE_TRAINER_ID,
+    PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT, PADDLE_DISTRI_BACKEND);
+    rank 0 serves the rendezvous on its endpoint;
+  - every rank starts from its own random weights and takes rank 0's (broadcast), as Paddle's
+    DataParallel does;
+  - each step every rank computes the gradient on its own data shard and all-reduces it (avg), with
+    the loss riding along, so all ranks apply the same update;
+  - at the end the ranks all-gather their weights and check that they are identical.
+
+Run: build/launcher/fleetrun --nproc_per_node=4 examples/collective_gloo/train.py
+The module is looked up on PYTHONPATH, then in build/runtime/python of this checkout (override with
+FLEET_RUNTIME_PYTHONPATH). It is built for /usr/bin/python3; any CPython of the same minor version
+loads it.
+
+Knobs: FLEET_EXAMPLE_STEPS (50), FLEET_EXAMPLE_LOG_EVERY (10), FLEET_EXAMPLE_TIMEOUT_SECONDS (60,
+per operation: how long a dead or silent peer is tolerated), FLEET_EXAMPLE_RENDEZVOUS_SECONDS (900,
+how long ranks wait for each other at start, as Paddle does).
+Exit codes: 0 success, 2 invalid env or missing module, 1 a peer failed or timed out.
+"""
+import array, os, random, sys, time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from common import fleet_example as fx  # noqa: E402  (examples/common/fleet_example.py)
+
+
+def import_fleet_runtime():
+    try:
+        import fleet_runtime
+        return fleet_runtime
+    except ImportError:
+        pass
+    build = os.environ.get("FLEET_RUNTIME_PYTHONPATH") or os.path.join(HERE, "..", "..", "build", "runtime", "python")
+    sys.path.insert(0, os.path.abspath(build))
+    try:
+        import fleet_runtime
+        return fleet_runtime
+    except ImportError as e:
+        fx.die(f"cannot import fleet_runtime ({e}). Build it with `cmake --build build --target fleet_runtime_python` "
+               f"and put build/runtime/python on PYTHONPATH; it is built for /usr/bin/python3 "
+               f"(this is {sys.executable}, Python {sys.version_info.major}.{sys.version_info.minor})")
+
+
+class PaddleStepLog:
+    """Paddle's fleet progress line ("step%d", no space) for steps 1, 1+k, 1+2k, ... and the last.
+
+    step per second: average over the run so far; speed: this rank's samples/s since the last line.
+    """
+
+    def __init__(self, rank, steps, log_every):
+        self.rank, self.steps, self.log_every = rank, steps, log_every
+        self.start = self.last_t = time.time()
+        self.last_step = 0
+
+    def step(self, step, loss):
+        if (step - 1) % self.log_every and step != self.steps:
+            return
+        now = time.time()
+        total, interval = now - self.start, max(now - self.last_t, 1e-9)
+        speed = (step - self.last_step) * fx.BATCH / interval
+        fx.log(f"worker_index: {self.rank}, step{step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
+               f"step per second: {step / max(total, 1e-9):.6f}, speed: {speed:.6f}")
+        self.last_t, self.last_step = now, step
+
+
+def main():
+    fx.exit_on_sigterm()
+    fr = import_fleet_runtime()
+    steps, log_every, _, timeout = fx.knobs(retry_lo=0)
+    rendezvous = fx.env_num("FLEET_EXAMPLE_RENDEZVOUS_SECONDS", 900, 1, float)
+    try:
+        comm = fr.Communicator(rendezvous_timeout=rendezvous, timeout=timeout)
+    except fr.Error as e:
+        fx.die(str(e), 2 if str(e).startswith("invalid Paddle collective env") else 1)
+    rank, size = comm.rank, comm.size
+    fx.log(f"rank {rank}/{size}, backend {comm.backend}, endpoint {os.environ.get('PADDLE_CURRENT_ENDPOINT', '-')}")
+
+    def collective(what, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except fr.Error as e:
+            fx.die(f"rank {rank}: {what} failed: {e}", 1)
+
+    # Own random start, then rank 0's weights everywhere.
+    init = random.Random(100 + rank)
+    params = array.array("d", [init.gauss(0, 1) for _ in range(fx.DIM + 1)])
+    collective("broadcast", comm.broadcast, params, root=0)
+
+    truth, rng = fx.true_params(), random.Random(1000 + rank)
+    progress = PaddleStepLog(rank, steps, log_every)
+    for step in range(1, steps + 1):
+        loss, grad = fx.loss_and_grad(list(params), *fx.make_batch(rng, truth, fx.BATCH))
+        buf = array.array("d", grad + [loss])  # the loss rides along: the logged loss is the mean over ranks
+        collective(f"all_reduce at step {step}", comm.all_reduce, buf, op="avg")
+        for j in range(len(params)):
+            params[j] -= fx.LR * buf[j]
+        progress.step(step, buf[-1])
+
+    gathered = array.array("d", bytes(8 * len(params) * size))
+    collective("all_gather", comm.all_gather, params, gathered)
+    n = len(params)
+    if any(gathered[r * n:(r + 1) * n] != params for r in range(size)):
+        fx.die(f"rank {rank}: the ranks' parameters differ after training", 1)
+    fx.log(f"parameters identical on all {size} ranks")
+    collective("barrier", comm.barrier)
+    fx.log(f"worker_index: {rank}, final train_loss: {fx.eval_loss(list(params), truth):.6f}")
+    comm.close()
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+// PsServer: ServerCore behind gRPC's callback API. Handlers never block a gRPC thread: calls that
+// wait for other trainers (sync pushes, barriers) keep their reactor and are finished by whichever
+// call completes the step.
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
+#include "codec.h"
+#include "fleet/ps/server.h"
+#include "wire.h"
+
+namespace fleet::ps {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The bulk methods are raw (codec.h): their payloads go from the received slices into the tables,
+// and from the tables into one answer slice, without protobuf strings in between.
+using Base = wire::ParameterServer::WithRawCallbackMethod_PushDense<
+    wire::ParameterServer::WithRawCallbackMethod_PullDense<
+        wire::ParameterServer::WithRawCallbackMethod_PullSparse<wire::ParameterServer::CallbackService>>>;
+
+class Service final : public Base {
+ public:
+  explicit Service(ServerCore* core) : core_(core) {}
+
+  grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* ctx, const wire::InfoRequest*,
+                                 wire::InfoResponse* resp) override {
+    resp->set_server_index(static_cast<uint32_t>(core_->options().server_index));
+    resp->set_server_count(static_cast<uint32_t>(core_->options().server_count));
+    resp->set_trainers(static_cast<uint32_t>(core_->options().trainers));
+    return Finish(ctx, Status::Ok());
+  }
+
+  grpc::ServerUnaryReactor* CreateTable(grpc::CallbackServerContext* ctx, const wire::CreateTableRequest* req,
+                                        wire::CreateTableResponse* resp) override {
+    bool created = false, loaded = false;
+    Status s = core_->CreateTable(FromWire(req->config()), &created, &loaded);
+    resp->set_created(created);
+    resp->set_loaded(loaded);
+    return Finish(ctx, s);
+  }
+
+  grpc::ServerUnaryReactor* InitDense(grpc::CallbackServerContext* ctx, const wire::PushDenseRequest* req,
+                                      wire::PushResponse* resp) override {
+    bool applied = false;
+    Status s = core_->InitDense(req->table_id(), req->begin(), req->values(), &applied);
+    resp->set_applied(applied);
+    return Finish(ctx, s);
+  }
+
+  grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override {
+    codec::Reader reader(*req);
+    codec::PullDense m;
+    Status s = codec::ParsePullDense(reader, &m);
+    if (s.ok()) s = CheckTableId(m.table);
+    if (s.ok()) {
+      s = core_->PullDense(static_cast<uint32_t>(m.table), m.begin, m.end, [resp](size_t bytes) {
+        char* payload = nullptr;
+        *resp = codec::BytesField1(bytes, &payload);
+        return payload;
+      });
+    }
+    return Finish(ctx, s);
+  }
+
+  grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                      grpc::ByteBuffer* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    // The reader keeps the request's slices referenced until the push is answered (sync pushes
+    // copy what they keep, so the reader may go when the call returns).
+    codec::Reader reader(*req);
+    codec::PushDense m;
+    Status s = codec::ParsePushDense(reader, &m);
+    if (s.ok()) s = CheckTableId(m.table);
+    if (s.ok() && m.trainer > UINT32_MAX) s = InvalidArgument("trainer_id " + std::to_string(m.trainer) + " is out of range");
+    if (!s.ok()) {
+      reactor->Finish(ToGrpc(s));
+      return reactor;
+    }
+    core_->PushDense(static_cast<uint32_t>(m.table), m.begin, static_cast<uint32_t>(m.trainer), m.values.parts,
+                     [reactor, resp](Status st) {
+                       *resp = codec::Applied(st.ok());
+                       reactor->Finish(ToGrpc(st));
+                     });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* PullSparse(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
+                                       grpc::ByteBuffer* resp) override {
+    codec::Reader reader(*req);
+    codec::PullSparse m;
+    Status s = codec::ParsePullSparse(reader, &m);
+    if (s.ok()) s = CheckTableId(m.table);
+    if (s.ok() && m.keys.size % sizeof(uint64_t) != 0) {
+      s = InvalidArgument("sparse keys of " + std::to_string(m.keys.size) + " bytes are not whole uint64 values");
+    }
+    if (s.ok()) {
+      std::vector<uint64_t> keys(m.keys.size / sizeof(uint64_t));
+      m.keys.CopyTo(reinterpret_cast<char*>(keys.data()));
+      s = core_->PullSparse(static_cast<uint32_t>(m.table), keys, [resp](size_t bytes) {
+        char* payload = nullptr;
+        *resp = codec::BytesField1(bytes, &payload);
+        return payload;
+      });
+    }
+    return Finish(ctx, s);
+  }
+
+  grpc::ServerUnaryReactor* PushSparse(grpc::CallbackServerContext* ctx, const wire::PushSparseRequest* req,
+                                       wire::PushResponse* resp) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    core_->PushSparse(req->table_id(), req->trainer_id(), req->chunk_count(), req->keys(), req->values(),
+                      [reactor, resp](Status s) {
+                        resp->set_applied(s.ok());
+                        reactor->Finish(ToGrpc(s));
+                      });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const wire::BarrierRequest* req,
+                                    wire::BarrierResponse*) override {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    core_->Barrier(req->trainer_id(), req->generation(), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    return reactor;
+  }
+
+  grpc::ServerUnaryReactor* Save(grpc::CallbackServerContext* ctx, const wire::SaveRequest* req,
+                                 wire::SaveResponse* resp) override {
+    uint32_t tables = 0;
+    Status s = req->dirname().empty() ? InvalidArgument("save needs a directory") : core_->Save(req->dirname(), &tables);
+    resp->set_tables(tables);
+    return Finish(ctx, s);
+  }
+
+  grpc::ServerUnaryReactor* StopWorker(grpc::CallbackServerContext* ctx, const wire::StopWorkerRequest* req,
+                                       wire::StopWorkerResponse* resp) override {
+    bool all = false;
+    Status s = core_->StopWorker(req->trainer_id(), &all);
+    resp->set_stopped(all ? 1 : 0);
+    return Finish(ctx, s);
+  }
+
+ private:
+  static Status CheckTableId(uint64_t table) {
+    if (table > UINT32_MAX) return NotFound("table " + std::to_string(table) + " does not exist");
+    return Status::Ok();
+  }
+
+  static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    reactor->Finish(ToGrpc(s));
+    return reactor;
+  }
+
+  ServerCore* core_;
+};
+
+}  // namespace
+
+struct PsServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  std::mutex mutex;
+  std::condition_variable wake;
+  bool stopping = false;
+  std::once_flag shutdown_once;
+  std::thread watchdog;
+};
+
+Status PsServer::Start(const ServerOptions& options, std::unique_ptr<PsServer>* out) {
+  if (options.server_count < 1 || options.server_index < 0 || options.server_index >= options.server_count) {
+    return InvalidArgument("server index " + std::to_string(options.server_index) + " of " +
+                           std::to_string(options.server_count) + " servers");
+  }
+  if (options.trainers < 1) return InvalidArgument("a parameter server needs at least one trainer");
+  TuneAllocatorOnce();
+  std::unique_ptr<PsServer> ps(new PsServer());
+  ps->core_ = std::make_unique<ServerCore>(options);
+  if (!options.model_dir.empty()) {
+    if (Status s = ps->core_->LoadModelDir(options.model_dir); !s.ok()) return s;
+  }
+  for (const TableConfig& t : options.tables) {
+    if (Status s = ps->core_->Declare(t); !s.ok()) return s;
+  }
+  ps->impl_ = std::make_unique<Impl>();
+  Impl& impl = *ps->impl_;
+  impl.service = std::make_unique<Service>(ps->core_.get());
+  grpc::ServerBuilder builder;
+  builder.AddListeningPort(options.bind_address, grpc::InsecureServerCredentials(), &ps->port_);
+  builder.RegisterService(impl.service.get());
+  // Requests and answers stay under the limit; a little room for the fields around the payload.
+  const int limit = static_cast<int>(std::min<size_t>(options.max_message_bytes + (64u << 10), INT32_MAX));
+  builder.SetMaxReceiveMessageSize(limit);
+  builder.SetMaxSendMessageSize(limit);
+  // gRPC sets SO_REUSEPORT by default: a second server on the same port would start "fine".
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  struct BuilderArgs {
+    grpc::ServerBuilder& builder;
+    void SetInt(const char* name, int value) { builder.AddChannelArgument(name, value); }
+  } transfer{builder};
+  SetTransferArgs(transfer, options.max_message_bytes);
+  impl.server = builder.BuildAndStart();
+  if (!impl.server || ps->port_ == 0) {
+    return Unavailable("the parameter server cannot listen on " + options.bind_address +
+                       " (address in use, or not an address of this host?)");
+  }
+  // Fails sync steps and barriers that wait too long (a trainer died without a word).
+  impl.watchdog = std::thread([core = ps->core_.get(), &impl] {
+    std::unique_lock lock(impl.mutex);
+    while (!impl.stopping) {
+      lock.unlock();
+      const Clock::time_point next = core->ExpireWaiters(Clock::now());
+      lock.lock();
+      impl.wake.wait_until(lock, std::min(next, Clock::now() + std::chrono::seconds(1)));
+    }
+  });
+  *out = std::move(ps);
+  return Status::Ok();
+}
+
+bool PsServer::Wait(Clock::time_point deadline) {
+  if (!core_->WaitAllStopped(deadline)) return false;
+  Shutdown();
+  return true;
+}
+
+void PsServer::Shutdown() {
+  std::call_once(impl_->shutdown_once, [this] {
+    if (!impl_->server) return;  // it never started
+    // Answer every waiting call first: the server's shutdown waits for them.
+    core_->AbortWaiters(Unavailable("the parameter server is shutting down"));
+    // Calls still running get a moment; idle client connections (a trainer that stopped but lives on)
+    // would otherwise hold the shutdown for the whole deadline.
+    impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
+    {
+      std::lock_guard lock(impl_->mutex);
+      impl_->stopping = true;
+    }
+    impl_->wake.notify_all();
+    impl_->watchdog.join();
+  });
+}
+
+PsServer::~PsServer() {
+  if (impl_) Shutdown();
+}
+
+}  // namespace fleet::ps
