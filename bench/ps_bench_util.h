@@ -11,10 +11,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
+#include <memory>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
+
+#include "fleet/ps/client.h"
 
 extern char** environ;
 
@@ -85,6 +89,27 @@ inline double CpuSeconds(pid_t pid) {
     if (i == 15) stime = std::stod(field);
   }
   return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// Connects one client per trainer (0..trainers-1) to `endpoints`; prints the error and returns
+// false if one cannot connect.
+inline bool ConnectTrainers(const std::vector<std::string>& endpoints, int trainers,
+                            std::vector<std::unique_ptr<PsClient>>* clients) {
+  for (int t = 0; t < trainers; ++t) {
+    ClientOptions o;
+    o.servers = endpoints;
+    o.trainer_id = t;
+    o.trainers = trainers;
+    o.connect_timeout = std::chrono::seconds(30);
+    o.retry_interval = std::chrono::milliseconds(100);
+    std::unique_ptr<PsClient> c;
+    if (Status s = PsClient::Connect(o, &c); !s.ok()) {
+      std::fprintf(stderr, "%s\n", s.ToString().c_str());
+      return false;
+    }
+    clients->push_back(std::move(c));
+  }
+  return true;
 }
 
 inline double Median(std::vector<double> v) {

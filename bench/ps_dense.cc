@@ -223,20 +223,7 @@ int main(int argc, char** argv) {
   const std::vector<pid_t> ps = StartPsServers(FLEET_PS_SERVER_PATH, servers, trainers, &endpoints);
 
   std::vector<std::unique_ptr<PsClient>> clients;
-  for (int t = 0; t < trainers; ++t) {
-    ClientOptions o;
-    o.servers = endpoints;
-    o.trainer_id = t;
-    o.trainers = trainers;
-    o.connect_timeout = std::chrono::seconds(30);
-    o.retry_interval = std::chrono::milliseconds(100);
-    std::unique_ptr<PsClient> c;
-    if (Status s = PsClient::Connect(o, &c); !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return 1;
-    }
-    clients.push_back(std::move(c));
-  }
+  if (!ConnectTrainers(endpoints, trainers, &clients)) return 1;
   std::vector<std::vector<int>> tcp(static_cast<size_t>(trainers));
   for (auto& fds : tcp) {
     for (int port : tcp_ports) fds.push_back(ConnectTcp(port));

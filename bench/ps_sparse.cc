@@ -93,20 +93,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> endpoints;
   const std::vector<pid_t> servers = StartPsServers(FLEET_PS_SERVER_PATH, 1, trainers, &endpoints);
   std::vector<std::unique_ptr<PsClient>> clients;
-  for (int t = 0; t < trainers; ++t) {
-    ClientOptions o;
-    o.servers = endpoints;
-    o.trainer_id = t;
-    o.trainers = trainers;
-    o.connect_timeout = std::chrono::seconds(30);
-    o.retry_interval = std::chrono::milliseconds(100);
-    std::unique_ptr<PsClient> c;
-    if (Status s = PsClient::Connect(o, &c); !s.ok()) {
-      std::fprintf(stderr, "%s\n", s.ToString().c_str());
-      return 1;
-    }
-    clients.push_back(std::move(c));
-  }
+  if (!ConnectTrainers(endpoints, trainers, &clients)) return 1;
 
   std::printf("sparse pull: %llu rows, batches of %zu random keys; %u CPUs\n", static_cast<unsigned long long>(rows),
               batch, std::thread::hardware_concurrency());

@@ -30,48 +30,9 @@ sys.path.insert(0, os.path.join(HERE, ".."))
 from common import fleet_example as fx  # noqa: E402  (examples/common/fleet_example.py)
 
 
-def import_fleet_runtime():
-    try:
-        import fleet_runtime
-        return fleet_runtime
-    except ImportError:
-        pass
-    build = os.environ.get("FLEET_RUNTIME_PYTHONPATH") or os.path.join(HERE, "..", "..", "build", "runtime", "python")
-    sys.path.insert(0, os.path.abspath(build))
-    try:
-        import fleet_runtime
-        return fleet_runtime
-    except ImportError as e:
-        fx.die(f"cannot import fleet_runtime ({e}). Build it with `cmake --build build --target fleet_runtime_python` "
-               f"and put build/runtime/python on PYTHONPATH; it is built for /usr/bin/python3 "
-               f"(this is {sys.executable}, Python {sys.version_info.major}.{sys.version_info.minor})")
-
-
-class PaddleStepLog:
-    """Paddle's fleet progress line ("step%d", no space) for steps 1, 1+k, 1+2k, ... and the last.
-
-    step per second: average over the run so far; speed: this rank's samples/s since the last line.
-    """
-
-    def __init__(self, rank, steps, log_every):
-        self.rank, self.steps, self.log_every = rank, steps, log_every
-        self.start = self.last_t = time.time()
-        self.last_step = 0
-
-    def step(self, step, loss):
-        if (step - 1) % self.log_every and step != self.steps:
-            return
-        now = time.time()
-        total, interval = now - self.start, max(now - self.last_t, 1e-9)
-        speed = (step - self.last_step) * fx.BATCH / interval
-        fx.log(f"worker_index: {self.rank}, step{step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
-               f"step per second: {step / max(total, 1e-9):.6f}, speed: {speed:.6f}")
-        self.last_t, self.last_step = now, step
-
-
 def main():
     fx.exit_on_sigterm()
-    fr = import_fleet_runtime()
+    fr = fx.import_fleet_runtime()
     steps, log_every, _, timeout = fx.knobs(retry_lo=0)
     rendezvous = fx.env_num("FLEET_EXAMPLE_RENDEZVOUS_SECONDS", 900, 1, float)
     try:
@@ -93,7 +54,7 @@ def main():
     collective("broadcast", comm.broadcast, params, root=0)
 
     truth, rng = fx.true_params(), random.Random(1000 + rank)
-    progress = PaddleStepLog(rank, steps, log_every)
+    progress = fx.PaddleStepLog(rank, steps, log_every)
     for step in range(1, steps + 1):
         loss, grad = fx.loss_and_grad(list(params), *fx.make_batch(rng, truth, fx.BATCH))
         buf = array.array("d", grad + [loss])  # the loss rides along: the logged loss is the mean over ranks

@@ -140,3 +140,48 @@ class StepLog:
 
     def final(self, loss):
         log(f"worker_index: {self.index}, final train_loss: {loss:.6f}")
+
+
+# ----------------------------------------------------------------------------- fleet_runtime examples
+# Shared by examples/collective_gloo/train.py and examples/ps_mlp/train.py, which run on the
+# runtime's Python module.
+def import_fleet_runtime():
+    """The fleet_runtime module: from PYTHONPATH, else build/runtime/python of this checkout
+    (override with FLEET_RUNTIME_PYTHONPATH); exits 2 when it cannot be imported."""
+    try:
+        import fleet_runtime
+        return fleet_runtime
+    except ImportError:
+        pass
+    here = os.path.dirname(os.path.abspath(__file__))
+    build = os.environ.get("FLEET_RUNTIME_PYTHONPATH") or os.path.join(here, "..", "..", "build", "runtime", "python")
+    sys.path.insert(0, os.path.abspath(build))
+    try:
+        import fleet_runtime
+        return fleet_runtime
+    except ImportError as e:
+        die(f"cannot import fleet_runtime ({e}). Build it with `cmake --build build --target fleet_runtime_python` "
+            f"and put build/runtime/python on PYTHONPATH; it is built for /usr/bin/python3 "
+            f"(this is {sys.executable}, Python {sys.version_info.major}.{sys.version_info.minor})")
+
+
+class PaddleStepLog:
+    """Paddle's fleet progress line ("step%d", no space) for steps 1, 1+k, 1+2k, ... and the last.
+
+    step per second: average over the run so far; speed: this process's samples/s since the last line.
+    """
+
+    def __init__(self, index, steps, log_every, batch=BATCH):
+        self.index, self.steps, self.log_every, self.batch = index, steps, log_every, batch
+        self.start = self.last_t = time.time()
+        self.last_step = 0
+
+    def step(self, step, loss):
+        if (step - 1) % self.log_every and step != self.steps:
+            return
+        now = time.time()
+        total, interval = now - self.start, max(now - self.last_t, 1e-9)
+        speed = (step - self.last_step) * self.batch / interval
+        log(f"worker_index: {self.index}, step{step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
+            f"step per second: {step / max(total, 1e-9):.6f}, speed: {speed:.6f}")
+        self.last_t, self.last_step = now, step

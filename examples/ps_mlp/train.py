@@ -34,35 +34,13 @@ Exit codes: 0 success, 2 invalid env or arguments or missing module, 1 a server 
 import argparse, math, operator, os, random, sys, time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, ".."))
+from common import fleet_example as fx  # noqa: E402  (examples/common/fleet_example.py)
+
 FEATURES, IDS, EMB, CLASSES = 32, 100, 8, 2
 DENSE_TABLE, SPARSE_TABLE = 0, 1
 EVAL_SEED, EVAL_BATCH = 999, 256
-
-
-def log(*a):
-    print(*a, flush=True)
-
-
-def die(msg, code=2):
-    log(msg)
-    sys.exit(code)
-
-
-def import_fleet_runtime():
-    try:
-        import fleet_runtime
-        return fleet_runtime
-    except ImportError:
-        pass
-    build = os.environ.get("FLEET_RUNTIME_PYTHONPATH") or os.path.join(HERE, "..", "..", "build", "runtime", "python")
-    sys.path.insert(0, os.path.abspath(build))
-    try:
-        import fleet_runtime
-        return fleet_runtime
-    except ImportError as e:
-        die(f"cannot import fleet_runtime ({e}). Build it with `cmake --build build --target fleet_runtime_python` "
-            f"and put build/runtime/python on PYTHONPATH; it is built for /usr/bin/python3 "
-            f"(this is {sys.executable}, Python {sys.version_info.major}.{sys.version_info.minor})")
+log, die = fx.log, fx.die
 
 
 # ----------------------------------------------------------------------------- data
@@ -155,28 +133,6 @@ class MLP:
         return total / n, g, delta
 
 
-class PaddleStepLog:
-    """Paddle's fleet progress line ("step%d", no space) for steps 1, 1+k, 1+2k, ... and the last.
-
-    step per second: average over the run so far; speed: this trainer's samples/s since the last line.
-    """
-
-    def __init__(self, index, steps, log_every, batch):
-        self.index, self.steps, self.log_every, self.batch = index, steps, log_every, batch
-        self.start = self.last_t = time.time()
-        self.last_step = 0
-
-    def step(self, step, loss):
-        if (step - 1) % self.log_every and step != self.steps:
-            return
-        now = time.time()
-        total, interval = now - self.start, max(now - self.last_t, 1e-9)
-        speed = (step - self.last_step) * self.batch / interval
-        log(f"worker_index: {self.index}, step{step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
-            f"step per second: {step / max(total, 1e-9):.6f}, speed: {speed:.6f}")
-        self.last_t, self.last_step = now, step
-
-
 def parse_args():
     ap = argparse.ArgumentParser(description="Fleet quick start (MLP) in parameter-server mode")
     ap.add_argument("--mode", choices=["sync", "async", "geo"], default="sync")
@@ -195,7 +151,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    fr = import_fleet_runtime()
+    fr = fx.import_fleet_runtime()
     fleet = fr.ps
 
     strategy = fleet.DistributedStrategy()
@@ -223,7 +179,7 @@ def main():
         fleet.init_worker()
         index = fleet.worker_index()
         rule, rng = truth(), random.Random(1000 + index)
-        progress = PaddleStepLog(index, args.steps, args.log_every, args.batch_size)
+        progress = fx.PaddleStepLog(index, args.steps, args.log_every, args.batch_size)
         for step in range(1, args.steps + 1):
             params = fleet.pull_dense(DENSE_TABLE)
             xs, ids, ys = make_batch(rng, rule, args.batch_size)

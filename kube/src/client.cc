@@ -78,6 +78,20 @@ class Query {
   std::string text_;
 };
 
+// The query of one page of a paged list: the selectors and limit of `options`, then the
+// resourceVersion for the first page or the continue token `next` for the ones after it.
+Query PageQuery(const ListOptions& options, const std::string& next) {
+  Query query;
+  query.Add("labelSelector", options.label_selector).Add("fieldSelector", options.field_selector);
+  if (options.limit > 0) query.Add("limit", std::to_string(options.limit));
+  if (next.empty()) {
+    query.Add("resourceVersion", options.resource_version);
+  } else {
+    query.Add("continue", next);
+  }
+  return query;
+}
+
 // Serializes a request body; invalid UTF-8 in strings is replaced rather than thrown about.
 std::string Dump(const Json& json) { return json.dump(-1, ' ', false, Json::error_handler_t::replace); }
 
@@ -292,14 +306,7 @@ class RestClient final : public Client {
     Json items = Json::array();
     std::string next;
     do {
-      Query query;
-      query.Add("labelSelector", options.label_selector).Add("fieldSelector", options.field_selector);
-      if (options.limit > 0) query.Add("limit", std::to_string(options.limit));
-      if (next.empty()) {
-        query.Add("resourceVersion", options.resource_version);
-      } else {
-        query.Add("continue", next);
-      }
+      const Query query = PageQuery(options, next);
       auto page = CallForObject({http::methods::GET, CollectionPath(r, ns) + query.str()});
       if (!page.ok()) return page.status();
       auto page_items = page->find("items");
@@ -376,14 +383,7 @@ class RestClient final : public Client {
                       const std::function<bool(std::string_view page)>& on_page) override {
     std::string next;
     do {
-      Query query;
-      query.Add("labelSelector", options.label_selector).Add("fieldSelector", options.field_selector);
-      if (options.limit > 0) query.Add("limit", std::to_string(options.limit));
-      if (next.empty()) {
-        query.Add("resourceVersion", options.resource_version);
-      } else {
-        query.Add("continue", next);
-      }
+      const Query query = PageQuery(options, next);
       Request request{http::methods::GET, CollectionPath(r, ns) + query.str()};
       const std::string what = request.method + " " + request.path;
       auto reply = Call(std::move(request));

@@ -17,6 +17,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "../common/test_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -27,18 +29,8 @@ using ::testing::HasSubstr;
 // steps; 0.01 is two orders of magnitude above the floor and three below the start.
 constexpr double kLossThreshold = 0.01;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fleet::test::Outcome;
+using fleet::test::ReadFile;
 
 class CollectiveExample : public ::testing::Test {
  protected:

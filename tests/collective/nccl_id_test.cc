@@ -38,6 +38,19 @@ std::string PaddleHead(int32_t version, int32_t ring_id) {
 
 IdExchangeOptions Within(milliseconds timeout, int ring_id = 0) { return IdExchangeOptions{ring_id, timeout}; }
 
+// A TCP socket listening on 127.0.0.1 on a free port, with `backlog`: *fd and *port.
+void ListenOnLoopback(int backlog, int* fd, int* port) {
+  *fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(*fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(*fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ASSERT_EQ(::listen(*fd, backlog), 0);
+  *port = ntohs(addr.sin_port);
+}
+
 TEST(NcclIdTest, Rank0SendsTheIdsToEveryRank) {
   const std::vector<std::string> endpoints = LoopbackEndpoints(4);
   const std::vector<UniqueId> ids = {PatternId('a'), PatternId('z')};
@@ -78,17 +91,11 @@ TEST(NcclIdTest, ReceiverSpeaksPaddlesWireFormat) {
 
 TEST(NcclIdTest, SenderSpeaksPaddlesWireFormat) {
   // A hand-written Paddle rank 1 (CreateListenSocket + SocketAccept + RecvCommID), ring 3.
-  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ASSERT_EQ(::listen(listen_fd, 4), 0);
+  int listen_fd = -1, port = 0;
+  ASSERT_NO_FATAL_FAILURE(ListenOnLoopback(4, &listen_fd, &port));
   const UniqueId id = PatternId('q');
   Status sent = Error{"not run"};
-  std::thread sender([&] { sent = SendUniqueIds({"127.0.0.1:" + std::to_string(ntohs(addr.sin_port))}, {id}, Within(milliseconds(10000), 3)); });
+  std::thread sender([&] { sent = SendUniqueIds({"127.0.0.1:" + std::to_string(port)}, {id}, Within(milliseconds(10000), 3)); });
   const int fd = ::accept(listen_fd, nullptr, nullptr);
   ASSERT_GE(fd, 0);
   SetRecvTimeout(fd, 10);
@@ -199,15 +206,9 @@ TEST(NcclIdTest, SenderGivesUpWhenNobodyListens) {
 
 TEST(NcclIdTest, SenderRefusesAPeerThatDoesNotEchoTheHead) {
   // Something else owns the port: it answers with its own bytes.
-  const int listen_fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ASSERT_EQ(::bind(listen_fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(listen_fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ASSERT_EQ(::listen(listen_fd, 64), 0);
-  const std::string endpoint = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
+  int listen_fd = -1, port = 0;
+  ASSERT_NO_FATAL_FAILURE(ListenOnLoopback(64, &listen_fd, &port));
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
   std::atomic<bool> done{false};
   std::thread impostor([&] {
     SetRecvTimeout(listen_fd, 0.1);

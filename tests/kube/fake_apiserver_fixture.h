@@ -26,6 +26,9 @@
 
 namespace fleet::kube::testing {
 
+// The whole content of the file at `path` ("" if it cannot be read).
+std::string ReadFile(const std::string& path);
+
 using Json = nlohmann::json;
 
 // A scratch directory, removed with everything in it on destruction.

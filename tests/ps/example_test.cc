@@ -22,6 +22,8 @@
 #include <netinet/in.h>
 #include <sys/socket.h>
 
+#include "../common/test_process.h"
+
 namespace {
 
 namespace fs = std::filesystem;
@@ -32,18 +34,9 @@ using ::testing::HasSubstr;
 // 200 steps of batch 32 (sync 0.072, async 0.058, geo 0.104 here). 0.25 is well clear of both.
 constexpr double kLossThreshold = 0.25;
 
-struct Outcome {
-  int code = -1;
-  std::string out;
-  double seconds = 0;
-};
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fleet::test::FreePort;
+using fleet::test::Outcome;
+using fleet::test::ReadFile;
 
 // Starts argv in `dir` with `env` added and stdout+stderr in `out`; returns the pid.
 pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
@@ -82,18 +75,6 @@ int WaitChild(pid_t pid, double timeout, double* seconds) {
   }
   if (seconds) *seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
 }
 
 double FinalLoss(const std::string& output, int worker) {

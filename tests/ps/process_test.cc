@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/test_process.h"
 #include "ps_test_util.h"
 
 #ifndef FLEET_PS_SERVER_PATH
@@ -30,24 +31,8 @@ using testing::Connect;
 using testing::Options;
 using testing::TempDir;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
+using fleet::test::FreePort;
+using fleet::test::ReadFile;
 
 // A child process with its output in a file; killed (SIGKILL) if still running at the end.
 class Child {

@@ -12,6 +12,7 @@
 
 #include "fleet/ps/optimizer.h"
 #include "fleet/ps/table.h"
+#include "../common/test_process.h"
 #include "ps_test_util.h"
 
 namespace fleet::ps {
@@ -25,17 +26,7 @@ using testing::Options;
 using testing::StartCluster;
 using testing::TempDir;
 
-int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
+using fleet::test::FreePort;
 
 #define ASSERT_OK(expr)                          \
   do {                                           \
