@@ -892,49 +892,10 @@ TEST_F(WatchTest, WatchLinesLeavesCheckingToTheCallerButNotTheSizeLimit) {
   EXPECT_EQ(watch().code(), Code::kMalformed);
 }
 
-// A Client with only the required methods gets ListPages and WatchLines from the base class.
-class ListAndWatchOnly : public Client {
- public:
-  explicit ListAndWatchOnly(std::shared_ptr<Client> inner) : inner_(std::move(inner)) {}
-  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
-    return inner_->Get(r, ns, name);
-  }
-  StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options) override {
-    return inner_->List(r, ns, options);
-  }
-  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
-    return inner_->Create(r, ns, object);
-  }
-  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
-    return inner_->Update(r, ns, object);
-  }
-  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) override {
-    return inner_->UpdateStatus(r, ns, object);
-  }
-  StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name, const Json& patch,
-                            const std::string& subresource) override {
-    return inner_->MergePatch(r, ns, name, patch, subresource);
-  }
-  ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
-                   const DeleteOptions& options) override {
-    return inner_->Delete(r, ns, name, options);
-  }
-  ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
-                  const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) override {
-    return inner_->Watch(r, ns, options, on_event, cancel);
-  }
-  StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
-                               int64_t tail_lines) override {
-    return inner_->GetLog(ns, pod, container, tail_lines);
-  }
-
- private:
-  std::shared_ptr<Client> inner_;
-};
-
 TEST_F(WatchTest, TheDefaultListPagesAndWatchLinesGoThroughListAndWatch) {
   auto inner = NewClient();
-  ListAndWatchOnly client(inner);
+  // A Client with only the required methods gets ListPages and WatchLines from the base class.
+  testing::RequiredMethodsClient client(inner);
   for (int i = 0; i < 3; ++i) {
     ASSERT_TRUE(client.Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
   }

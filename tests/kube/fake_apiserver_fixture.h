@@ -15,6 +15,7 @@
 
 #include <sys/types.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/kube/client.h"
 #include "fleet/kube/config.h"
 
 namespace fleet::kube::testing {
@@ -117,5 +119,48 @@ class FakeApiServer {
   std::string error_;
   std::optional<HttpConnection> control_;
 };
+
+// A Client that forwards only the pure virtual methods to `inner`, so that the others (ListPages,
+// WatchLines, GetPath) are the base class's defaults, as for any Client written before they
+// existed. Tests derive from it to observe or change single calls.
+class RequiredMethodsClient : public Client {
+ public:
+  explicit RequiredMethodsClient(std::shared_ptr<Client> inner) : inner_(std::move(inner)) {}
+  StatusOr<Json> Get(const Resource& r, const std::string& ns, const std::string& name) override {
+    return inner_->Get(r, ns, name);
+  }
+  StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options) override {
+    return inner_->List(r, ns, options);
+  }
+  StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Create(r, ns, object);
+  }
+  StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->Update(r, ns, object);
+  }
+  StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) override {
+    return inner_->UpdateStatus(r, ns, object);
+  }
+  StatusOr<Json> MergePatch(const Resource& r, const std::string& ns, const std::string& name, const Json& patch,
+                            const std::string& subresource) override {
+    return inner_->MergePatch(r, ns, name, patch, subresource);
+  }
+  ApiStatus Delete(const Resource& r, const std::string& ns, const std::string& name,
+                   const DeleteOptions& options) override {
+    return inner_->Delete(r, ns, name, options);
+  }
+  ApiStatus Watch(const Resource& r, const std::string& ns, const WatchOptions& options,
+                  const std::function<bool(const WatchEvent&)>& on_event, const CancelToken& cancel) override {
+    return inner_->Watch(r, ns, options, on_event, cancel);
+  }
+  StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod, const std::string& container,
+                               int64_t tail_lines) override {
+    return inner_->GetLog(ns, pod, container, tail_lines);
+  }
+
+ protected:
+  std::shared_ptr<Client> inner_;
+};
+
 
 }  // namespace fleet::kube::testing
