@@ -22,15 +22,18 @@
 namespace {
 
 namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
 
 // The example's synthetic regression starts near 15-20 and reaches the noise floor (~1e-4) in 50
 // steps; 0.01 is two orders of magnitude above the floor and three below the start.
 constexpr double kLossThreshold = 0.01;
 
+using fleet::test::FinalLoss;
 using fleet::test::Outcome;
 using fleet::test::ReadFile;
+using fleet::test::Spawn;
+using fleet::test::StepLines;
+using fleet::test::WaitChild;
 
 class CollectiveExample : public ::testing::Test {
  protected:
@@ -49,40 +52,11 @@ class CollectiveExample : public ::testing::Test {
   // Runs fleetrun in root_ with `env` added, killing it (and so its job) after `timeout` seconds.
   Outcome Run(const std::vector<std::string>& args, const std::vector<std::pair<std::string, std::string>>& env,
               double timeout) {
-    const auto start = Clock::now();
-    const fs::path out = root_ / "fleetrun.out";
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      if (::chdir(root_.c_str()) != 0) ::_exit(126);
-      const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-      ::dup2(fd, 1);
-      ::dup2(fd, 2);
-      for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-      std::vector<std::string> argv = {fleetrun_};
-      argv.insert(argv.end(), args.begin(), args.end());
-      std::vector<char*> raw;
-      for (std::string& a : argv) raw.push_back(a.data());
-      raw.push_back(nullptr);
-      ::execv(fleetrun_.c_str(), raw.data());
-      ::_exit(127);
-    }
+    std::vector<std::string> argv = {fleetrun_};
+    argv.insert(argv.end(), args.begin(), args.end());
     Outcome o;
-    int status = 0;
-    bool killed = false;
-    while (true) {
-      const pid_t done = ::waitpid(pid, &status, WNOHANG);
-      if (done == pid) break;
-      const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-      if (!killed && elapsed > timeout) {
-        ::kill(pid, SIGTERM);  // fleetrun stops its whole job
-        killed = true;
-      }
-      if (elapsed > timeout + 15) ::kill(pid, SIGKILL);
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the child, not waiting on time
-    }
-    o.seconds = std::chrono::duration<double>(Clock::now() - start).count();
-    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    o.out = ReadFile(out);
+    o.code = WaitChild(Spawn(argv, env, root_, root_ / "fleetrun.out"), timeout, &o.seconds);  // SIGTERM stops fleetrun's whole job
+    o.out = ReadFile(root_ / "fleetrun.out");
     return o;
   }
 
@@ -101,12 +75,6 @@ class CollectiveExample : public ::testing::Test {
   fs::path root_;
 };
 
-double FinalLoss(const std::string& output, int worker) {
-  const std::regex pattern("worker_index: " + std::to_string(worker) + ", final train_loss: ([0-9.eE+-]+)");
-  std::smatch match;
-  if (!std::regex_search(output, match, pattern)) return -1;
-  return std::stod(match[1].str());
-}
 
 TEST_F(CollectiveExample, FourProcessesConvergeThroughFleetrun) {
   const Outcome o = Run({"--nproc_per_node=4", script_}, PythonEnv(), 25);
@@ -114,13 +82,11 @@ TEST_F(CollectiveExample, FourProcessesConvergeThroughFleetrun) {
   EXPECT_LT(o.seconds, 25);
 
   // Paddle's step lines (the sidecar's parser reads them): steps 1, 11, 21, 31, 41 and 50.
-  const std::regex step_line(
-      R"(worker_index: 0, step(\d+), train_loss: ([0-9.]+), total time cost = [0-9.]+, step per second: [0-9.]+, speed: [0-9.]+\n)");
   std::vector<int> steps;
   std::vector<double> losses;
-  for (std::sregex_iterator it(o.out.begin(), o.out.end(), step_line), end; it != end; ++it) {
-    steps.push_back(std::stoi((*it)[1].str()));
-    losses.push_back(std::stod((*it)[2].str()));
+  for (const auto& [step, loss] : StepLines(o.out, 0)) {
+    steps.push_back(step);
+    losses.push_back(loss);
   }
   EXPECT_EQ(steps, (std::vector<int>{1, 11, 21, 31, 41, 50})) << o.out;
   ASSERT_FALSE(losses.empty()) << o.out;

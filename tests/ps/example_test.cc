@@ -34,66 +34,13 @@ using ::testing::HasSubstr;
 // 200 steps of batch 32 (sync 0.072, async 0.058, geo 0.104 here). 0.25 is well clear of both.
 constexpr double kLossThreshold = 0.25;
 
+using fleet::test::FinalLoss;
 using fleet::test::FreePort;
 using fleet::test::Outcome;
 using fleet::test::ReadFile;
-
-// Starts argv in `dir` with `env` added and stdout+stderr in `out`; returns the pid.
-pid_t Spawn(const std::vector<std::string>& argv, const std::vector<std::pair<std::string, std::string>>& env,
-            const fs::path& dir, const fs::path& out) {
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::chdir(dir.c_str()) != 0) ::_exit(126);
-    const int fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    ::dup2(fd, 1);
-    ::dup2(fd, 2);
-    for (const auto& [k, v] : env) ::setenv(k.c_str(), v.c_str(), 1);
-    std::vector<std::string> args = argv;
-    std::vector<char*> raw;
-    for (std::string& a : args) raw.push_back(a.data());
-    raw.push_back(nullptr);
-    ::execvp(raw[0], raw.data());
-    ::_exit(127);
-  }
-  return pid;
-}
-
-// Polls the child until it exits; SIGTERM after `timeout` s, SIGKILL 15 s later.
-int WaitChild(pid_t pid, double timeout, double* seconds) {
-  const auto start = Clock::now();
-  int status = 0;
-  bool killed = false;
-  while (::waitpid(pid, &status, WNOHANG) != pid) {
-    const double elapsed = std::chrono::duration<double>(Clock::now() - start).count();
-    if (!killed && elapsed > timeout) {
-      ::kill(pid, SIGTERM);
-      killed = true;
-    }
-    if (elapsed > timeout + 15) ::kill(pid, SIGKILL);
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));  // polling the child, not waiting on time
-  }
-  if (seconds) *seconds = std::chrono::duration<double>(Clock::now() - start).count();
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
-
-double FinalLoss(const std::string& output, int worker) {
-  const std::regex pattern("worker_index: " + std::to_string(worker) + ", final train_loss: ([0-9.eE+-]+)");
-  std::smatch match;
-  if (!std::regex_search(output, match, pattern)) return -1;
-  return std::stod(match[1].str());
-}
-
-// (step, loss) of worker 0's Paddle step lines.
-std::vector<std::pair<int, double>> StepLines(const std::string& output, int worker) {
-  const std::regex line("worker_index: " + std::to_string(worker) +
-                        R"(, step(\d+), train_loss: ([0-9.]+), total time cost = [0-9.]+, step per second: [0-9.]+, speed: [0-9.]+\n)");
-  std::vector<std::pair<int, double>> out;
-  for (std::sregex_iterator it(output.begin(), output.end(), line), end; it != end; ++it) {
-    out.emplace_back(std::stoi((*it)[1].str()), std::stod((*it)[2].str()));
-  }
-  return out;
-}
+using fleet::test::Spawn;
+using fleet::test::StepLines;
+using fleet::test::WaitChild;
 
 class PsMlpExample : public ::testing::Test {
  protected:
