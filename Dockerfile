@@ -62,7 +62,7 @@ COPY . .
 RUN FLEET_SETUP_HELM=0 ./scripts/build.sh -DFLEET_BUILD_TESTS=OFF \
       -DFLEET_WITH_NCCL=$([ "${FLAVOR}" = cuda ] && echo ON || echo OFF) \
  && strip --strip-debug build/operator/fleet-operator build/sidecar/fleet-sidecar build/launcher/fleetrun \
-      build/cli/fleetctl
+      build/cli/fleetctl build/runtime/ps/fleet-ps-server build/runtime/python/fleet_runtime*.so
 
 # ---- runtime images ------------------------------------------------------------------------------
 
@@ -81,24 +81,34 @@ EXPOSE 8080 8081
 ENTRYPOINT ["/usr/local/bin/fleet-operator"]
 
 # fleet-sidecar: the operator injects it into every FleetJob pod with args only (gate ...), so the
-# entrypoint is the binary (spec.sidecar.image, default fleetjob/sidecar:<version>).
+# entrypoint is the binary (spec.sidecar.image, default fleetjob/sidecar:<version>). It also ships
+# fleet-ps-server, which the operator runs (command fleet-ps-server) in the server pods of jobs with
+# spec.runtime fleet; gRPC and protobuf are for it.
 FROM kube-runtime AS sidecar
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 \
+ && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/sidecar/fleet-sidecar /usr/local/bin/fleet-sidecar
+COPY --from=build /src/build/runtime/ps/fleet-ps-server /usr/local/bin/fleet-ps-server
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/fleet-sidecar"]
 
-# tools: fleetrun (Paddle's launcher), fleetctl, Python 3 and the examples under
+# tools: fleetrun (Paddle's launcher), fleetctl, Python 3 with the fleet_runtime module (collectives
+# and the parameter-server client: the trainers of spec.runtime fleet), and the examples under
 # /opt/fleetjob/examples (examples/k8s/ps.yaml runs /opt/fleetjob/examples/ps/train.py from it).
 # With a read-only root filesystem mount an emptyDir on /home/fleet for fleetrun's log/ directory.
 FROM runtime-${FLAVOR} AS tools
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       python3 libcpprest2.10 libyaml-cpp0.7 libssl3 libbrotli1 zlib1g libstdc++6 libgcc-s1 ca-certificates \
+      libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 \
+      libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200 \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --gid 65532 fleet && useradd --uid 65532 --gid 65532 --create-home --home-dir /home/fleet fleet
 COPY --from=build /src/build/launcher/fleetrun /usr/local/bin/fleetrun
 COPY --from=build /src/build/cli/fleetctl /usr/local/bin/fleetctl
+COPY --from=build /src/build/runtime/python/fleet_runtime*.so /opt/fleetjob/python/
 COPY --from=build /src/examples /opt/fleetjob/examples
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet
+ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet PYTHONPATH=/opt/fleetjob/python
 WORKDIR /home/fleet
 USER 65532:65532
 CMD ["fleetrun", "--help"]

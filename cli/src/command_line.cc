@@ -125,6 +125,7 @@ std::vector<Flag> CommandFlags(CommandLine& cl) {
              s.env.emplace_back(v.substr(0, eq), v.substr(eq + 1));
              return OkStatus(); }},
           {"network", 0, true, text(&s.network)},
+          {"runtime", 0, true, text(&s.runtime)},
           {"restart-policy", 0, true, text(&s.restart_policy)},
           {"backoff-limit", 0, true, [&s](const std::string& v) { return Set(Int("backoff_limit", v, 0, 1000), [&s](int n) { s.backoff_limit = n; }); }},
           {"gang", 0, true, text(&s.gang)},

@@ -101,7 +101,7 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
     return Error{"--name=" + o.name + ": must be a DNS label (lower case letters, digits and '-', at most 63)"};
   }
   const bool ps = o.server_num > 0;
-  std::string restart_policy, network, gang;
+  std::string restart_policy, network, gang, runtime;
   if (!o.restart_policy.empty()) {
     auto p = OneOf("restart_policy", o.restart_policy, {"Never", "OnFailure", "ExitCode"});
     if (!p) return Error{p.error()};
@@ -111,6 +111,12 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
     auto n = OneOf("network", o.network, {"PodIP", "Service", "HostNetwork"});
     if (!n) return Error{n.error()};
     network = *n;
+  }
+  if (!o.runtime.empty()) {
+    auto r = OneOf("runtime", o.runtime, {"paddle", "fleet"});
+    if (!r) return Error{r.error()};
+    runtime = *r;
+    if (runtime == "fleet" && !ps) return Error{"--runtime=fleet serves parameter servers: it needs --server_num > 0"};
   }
   if (!o.gang.empty()) {
     auto g = OneOf("gang", o.gang, {"None", "Volcano", "SchedulerPlugins"});
@@ -144,7 +150,14 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
   }
 
   Json spec = {{"mode", ps ? "ps" : "collective"}, {"worker", Role(o.worker_num, worker, restart_policy)}};
-  if (ps) spec["server"] = Role(o.server_num, container, restart_policy);
+  if (ps && runtime == "fleet") {
+    // The operator provides the servers' fleet-ps-server container; the command is the trainers'.
+    spec["runtime"] = runtime;
+    spec["server"] = {{"replicas", o.server_num}};
+    if (!restart_policy.empty()) spec["server"]["restartPolicy"] = restart_policy;
+  } else if (ps) {
+    spec["server"] = Role(o.server_num, container, restart_policy);
+  }
   if (processes_per_pod > 1) spec["processesPerPod"] = processes_per_pod;
   if (!network.empty()) spec["network"] = network;
   if (o.backoff_limit) spec["runPolicy"] = {{"backoffLimit", *o.backoff_limit}};

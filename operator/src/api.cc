@@ -80,7 +80,10 @@ const std::vector<std::pair<const char*, RestartPolicy>> kRestartPolicies = {
     {"Never", RestartPolicy::kNever}, {"OnFailure", RestartPolicy::kOnFailure}, {"ExitCode", RestartPolicy::kExitCode}};
 
 // A role's replicas, restart policy and pod template; `min_replicas` is 0 for optional roles.
-Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind kind, int min_replicas) {
+// `hosted_server`: the servers of runtime fleet, whose server container the operator provides, so
+// the template is optional and may hold no container (or a fleet-ps-server one without an image).
+Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind kind, int min_replicas,
+                           bool hosted_server = false) {
   RoleSpec role;
   role.kind = kind;
   if (!json.is_object()) return Error{path + ": must be an object with replicas and template"};
@@ -89,13 +92,17 @@ Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind k
   r.Int("replicas", min_replicas, 10000, role.replicas);
   r.Enum("restartPolicy", kRestartPolicies, role.restart_policy);
   if (!r.error().empty()) return Error{r.error()};
+  if (hosted_server && !r.Has("template")) {
+    role.template_ = Json::object();
+    return role;
+  }
   if (!r.Has("template") || !r.Get("template").is_object()) {
     return Error{path + ".template: is required (a pod template with at least one container)"};
   }
   role.template_ = r.Get("template");
   const Json& spec = role.template_.value("spec", Json::object());
   const Json containers = spec.is_object() ? spec.value("containers", Json::array()) : Json::array();
-  if (!containers.is_array() || containers.empty()) {
+  if (!containers.is_array() || (containers.empty() && !hosted_server)) {
     return Error{path + ".template.spec.containers: needs at least one container"};
   }
   std::set<std::string> names;
@@ -105,8 +112,15 @@ Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind k
     if (!c.is_object() || !c.contains("name") || !c["name"].is_string() || c["name"].get<std::string>().empty()) {
       return Error{where + ".name: is required"};
     }
-    if (!names.insert(c["name"].get<std::string>()).second) return Error{where + ".name: is used twice"};
-    if (!c.contains("image") || !c["image"].is_string() || c["image"].get<std::string>().empty()) {
+    const std::string name = c["name"].get<std::string>();
+    if (!names.insert(name).second) return Error{where + ".name: is used twice"};
+    if (!hosted_server && name == kPsServerContainer) {
+      return Error{where + ".name: " + kPsServerContainer + " is the container the operator provides with spec.runtime fleet; " +
+                   (kind == RoleKind::kServer ? "set spec.runtime to fleet or rename the container"
+                                              : "only server pods have it; rename the container")};
+    }
+    const bool provided = hosted_server && name == kPsServerContainer;   // the operator fills in the image
+    if (!provided && (!c.contains("image") || !c["image"].is_string() || c["image"].get<std::string>().empty())) {
       return Error{where + ".image: is required"};
     }
   }
@@ -190,10 +204,11 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   r.Enum("gloo", {{"None", Gloo::kNone}, {"Workers", Gloo::kWorkers}, {"All", Gloo::kAll}}, s.gloo);
   r.Int("processesPerPod", 1, 64, s.processes_per_pod);
   r.Int("port", 1024, 65535, s.port);
+  r.Enum("runtime", {{"paddle", Runtime::kPaddle}, {"fleet", Runtime::kFleet}}, s.runtime);
   if (!r.error().empty()) return Error{r.error()};
 
   if (r.Has("server")) {
-    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0);
+    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.runtime == Runtime::kFleet);
     if (!server) return Error{server.error()};
     server->name = "server";
     if (server->replicas > 0) s.roles.push_back(*server);
@@ -234,6 +249,10 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
                                    : has_server ? JobMode::kParameterServer : JobMode::kCollective);
   if (s.mode == JobMode::kCollective && (has_server || has_heter)) {
     return Error{"spec.mode: collective jobs have workers only; remove spec.server/spec.heter or set mode ps"};
+  }
+  if (s.runtime == Runtime::kFleet && s.mode == JobMode::kCollective) {
+    return Error{"spec.runtime: fleet serves parameter servers, and a collective job has none; use runtime paddle "
+                 "(trainers can still use fleet_runtime's collectives, which read the same env)"};
   }
   if (s.mode != JobMode::kCollective && !has_server) {
     return Error{"spec.server: a " + std::string(JobModeName(s.mode)) + " job needs at least one server"};

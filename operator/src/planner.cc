@@ -413,12 +413,14 @@ ReconcilePlan Planner::Run() {
   const bool new_generation = !status().contains("observedGeneration") ||
                               status()["observedGeneration"] != job_->generation;
   status()["observedGeneration"] = job_->generation;
-  // The mode and network shape every pod and list of the job: they cannot change under it. The
+  // The mode, network and runtime shape every pod and list of the job: they cannot change under it. The
   // CRD's transition rules refuse such edits at apply time; this catches them where those rules
   // do not run (CRD validation off, or an edit of the stored object by other means).
   const std::string mode(JobModeName(spec.mode));
   const char* network = spec.network == Network::kPodIP ? "PodIP" : spec.network == Network::kService ? "Service" : "HostNetwork";
-  for (const auto& [field, now_value] : {std::pair<std::string, std::string>{"mode", mode}, {"network", network}}) {
+  const char* runtime = spec.runtime == Runtime::kFleet ? "fleet" : "paddle";
+  for (const auto& [field, now_value] :
+       {std::pair<std::string, std::string>{"mode", mode}, {"network", network}, {"runtime", runtime}}) {
     const std::string was = status().value(field, "");
     if (!was.empty() && was != now_value && PhaseNow() != "Failed") {
       Fail("ImmutableFieldChanged", "spec." + field + " changed from " + was + " to " + now_value +
@@ -429,6 +431,7 @@ ReconcilePlan Planner::Run() {
   }
   status()["mode"] = mode;
   status()["network"] = network;
+  status()["runtime"] = runtime;
   if (!status().contains("restartCount")) status()["restartCount"] = 0;
   if (!status().contains("run")) status()["run"] = 0;
   // The HostNetwork port block, recorded so that it survives operator restarts.

@@ -15,6 +15,12 @@ Json SidecarResources(const SidecarSpec& sidecar) {
   return {{"requests", {{"cpu", "10m"}, {"memory", "32Mi"}}}, {"limits", {{"cpu", "200m"}, {"memory", "64Mi"}}}};
 }
 
+// The non-root, read-only shape of every container the operator provides.
+Json RestrictedSecurityContext() {
+  return {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"allowPrivilegeEscalation", false},
+          {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}}};
+}
+
 std::string LoopbackReportAddress(int port) { return "127.0.0.1:" + std::to_string(port); }
 
 Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
@@ -31,8 +37,7 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const O
       {"env", Json::array({{{"name", "POD_NAME"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "metadata.name"}}}}}},
                            {{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}}})},
       {"resources", SidecarResources(job.spec.sidecar)},
-      {"securityContext", {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"allowPrivilegeEscalation", false},
-                           {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}}}},
+      {"securityContext", RestrictedSecurityContext()},
   };
   // The agent: which ranks this pod runs, where the trainer's steps come from, the push API on
   // loopback (the same port number as the pod-IP listener: different addresses; in HostNetwork
@@ -63,6 +68,35 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const O
     c["args"].push_back("--exit-when-ready");  // a plain init container: gate, then exit 0
   }
   return c;
+}
+
+// Runtime fleet: the server pod's first container runs fleet-ps-server from the sidecar image
+// (which ships it), reading the same Paddle env as any server. It is a container of its own, not
+// the sidecar process: tables need memory the agent's small limits must not cover, an init-mode
+// sidecar exits after the gate, and OOM kills, restarts and logs stay the server's own. The sidecar
+// gates it like any main container. A template container of that name keeps what it sets
+// (resources, args such as --model_dir, mounts); the rest is filled in.
+void ProvidePsServerContainer(const FleetJob& job, Json& spec) {
+  Json containers = spec.value("containers", Json::array());
+  Json server = Json::object();
+  for (auto it = containers.begin(); it != containers.end(); ++it) {
+    if (it->value("name", "") == kPsServerContainer) {
+      server = *it;
+      containers.erase(it);
+      break;
+    }
+  }
+  server["name"] = kPsServerContainer;
+  if (server.value("image", "").empty()) server["image"] = job.spec.sidecar.image;
+  if (!server.contains("command")) server["command"] = Json::array({"fleet-ps-server"});
+  // Requests so quota'd namespaces admit it; a memory limit (no CPU limit: throttling shows up as
+  // RPC latency for every trainer). Tables bigger than this set their own in the template.
+  if (!server.contains("resources")) {
+    server["resources"] = {{"requests", {{"cpu", "1"}, {"memory", "1Gi"}}}, {"limits", {{"memory", "4Gi"}}}};
+  }
+  if (!server.contains("securityContext")) server["securityContext"] = RestrictedSecurityContext();
+  containers.insert(containers.begin(), server);  // first: it gets the PADDLE_PORT container port
+  spec["containers"] = containers;
 }
 
 // Only the sidecar needs the API, so only it gets a token: a projected, expiring service-account
@@ -145,6 +179,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
 
   // The sidecar sees the trainer's processes (is the main process alive?).
   spec["shareProcessNamespace"] = true;
+  if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(job, spec);
 
   // The wiring env and the endpoint files go to every container of the template, with where to
   // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).

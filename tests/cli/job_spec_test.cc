@@ -121,6 +121,26 @@ TEST(FleetctlJobSpecTest, SchedulingNetworkAndSidecar) {
   EXPECT_EQ(Build(o)["spec"]["scheduling"]["queue"], "research");
 }
 
+TEST(FleetctlJobSpecTest, RuntimeFleetServersGetNoTemplate) {
+  SubmitOptions o = Options();
+  o.server_num = 2;
+  o.worker_num = 3;
+  o.runtime = "Fleet";
+  o.restart_policy = "OnFailure";
+  const Json spec = Build(o)["spec"];
+  EXPECT_EQ(spec["runtime"], "fleet");
+  EXPECT_EQ(spec["server"], Json({{"replicas", 2}, {"restartPolicy", "OnFailure"}}))
+      << "the operator provides the servers' container";
+  EXPECT_EQ(spec["worker"]["template"]["spec"]["containers"][0]["image"], o.image);
+  o.runtime = "paddle";
+  EXPECT_TRUE(Build(o)["spec"]["server"].contains("template"));
+  o.runtime = "fleet";
+  o.server_num = 0;
+  EXPECT_EQ(ErrorOf(o), "--runtime=fleet serves parameter servers: it needs --server_num > 0");
+  o.runtime = "tensorflow";
+  EXPECT_EQ(ErrorOf(o), "--runtime=tensorflow: expected one of paddle, fleet");
+}
+
 TEST(FleetctlJobSpecTest, BadValuesAreNamed) {
   SubmitOptions o = Options();
   o.name = "Bad_Name";

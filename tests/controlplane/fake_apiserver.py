@@ -91,7 +91,8 @@ GET  /fake/v1/requests                     {"requests":[{"method","path","query"
 DELETE /fake/v1/requests                   clear that log
 POST /fake/v1/config  {"kubelet":"auto"|"manual","runDelayMs":N,
     "terminationDelayMs":N,"bookmarkIntervalMs":N,"probeReadyDefault":bool,
-    "watchCacheSize":N}    (GET returns it)
+    "watchCacheSize":N,"podNetwork":"cluster"|"loopback"}    (GET returns it;
+    loopback pod IPs are 127.x addresses, so a test can run a pod's processes)
 GET  /fake/v1/state    {"resourceVersion":"N","watches":N,"objects":{key:count}}
     ("watches" counts registered watch streams: poll it instead of sleeping
     until a watch is established)
@@ -126,7 +127,8 @@ RBAC/authorization (any authenticated caller may do anything), managedFields,
 selfLink, scale/exec/attach/port-forward/proxy subresources, workload
 controllers (Deployments, Jobs, ... are only stored; no Endpoints), restart
 policies and probes (the stand-in does what the test says), scheduling
-constraints (resources, nodeSelector, affinity, taints).  core/v1 and
+constraints (resources, nodeSelector, node affinity, taints; required pod
+anti-affinity on kubernetes.io/hostname with matchLabels is honoured).  core/v1 and
 events.k8s.io/v1 Events are separate stores.  Namespace and CRD deletion
 remove their contents at once, ignoring the contents' finalizers.  A list with
 resourceVersionMatch=Exact for a still retained RV returns the current state,
@@ -1861,6 +1863,7 @@ class Kubelet:
         self.run_delay_ms = server.run_delay_ms
         self.termination_delay_ms = 0
         self.probe_ready_default = True
+        self.pod_network = "cluster"   # "loopback": pod IPs in 127.0.0.0/8, so tests can run the pods
         self.node_ips = collections.OrderedDict(("node-%d" % i, "172.18.0.%d" % (i + 2)) for i in range(nodes))
         self.rr = itertools.count()
         self.ip_counter = itertools.count(1)
@@ -1914,6 +1917,8 @@ class Kubelet:
 
     def new_pod_ip(self):
         n = next(self.ip_counter)
+        if self.pod_network == "loopback":   # every 127/8 address is this host's: processes can bind them
+            return "127.%d.%d.%d" % (1 + n // 65000, (n % 65000) // 250, n % 250 + 2)
         return "10.%d.%d.%d" % (244 + n // 65000, (n % 65000) // 250, n % 250 + 2)
 
     @staticmethod
@@ -2069,10 +2074,38 @@ class Kubelet:
             cur = self._current(ns, name, uid)
             if cur is None or cur["spec"].get("nodeName") or cur["metadata"].get("deletionTimestamp"):
                 return
-            node = list(self.node_ips)[next(self.rr) % len(self.node_ips)]
+            node = self._node_for(cur)
+            if node is None:
+                return   # no node fits: Pending, as with the real scheduler
             cur = self._update(cur, lambda p: self._bind(p, node))
             self._schedule_start(cur)
         self.later(0, bind)
+
+    def _node_for(self, pod):
+        """The next node round robin that satisfies the pod's required pod anti-affinity on
+        kubernetes.io/hostname (matchLabels terms, the pod's namespace), as the default scheduler
+        would place it; None when no node does."""
+        affinity = (pod["spec"].get("affinity") or {}).get("podAntiAffinity") or {}
+        terms = [t for t in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+                 if t.get("topologyKey") == "kubernetes.io/hostname"]
+        ns = pod["metadata"]["namespace"]
+        nodes = list(self.node_ips)
+        start = next(self.rr)
+
+        def taken(node, term):
+            want = (term.get("labelSelector") or {}).get("matchLabels") or {}
+            for (pns, _), other in self.store.objects[self.pods.storage_key].items():
+                labels = other["metadata"].get("labels") or {}
+                if (pns == ns and other["spec"].get("nodeName") == node and
+                        other.get("status", {}).get("phase") not in ("Succeeded", "Failed") and
+                        all(labels.get(k) == v for k, v in want.items())):
+                    return True
+            return False
+        for i in range(len(nodes)):
+            node = nodes[(start + i) % len(nodes)]
+            if not any(taken(node, t) for t in terms):
+                return node
+        return None
 
     def _schedule_start(self, pod):
         ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
@@ -2387,7 +2420,7 @@ FAULT_KEYS = {"latencyMs", "failNext", "code", "retryAfter", "match", "dropWatch
               "truncateNext", "abort", "garbageNext", "hugeNext", "bytes", "wrongContentTypeNext", "tokens",
               "reset"}
 CONFIG_KEYS = {"kubelet", "runDelayMs", "terminationDelayMs", "bookmarkIntervalMs", "probeReadyDefault",
-               "watchCacheSize"}
+               "watchCacheSize", "podNetwork"}
 
 
 class Faults:
@@ -3332,12 +3365,16 @@ class FakeApiServer:
         if "watchCacheSize" in body:
             with self.store.lock:
                 self.watch_cache_size = self.store.cache_size = max(1, int(body["watchCacheSize"]))
+        if "podNetwork" in body:
+            if body["podNetwork"] not in ("cluster", "loopback"):
+                raise ApiError.bad_request("podNetwork must be cluster or loopback")
+            k.pod_network = body["podNetwork"]
 
     def config(self):
         k = self.kubelet
         return {"kubelet": k.mode, "runDelayMs": k.run_delay_ms, "terminationDelayMs": k.termination_delay_ms,
                 "bookmarkIntervalMs": int(self.bookmark_interval * 1000), "probeReadyDefault": k.probe_ready_default,
-                "watchCacheSize": self.store.cache_size, "nodes": dict(k.node_ips)}
+                "watchCacheSize": self.store.cache_size, "podNetwork": k.pod_network, "nodes": dict(k.node_ips)}
 
     def append_log(self, ns, name, body):
         text = body.get("text", "")

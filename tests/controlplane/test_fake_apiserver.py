@@ -922,6 +922,22 @@ class TestKubelet(ServerTestCase):
         p = self.running("hn")
         self.assertEqual(p["status"]["podIP"], p["status"]["hostIP"])
 
+    def test_required_pod_anti_affinity_spreads_pods_over_nodes(self):
+        anti = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"job": "a"}}, "topologyKey": "kubernetes.io/hostname"}]}}
+        nodes = set()
+        for i in range(4):   # the fake has 4 nodes; other pods placed in between do not matter
+            self.api.ok("POST", self.pods(), pod_body("a%d" % i, labels={"job": "a"}, affinity=anti))
+            self.api.ok("POST", self.pods(), pod_body("b%d" % i))
+            nodes.add(self.running("a%d" % i)["spec"]["nodeName"])
+        self.assertEqual(len(nodes), 4)
+        self.api.ok("POST", self.pods(), pod_body("a4", labels={"job": "a"}, affinity=anti))
+        self.api.ok("POST", self.pods(), pod_body("ref"))
+        self.running("ref")
+        p = self.api.ok("GET", self.pods("a4"))
+        self.assertEqual(p["status"].get("phase"), "Pending", "no node is free of job a")
+        self.assertNotIn("nodeName", p["spec"])
+
     def test_gang_scheduler_pods_stay_pending(self):
         self.api.ok("POST", self.pods(), pod_body("g", schedulerName="volcano"))
         self.api.ok("POST", self.pods(), pod_body("ref"))

@@ -193,6 +193,61 @@ TEST(PodEnvContractTest, ParameterServerTwoServersFourWorkers) {
   }
 }
 
+// Runtime fleet: server pods run fleet-ps-server (first container, the sidecar's image) with the
+// server env; the workers' containers are the user's, with the trainer env.
+TEST(PodEnvContractTest, RuntimeFleetServersRunFleetPsServerWithTheServerEnv) {
+  World world = Published(JobBuilder("wd").Ps(2, 2).Set("/spec/runtime", "fleet").Erase("/spec/server/template").Obj());
+  ASSERT_EQ(world.PodNames().size(), 4u);
+  ExpectEveryPodPassesTheContract(world, RoleMakerKind::kParameterServer, [&](const Json& pod) {
+    const bool server = Label(pod, kRoleLabel) == "server";
+    return Expected{server ? Role::kServer : Role::kTrainer, IndexOf(pod), pod["status"]["podIP"].get<std::string>() + ":6170"};
+  });
+  EXPECT_EQ(world.Status().value("runtime", ""), "fleet");
+  const Json& server = world.Pod("wd-server-1");
+  const Json& containers = server["spec"]["containers"];
+  ASSERT_EQ(containers.size(), 1u) << containers.dump();
+  EXPECT_EQ(containers[0]["name"], "fleet-ps-server");
+  EXPECT_EQ(containers[0]["image"], ContainerNamed(server, "fleet-sidecar")["image"]) << "the sidecar image ships it";
+  EXPECT_EQ(containers[0]["command"], Json::array({"fleet-ps-server"}));
+  EXPECT_EQ(containers[0]["ports"][0]["containerPort"], 6170);
+  EXPECT_EQ(containers[0]["securityContext"]["runAsNonRoot"], true);
+  EXPECT_TRUE(containers[0]["resources"]["requests"].contains("memory")) << "quota'd namespaces need requests";
+  const Json& worker = world.Pod("wd-worker-0")["spec"]["containers"];
+  ASSERT_EQ(worker.size(), 1u);
+  EXPECT_EQ(worker[0]["name"], "main") << "trainers run the user's containers";
+}
+
+TEST(PodEnvContractTest, RuntimeFleetServerTemplateContainerKeepsWhatItSets) {
+  Json resources = {{"requests", {{"cpu", "4"}, {"memory", "32Gi"}}}, {"limits", {{"memory", "32Gi"}}}};
+  World world = Published(JobBuilder("wd")
+                              .Ps(1, 1)
+                              .Set("/spec/runtime", "fleet")
+                              .Set("/spec/server/template/spec/containers",
+                                   Json::array({{{"name", "exporter"}, {"image", "busybox"}},
+                                                {{"name", "fleet-ps-server"},
+                                                 {"args", Json::array({"--model_dir=/models/ckpt"})},
+                                                 {"resources", resources}}}))
+                              .Obj());
+  const Json& containers = world.Pod("wd-server-0")["spec"]["containers"];
+  ASSERT_EQ(containers.size(), 2u) << containers.dump();
+  EXPECT_EQ(containers[0]["name"], "fleet-ps-server") << "first: it gets the Paddle port";
+  EXPECT_EQ(containers[0]["args"], Json::array({"--model_dir=/models/ckpt"}));
+  EXPECT_EQ(containers[0]["resources"], resources);
+  EXPECT_EQ(containers[0]["image"], "fleetjob/sidecar:0.1.0");
+  EXPECT_EQ(containers[1]["name"], "exporter") << "other containers run beside it";
+  auto env = ResolveEnv(world.Pod("wd-server-0"), world.observed.endpoints, 0);
+  ASSERT_TRUE(env.ok()) << env.error();
+  EXPECT_EQ(env->at("TRAINING_ROLE"), "PSERVER");
+}
+
+TEST(PodEnvContractTest, RuntimePaddleLeavesTheServerTemplateAlone) {
+  World world = Published(JobBuilder("wd").Ps(1, 1).Obj());
+  EXPECT_EQ(world.Status().value("runtime", ""), "paddle");
+  const Json& containers = world.Pod("wd-server-0")["spec"]["containers"];
+  ASSERT_EQ(containers.size(), 1u);
+  EXPECT_EQ(containers[0]["name"], "main");
+}
+
 TEST(PodEnvContractTest, ParameterServerWithGlooOverHttp) {
   World world = Published(JobBuilder("wd").Ps(1, 2).Gloo("All").Obj());
   ASSERT_EQ(world.PodNames().size(), 3u);

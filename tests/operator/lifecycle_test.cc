@@ -400,6 +400,14 @@ TEST(ImmutableFieldsTest, ChangingTheNetworkOfARunningJobFailsItWithWhatToDo) {
   EXPECT_EQ(world.LivePodNames(), std::vector<std::string>{}) << "running pods go (cleanPodPolicy Running)";
 }
 
+TEST(ImmutableFieldsTest, ChangingTheRuntimeFailsTheJob) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 2).Obj());
+  world.EditSpec("/spec/runtime", "fleet");
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("spec.runtime changed from paddle to fleet"));
+}
+
 TEST(ImmutableFieldsTest, ChangingTheModeFailsTheJob) {
   World world = RunningWorld(JobBuilder("wd").Collective(2).Obj());
   world.EditSpec("/spec/mode", "ps");

@@ -39,6 +39,7 @@ struct SubmitOptions {
   std::string cpu, memory;           // per pod, requests = limits
   std::vector<std::pair<std::string, std::string>> env;   // --env K=V, repeatable
   std::string network;               // PodIP | Service | HostNetwork
+  std::string runtime;               // paddle | fleet
   std::string restart_policy;        // Never | OnFailure | ExitCode
   std::optional<int> backoff_limit;
   std::string gang;                  // Volcano | SchedulerPlugins

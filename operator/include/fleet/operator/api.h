@@ -30,6 +30,14 @@ enum class RestartPolicy { kNever, kOnFailure, kExitCode };
 enum class CleanPodPolicy { kRunning, kAll, kNone };
 enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins };
 enum class RoleKind { kServer, kWorker, kHeter };
+// Who serves the parameter servers: Paddle in the user's server containers (kPaddle), or
+// FleetJob's own runtime: the operator gives server pods a `fleet-ps-server` container from the
+// sidecar image, and trainers use the fleet_runtime client library (kFleet).
+enum class Runtime { kPaddle, kFleet };
+
+// The server container the operator provides with runtime fleet. A server template may name a
+// container so to set its resources, args (--model_dir) or mounts; the operator fills in the rest.
+inline constexpr const char* kPsServerContainer = "fleet-ps-server";
 
 // One group of identical pods: the servers, the workers, or one heter stage.
 struct RoleSpec {
@@ -39,7 +47,7 @@ struct RoleSpec {
   int replicas = 0;
   RestartPolicy restart_policy = RestartPolicy::kNever;
   DeviceKind device = DeviceKind::kCpu;   // heter stages
-  Json template_;                    // a core/v1 PodTemplateSpec
+  Json template_;                    // a core/v1 PodTemplateSpec (may be empty: runtime fleet servers)
 };
 
 struct RunPolicy {
@@ -68,6 +76,7 @@ struct SidecarSpec {
 
 struct FleetJobSpec {
   JobMode mode = JobMode::kCollective;
+  Runtime runtime = Runtime::kPaddle;
   Network network = Network::kPodIP;
   Gloo gloo = Gloo::kNone;
   int processes_per_pod = 1;         // collective: pods running fleetrun get the cluster env
