@@ -40,6 +40,8 @@ drives each job to success or a clear failure.
   --sidecar-mode=auto|native|init    native sidecar (Kubernetes >= 1.29) or init container; auto
                                      (default) asks the API server's version
   --sidecar-token-audience=AUD       audience of the sidecar's projected token (default: the API's)
+  --sidecar-image=IMAGE              the sidecar (and runtime fleet's server) image of jobs that set
+                                     no spec.sidecar.image (default fleetjob/sidecar:<version>)
   --cluster-domain=DOMAIN            for Service-mode DNS names (default cluster.local)
   --host-port-range=FIRST-LAST       HostNetwork jobs' port blocks (default 20000-29999)
   --resync-period=SECONDS            reconcile every job at least this often (default 600)
@@ -77,6 +79,10 @@ Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args) {
          f.controller.settings.native_sidecar = v != "init";
          return OkStatus(); }},
       {"sidecar-token-audience", [&](const std::string& v) { f.controller.settings.sidecar_service_account_token_audience = v; return OkStatus(); }},
+      {"sidecar-image", [&](const std::string& v) -> Status {
+         if (v.empty()) return Error{"--sidecar-image: must not be empty"};
+         f.controller.settings.sidecar_image = v;
+         return OkStatus(); }},
       {"cluster-domain", [&](const std::string& v) -> Status {
          if (v.empty()) return Error{"--cluster-domain: must not be empty"};
          f.controller.settings.cluster_domain = v;

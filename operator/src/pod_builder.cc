@@ -23,12 +23,17 @@ Json RestrictedSecurityContext() {
 
 std::string LoopbackReportAddress(int port) { return "127.0.0.1:" + std::to_string(port); }
 
+// The job's own sidecar image, else the operator's.
+const std::string& SidecarImage(const FleetJob& job, const OperatorSettings& settings) {
+  return job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image;
+}
+
 Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
                       bool own_token) {
   const int port = SidecarPort(job, slot, settings.host_port_base);
   Json c = {
       {"name", kSidecarName},
-      {"image", job.spec.sidecar.image},
+      {"image", SidecarImage(job, settings)},
       {"args", Json::array({"gate", "--namespace=" + job.ns, "--job=" + job.name, "--pod=" + slot.name,
                             "--role=" + slot.role->name, "--mode=" + std::string(JobModeName(job.spec.mode)),
                             "--run=" + std::to_string(run),
@@ -76,7 +81,7 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const O
 // sidecar exits after the gate, and OOM kills, restarts and logs stay the server's own. The sidecar
 // gates it like any main container. A template container of that name keeps what it sets
 // (resources, args such as --model_dir, mounts); the rest is filled in.
-void ProvidePsServerContainer(const FleetJob& job, Json& spec) {
+void ProvidePsServerContainer(const std::string& image, Json& spec) {
   Json containers = spec.value("containers", Json::array());
   Json server = Json::object();
   for (auto it = containers.begin(); it != containers.end(); ++it) {
@@ -87,7 +92,7 @@ void ProvidePsServerContainer(const FleetJob& job, Json& spec) {
     }
   }
   server["name"] = kPsServerContainer;
-  if (server.value("image", "").empty()) server["image"] = job.spec.sidecar.image;
+  if (server.value("image", "").empty()) server["image"] = image;
   if (!server.contains("command")) server["command"] = Json::array({"fleet-ps-server"});
   // Requests so quota'd namespaces admit it; a memory limit (no CPU limit: throttling shows up as
   // RPC latency for every trainer). Tables bigger than this set their own in the template.
@@ -179,7 +184,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
 
   // The sidecar sees the trainer's processes (is the main process alive?).
   spec["shareProcessNamespace"] = true;
-  if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(job, spec);
+  if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(SidecarImage(job, settings), spec);
 
   // The wiring env and the endpoint files go to every container of the template, with where to
   // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).

@@ -54,6 +54,8 @@ VALUE_SETS = {
     "custom-images": {"image": {"registry": "registry.example.com:5000", "repository": "ml/fleet-operator",
                                 "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
                       "imagePullSecrets": [{"name": "regcred"}],
+                      "sidecarImage": {"registry": "registry.example.com:5000", "repository": "ml/fleet-sidecar",
+                                       "tag": "0.1.0-patched"},
                       "operator": {"sidecarMode": "init", "logFormat": "text", "extraArgs": ["--log-level=debug"]},
                       "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
                       "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]},
@@ -380,11 +382,13 @@ class TestChartRender(ChartTest):
         self.assertEqual(pod["imagePullSecrets"], [{"name": "regcred"}])
         self.assertEqual(pod["tolerations"][0]["key"], "dedicated")
         self.assertEqual(flag(c["args"], "sidecar-mode"), "init")
+        self.assertEqual(flag(c["args"], "sidecar-image"), "registry.example.com:5000/ml/fleet-sidecar:0.1.0-patched")
         self.assertEqual(c["args"][-1], "--log-level=debug")
         default = one(self.render("defaults"), "Deployment")["spec"]["template"]["spec"]["containers"][0]
         with open(os.path.join(CHART, "Chart.yaml")) as f:
             app_version = yaml.safe_load(f)["appVersion"]
         self.assertEqual(default["image"], "fleetjob/operator:" + app_version)
+        self.assertEqual(flag(default["args"], "sidecar-image"), "fleetjob/sidecar:" + app_version)
 
     def test_the_operator_accepts_the_rendered_arguments(self):
         # fleet-operator parses every flag (names and values, strictly) before it acts on --help.

@@ -281,7 +281,7 @@ class TestDockerfile(unittest.TestCase):
         self.assertEqual(chart["appVersion"], version)
         self.assertEqual(chart["version"], version)
         with open(os.path.join(ROOT, "operator", "include", "fleet", "operator", "api.h")) as f:
-            self.assertIn('image = "fleetjob/sidecar:%s"' % version, f.read())
+            self.assertIn('kDefaultSidecarImage = "fleetjob/sidecar:%s"' % version, f.read())
         for image in IMAGES:
             self.assertIn("--target %-8s -t fleetjob/%s:%s" % (image, image, version), self.text)
         with open(os.path.join(ROOT, "examples", "k8s", "ps.yaml")) as f:

@@ -233,11 +233,22 @@ TEST(PodEnvContractTest, RuntimeFleetServerTemplateContainerKeepsWhatItSets) {
   EXPECT_EQ(containers[0]["name"], "fleet-ps-server") << "first: it gets the Paddle port";
   EXPECT_EQ(containers[0]["args"], Json::array({"--model_dir=/models/ckpt"}));
   EXPECT_EQ(containers[0]["resources"], resources);
-  EXPECT_EQ(containers[0]["image"], "fleetjob/sidecar:0.1.0");
+  EXPECT_EQ(containers[0]["image"], kDefaultSidecarImage);
   EXPECT_EQ(containers[1]["name"], "exporter") << "other containers run beside it";
   auto env = ResolveEnv(world.Pod("wd-server-0"), world.observed.endpoints, 0);
   ASSERT_TRUE(env.ok()) << env.error();
   EXPECT_EQ(env->at("TRAINING_ROLE"), "PSERVER");
+}
+
+TEST(PodEnvContractTest, SidecarImageIsTheJobsElseTheOperators) {
+  OperatorSettings settings;
+  settings.sidecar_image = "registry.local/fleet/sidecar:7";
+  World world = Published(JobBuilder("wd").Ps(1, 1).Set("/spec/runtime", "fleet").Erase("/spec/server/template").Obj(),
+                          settings);
+  EXPECT_EQ(ContainerNamed(world.Pod("wd-worker-0"), "fleet-sidecar")["image"], settings.sidecar_image);
+  EXPECT_EQ(world.Pod("wd-server-0")["spec"]["containers"][0]["image"], settings.sidecar_image);
+  World own = Published(JobBuilder("wd").Ps(1, 1).Set("/spec/sidecar/image", "mine/sidecar:1").Obj(), settings);
+  EXPECT_EQ(ContainerNamed(own.Pod("wd-worker-0"), "fleet-sidecar")["image"], "mine/sidecar:1");
 }
 
 TEST(PodEnvContractTest, RuntimePaddleLeavesTheServerTemplateAlone) {

@@ -28,6 +28,7 @@ TEST(OperatorFlagsTest, EveryFlagIsRead) {
   auto f = ParseOperatorFlags({"--kubeconfig=/k", "--context", "ctx", "--namespace=team", "--workers=8",
                                "--create-concurrency=16", "--kube-api-qps=50", "--kube-api-burst=100",
                                "--sidecar-mode=init", "--sidecar-token-audience=fleet", "--cluster-domain=corp.local",
+                               "--sidecar-image=registry.local/sidecar:2",
                                "--host-port-range=30000-30999", "--resync-period=60", "--leader-elect",
                                "--leader-election-id=fj", "--metrics-bind-address=127.0.0.1:9090",
                                "--health-probe-bind-address=0", "--log-level=debug", "--log-format=json"});
@@ -42,6 +43,7 @@ TEST(OperatorFlagsTest, EveryFlagIsRead) {
   EXPECT_FALSE(f->controller.settings.native_sidecar);
   EXPECT_EQ(f->controller.settings.sidecar_service_account_token_audience, "fleet");
   EXPECT_EQ(f->controller.settings.cluster_domain, "corp.local");
+  EXPECT_EQ(f->controller.settings.sidecar_image, "registry.local/sidecar:2");
   EXPECT_EQ(f->controller.host_port_first, 30000);
   EXPECT_EQ(f->controller.host_port_last, 30999);
   EXPECT_EQ(f->controller.resync, std::chrono::seconds(60));
@@ -90,6 +92,7 @@ INSTANTIATE_TEST_SUITE_P(
                       BadFlag{{"--kube-api-qps=1.5"}, "--kube-api-qps=1.5"},
                       BadFlag{{"--sidecar-mode=sometimes"}, "expected auto, native or init"},
                       BadFlag{{"--cluster-domain="}, "--cluster-domain: must not be empty"},
+                      BadFlag{{"--sidecar-image="}, "--sidecar-image: must not be empty"},
                       BadFlag{{"--host-port-range=3000"}, "expected FIRST-LAST"},
                       BadFlag{{"--host-port-range=3000-2000"}, "FIRST <= LAST"},
                       BadFlag{{"--host-port-range=0-70000"}, "--host-port-range"},

@@ -43,14 +43,25 @@ app.kubernetes.io/part-of: fleetjob
 {{- default .Release.Namespace .Values.watchNamespace -}}
 {{- end -}}
 
-{{- define "fleetjob.image" -}}
-{{- $repo := .Values.image.repository -}}
-{{- if .Values.image.registry -}}{{- $repo = printf "%s/%s" .Values.image.registry $repo -}}{{- end -}}
-{{- if .Values.image.digest -}}
-{{- printf "%s@%s" $repo .Values.image.digest -}}
+{{/* An image reference from {registry, repository, tag, digest}: (list IMAGE-VALUES APP-VERSION). */}}
+{{- define "fleetjob.imageRef" -}}
+{{- $image := index . 0 -}}
+{{- $repo := $image.repository -}}
+{{- if $image.registry -}}{{- $repo = printf "%s/%s" $image.registry $repo -}}{{- end -}}
+{{- if $image.digest -}}
+{{- printf "%s@%s" $repo $image.digest -}}
 {{- else -}}
-{{- printf "%s:%s" $repo (default .Chart.AppVersion .Values.image.tag) -}}
+{{- printf "%s:%s" $repo (default (index . 1) $image.tag) -}}
 {{- end -}}
+{{- end -}}
+
+{{- define "fleetjob.image" -}}
+{{- include "fleetjob.imageRef" (list .Values.image .Chart.AppVersion) -}}
+{{- end -}}
+
+{{/* What the operator injects into FleetJob pods (--sidecar-image). */}}
+{{- define "fleetjob.sidecarImage" -}}
+{{- include "fleetjob.imageRef" (list .Values.sidecarImage .Chart.AppVersion) -}}
 {{- end -}}
 
 {{/*

@@ -65,8 +65,11 @@ struct Scheduling {
   std::string priority_class_name;
 };
 
+// The sidecar image of this release: the operator's --sidecar-image default.
+inline constexpr const char* kDefaultSidecarImage = "fleetjob/sidecar:0.1.0";
+
 struct SidecarSpec {
-  std::string image = "fleetjob/sidecar:0.1.0";
+  std::string image;                 // "" = the operator's --sidecar-image
   Json resources;                    // core/v1 ResourceRequirements; defaults when empty
   int metrics_port = 9102;
   std::vector<std::string> log_files;  // trainer logs to follow (in a volume both containers mount)

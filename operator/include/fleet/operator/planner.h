@@ -110,6 +110,7 @@ struct OperatorSettings {
                                        // with restartPolicy Always and a startup probe
   std::string cluster_domain = "cluster.local";
   std::string sidecar_service_account_token_audience;   // "" = the API server's default
+  std::string sidecar_image = kDefaultSidecarImage;      // unless the job sets spec.sidecar.image
   int host_port_base = 0;              // HostNetwork: the start of the job's port block
                                        // (HostPortAllocator); recorded in status.hostPortBase
   // HostNetwork: why the allocator has no block for the job ("" = it has one), and whether it
