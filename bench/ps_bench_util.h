@@ -52,7 +52,9 @@ inline std::vector<pid_t> StartPsServers(const std::string& binary, int count, i
                                     "PADDLE_TRAINERS_NUM=" + std::to_string(trainers), "POD_IP=127.0.0.1",
                                     "PADDLE_PORT=" + (*endpoints)[static_cast<size_t>(i)].substr(10)};
     for (char** e = environ; *e; ++e) {
-      if (std::string(*e).rfind("MALLOC_", 0) == 0) env.push_back(*e);  // glibc tuning passes through
+      // glibc's and gRPC's knobs pass through (MALLOC_*, GRPC_POLL_STRATEGY, ...).
+      const std::string var = *e;
+      if (var.rfind("MALLOC_", 0) == 0 || var.rfind("GRPC_", 0) == 0) env.push_back(var);
     }
     std::vector<char*> envp;
     for (auto& e : env) envp.push_back(e.data());

@@ -1,11 +1,13 @@
 // Parameter server, dense push + pull (issue 6, section 4): T trainers each push a gradient of the
 // whole table and pull the table back, over and over, against S fleet-ps-server processes (async
-// mode, SGD applied on arrival). The baseline moves the same bytes the same way over plain TCP in
-// the same run: S echo-server processes; each trainer sends its slice to every server (server keeps
-// it), waits for the acks, asks for the slices back and reads them, all servers at once (poll).
-// Rounds alternate TCP and PS; the medians are compared. Target: PS >= 0.5 x TCP.
+// mode, SGD applied on arrival): PushDense then PullDense ("PS"), and PushPullDense, both in one
+// round trip ("fused"). The baseline moves the same bytes the same way over plain TCP in the same
+// run: S echo-server processes; each trainer sends its slice to every server (server keeps it),
+// waits for the acks, asks for the slices back and reads them, all servers at once (poll).
+// Rounds alternate TCP, PS and fused; the medians are compared. Target: PS >= 0.5 x TCP.
 //
 // usage: ps_dense [--trainers 4] [--servers 2] [--seconds 2] [--rounds 3] [--ps-only | --tcp-only]
+//                 [--server PATH (the fleet-ps-server to run; default: the one built with it)]
 //                 [KiB per table... = 64 1024 4096 16384]
 #include <fcntl.h>
 #include <netinet/tcp.h>
@@ -203,6 +205,7 @@ int main(int argc, char** argv) {
   int trainers = 4, servers = 2, rounds = 3;
   bool run_tcp = true, run_ps = true;  // --ps-only / --tcp-only: for profiling one side
   double seconds = 2;
+  std::string server_binary = FLEET_PS_SERVER_PATH;  // --server: compare builds in one session
   std::vector<size_t> sizes_kib;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -210,6 +213,7 @@ int main(int argc, char** argv) {
     else if (a == "--servers" && i + 1 < argc) servers = std::atoi(argv[++i]);
     else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
     else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
+    else if (a == "--server" && i + 1 < argc) server_binary = argv[++i];
     else if (a == "--ps-only") run_tcp = false;
     else if (a == "--tcp-only") run_ps = false;
     else sizes_kib.push_back(static_cast<size_t>(std::atol(a.c_str())));
@@ -220,7 +224,7 @@ int main(int argc, char** argv) {
   std::vector<int> tcp_ports;
   const std::vector<pid_t> echo = StartEchoServers(servers, &tcp_ports);
   std::vector<std::string> endpoints;
-  const std::vector<pid_t> ps = StartPsServers(FLEET_PS_SERVER_PATH, servers, trainers, &endpoints);
+  const std::vector<pid_t> ps = StartPsServers(server_binary, servers, trainers, &endpoints);
 
   std::vector<std::unique_ptr<PsClient>> clients;
   if (!ConnectTrainers(endpoints, trainers, &clients)) return 1;
@@ -232,9 +236,10 @@ int main(int argc, char** argv) {
   std::printf("dense push+pull: %d trainers, %d servers, %.1f s per run, %d rounds (median); loopback, %u CPUs\n",
               trainers, servers, seconds, rounds, std::thread::hardware_concurrency());
   std::printf("MB/s: payload bytes pushed and pulled per second, all trainers; CPU s/GB: CPU seconds of trainers and\n"
-              "servers together per GB moved (what the rate would follow on an idle machine with cores to spare)\n");
-  std::printf("%10s %10s %10s %8s %12s %12s %10s\n", "table", "TCP MB/s", "PS MB/s", "PS/TCP", "TCP CPU s/GB",
-              "PS CPU s/GB", "TCP/PS CPU");
+              "servers together per GB moved (what the rate would follow on an idle machine with cores to spare).\n"
+              "PS: PushDense then PullDense; fused: PushPullDense (one round trip)\n");
+  std::printf("%8s %9s %9s %7s %9s %7s %8s %8s %7s %8s %7s\n", "table", "TCP MB/s", "PS MB/s", "PS/TCP", "fused",
+              "f/TCP", "TCP s/GB", "PS s/GB", "TCP/PS", "fused", "TCP/f");
   uint32_t table_id = 0;
   for (size_t kib : sizes_kib) {
     const size_t n = kib * 1024 / sizeof(float);
@@ -245,10 +250,16 @@ int main(int argc, char** argv) {
         return 1;
       }
     }
-    std::vector<double> tcp_rates, ps_rates, tcp_cpu, ps_cpu;
+    // Per variant (TCP, PS, fused): rates and CPU costs of every round.
+    std::vector<double> rates[3], cpu[3];
+    const double bytes_per_step = 2.0 * static_cast<double>(n * sizeof(float));
+    auto record = [&](int variant, const Run& r) {
+      const double gb = static_cast<double>(r.steps) * bytes_per_step / 1e9;
+      rates[variant].push_back(gb > 0 ? gb * 1e3 / r.seconds : 0);
+      cpu[variant].push_back(gb > 0 ? r.cpu / gb : 0);
+    };
     for (int round = 0; round < rounds; ++round) {
-      Run t;
-      if (run_tcp) t = Measure(trainers, seconds, echo, [&](int trainer) {
+      if (run_tcp) record(0, Measure(trainers, seconds, echo, [&](int trainer) {
         auto fds = tcp[static_cast<size_t>(trainer)];
         auto data = std::make_shared<std::vector<float>>(n, 1.0f);
         auto back = std::make_shared<std::vector<float>>(n);
@@ -279,30 +290,28 @@ int main(int argc, char** argv) {
           }
           return Exchange(fds, out, in);
         };
-      });
-      Run p;
-      if (run_ps) p = Measure(trainers, seconds, ps, [&](int trainer) {
-        PsClient* c = clients[static_cast<size_t>(trainer)].get();
-        auto g = std::make_shared<std::vector<float>>(n, 1.0f);
-        auto w = std::make_shared<std::vector<float>>(n);
-        return [c, g, w, n, table_id] {
-          return c->PushDense(table_id, g->data(), n).ok() && c->PullDense(table_id, w->data(), n).ok();
-        };
-      });
-      const double bytes_per_step = 2.0 * static_cast<double>(n * sizeof(float));
-      const double tcp_gb = static_cast<double>(t.steps) * bytes_per_step / 1e9;
-      const double ps_gb = static_cast<double>(p.steps) * bytes_per_step / 1e9;
-      tcp_rates.push_back(run_tcp ? tcp_gb * 1e3 / t.seconds : 0);
-      ps_rates.push_back(run_ps ? ps_gb * 1e3 / p.seconds : 0);
-      tcp_cpu.push_back(run_tcp && tcp_gb > 0 ? t.cpu / tcp_gb : 0);
-      ps_cpu.push_back(run_ps && ps_gb > 0 ? p.cpu / ps_gb : 0);
+      }));
+      for (const bool fused : {false, true}) {
+        if (!run_ps) break;
+        record(fused ? 2 : 1, Measure(trainers, seconds, ps, [&](int trainer) {
+          PsClient* c = clients[static_cast<size_t>(trainer)].get();
+          auto g = std::make_shared<std::vector<float>>(n, 1.0f);
+          auto w = std::make_shared<std::vector<float>>(n);
+          return [c, g, w, n, table_id, fused] {
+            if (fused) return c->PushPullDense(table_id, g->data(), w->data(), n).ok();
+            return c->PushDense(table_id, g->data(), n).ok() && c->PullDense(table_id, w->data(), n).ok();
+          };
+        }));
+      }
     }
-    const double tcp_mbs = Median(tcp_rates), ps_mbs = Median(ps_rates);
+    const double tcp_mbs = Median(rates[0]), ps_mbs = Median(rates[1]), fused_mbs = Median(rates[2]);
+    const double tcp_c = Median(cpu[0]), ps_c = Median(cpu[1]), fused_c = Median(cpu[2]);
+    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
     char label[32];
     std::snprintf(label, sizeof(label), kib >= 1024 ? "%zu MiB" : "%zu KiB", kib >= 1024 ? kib / 1024 : kib);
-    const double tcp_c = Median(tcp_cpu), ps_c = Median(ps_cpu);
-    std::printf("%10s %10.1f %10.1f %8.2f %12.3f %12.3f %10.2f\n", label, tcp_mbs, ps_mbs, ps_mbs / tcp_mbs, tcp_c,
-                ps_c, ps_c > 0 ? tcp_c / ps_c : 0);
+    std::printf("%8s %9.1f %9.1f %7.2f %9.1f %7.2f %8.3f %8.3f %7.2f %8.3f %7.2f\n", label, tcp_mbs, ps_mbs,
+                ratio(ps_mbs, tcp_mbs), fused_mbs, ratio(fused_mbs, tcp_mbs), tcp_c, ps_c, ratio(tcp_c, ps_c), fused_c,
+                ratio(tcp_c, fused_c));
     std::fflush(stdout);
   }
   for (auto& fds : tcp) {

@@ -166,6 +166,22 @@ const ps::TableConfig& TableOf(uint32_t table) {
   throw py::value_error("table " + std::to_string(table) + " was not declared (add_dense_table / add_sparse_table)");
 }
 
+const ps::TableConfig& DenseTableOf(uint32_t table) {
+  const ps::TableConfig& t = TableOf(table);
+  if (t.kind != ps::TableKind::kDense) throw py::value_error("table " + std::to_string(table) + " is sparse");
+  return t;
+}
+
+// A gradient of the whole dense table `t`, as floats.
+std::vector<float> DenseGradient(const ps::TableConfig& t, const py::object& gradient) {
+  std::vector<float> g = Floats(gradient, "gradient");
+  if (g.size() != t.size) {
+    throw py::value_error("table " + std::to_string(t.table_id) + " has " + std::to_string(t.size) +
+                          " values, the gradient " + std::to_string(g.size()));
+  }
+  return g;
+}
+
 ps::Worker& NeedWorker() {
   ps::Worker* w = Need().worker();
   if (!w) throw RuntimeFailure("call fleet_runtime.ps.init_worker() first");
@@ -273,15 +289,16 @@ See docs/runtime.md, "Parameter server".)doc");
   m.def(
       "add_sparse_table",
       [](uint32_t table, uint32_t dim, const std::string& optimizer, float learning_rate, float init_range,
-         uint64_t seed, float beta1, float beta2, const py::object& epsilon, float initial_accumulator) {
+         uint64_t seed, float beta1, float beta2, const py::object& epsilon, float initial_accumulator, uint64_t max_rows) {
         Check(Need().AddSparseTable(table, dim, Optimizer(optimizer, learning_rate, beta1, beta2, epsilon, initial_accumulator),
-                                    init_range, seed));
+                                    init_range, seed, max_rows));
       },
       py::arg("table_id"), py::arg("dim"), py::arg("optimizer") = "sgd", py::arg("learning_rate") = 0.01f,
       py::arg("init_range") = 0.0f, py::arg("seed") = 0, py::arg("beta1") = 0.9f, py::arg("beta2") = 0.999f,
-      py::arg("epsilon") = py::none(), py::arg("initial_accumulator") = 0.0f,
+      py::arg("epsilon") = py::none(), py::arg("initial_accumulator") = 0.0f, py::arg("max_rows") = 0,
       "Declares a sparse (embedding) table of rows of `dim` floats, created on first pull, uniform in "
-      "[-init_range, init_range] from (seed, table_id, key).");
+      "[-init_range, init_range] from (seed, table_id, key). max_rows: rows one server may hold (0 = the "
+      "server's default); a pull or push that would create more fails with RESOURCE_EXHAUSTED.");
 
   m.def(
       "init_server",
@@ -342,8 +359,7 @@ See docs/runtime.md, "Parameter server".)doc");
   m.def(
       "pull_dense",
       [](uint32_t table, const py::object& out) {
-        const ps::TableConfig& t = TableOf(table);
-        if (t.kind != ps::TableKind::kDense) throw py::value_error("table " + std::to_string(table) + " is sparse");
+        const ps::TableConfig& t = DenseTableOf(table);
         ps::Worker& w = NeedWorker();
         float* data = nullptr;
         py::object result = Output(out, t.size, &data);
@@ -354,19 +370,28 @@ See docs/runtime.md, "Parameter server".)doc");
   m.def(
       "push_dense",
       [](uint32_t table, const py::object& gradient) {
-        const ps::TableConfig& t = TableOf(table);
-        if (t.kind != ps::TableKind::kDense) throw py::value_error("table " + std::to_string(table) + " is sparse");
-        std::vector<float> g = Floats(gradient, "gradient");
-        if (g.size() != t.size) {
-          throw py::value_error("table " + std::to_string(table) + " has " + std::to_string(t.size) +
-                                " values, the gradient " + std::to_string(g.size()));
-        }
+        const ps::TableConfig& t = DenseTableOf(table);
+        std::vector<float> g = DenseGradient(t, gradient);
         ps::Worker& w = NeedWorker();
         Released([&] { return w.PushDense(table, g.data(), g.size()); });
       },
       py::arg("table_id"), py::arg("gradient"),
       "sync: waits until every trainer pushed this step and it was applied; async: applied on arrival; "
       "geo: a local SGD step, deltas sent every k_steps.");
+  m.def(
+      "push_pull_dense",
+      [](uint32_t table, const py::object& gradient, const py::object& out) {
+        const ps::TableConfig& t = DenseTableOf(table);
+        std::vector<float> g = DenseGradient(t, gradient);
+        ps::Worker& w = NeedWorker();
+        float* data = nullptr;
+        py::object result = Output(out, t.size, &data);
+        Released([&] { return w.PushPullDense(table, g.data(), data, t.size); });
+        return result;
+      },
+      py::arg("table_id"), py::arg("gradient"), py::arg("out") = py::none(),
+      "push_dense then pull_dense in one round trip per server: the values after this push (sync: after "
+      "every trainer's push of this step).");
   m.def(
       "pull_sparse",
       [](uint32_t table, const py::object& keys, const py::object& out) {

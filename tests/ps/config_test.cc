@@ -78,6 +78,8 @@ TEST(PsConfigTest, BadConfigsAreRefusedWithWhatIsWrong) {
   bad_opt.optimizer.kind = static_cast<OptimizerKind>(9);
   TableConfig dense_dim = TableConfig::Dense(1, 10, OptimizerConfig::Sgd(0.1f));
   dense_dim.dim = 3;
+  TableConfig dense_rows = TableConfig::Dense(1, 10, OptimizerConfig::Sgd(0.1f));
+  dense_rows.max_rows = 5;
   const Case cases[] = {
       {TableConfig::Dense(1, 0, OptimizerConfig::Sgd(0.1f)), "size > 0"},
       {TableConfig::Sparse(1, 0, OptimizerConfig::Sgd(0.1f)), "dim"},
@@ -93,6 +95,7 @@ TEST(PsConfigTest, BadConfigsAreRefusedWithWhatIsWrong) {
       {bad_mode, "unknown mode"},
       {bad_opt, "unknown optimizer"},
       {dense_dim, "no dim"},
+      {dense_rows, "no max_rows"},
   };
   for (const Case& c : cases) {
     Status s = ValidateTableConfig(c.config);
@@ -111,6 +114,22 @@ TEST(PsConfigTest, LoadableChecksShapeAndOptimizerOnly) {
   declared.size = 100;
   declared.optimizer.kind = OptimizerKind::kSgd;
   EXPECT_NE(CheckLoadable(saved, declared).message().find("adam state"), std::string::npos);
+  // A sparse table's row limit is a setting, not state: a checkpoint loads under another one.
+  const TableConfig sparse = TableConfig::Sparse(4, 8, OptimizerConfig::Sgd(0.1f));
+  const TableConfig limited = TableConfig::Sparse(4, 8, OptimizerConfig::Sgd(0.1f), Mode::kAsync, 0, 0, 10);
+  EXPECT_TRUE(CheckLoadable(sparse, limited).ok());
+}
+
+TEST(PsConfigTest, ARowLimitIsPartOfASparseTablesDeclaration) {
+  const TableConfig limited = TableConfig::Sparse(4, 8, OptimizerConfig::Sgd(0.1f), Mode::kAsync, 0.1f, 7, 1000);
+  EXPECT_EQ(limited.max_rows, 1000u);
+  EXPECT_TRUE(ValidateTableConfig(limited).ok());
+  EXPECT_EQ(DescribeTable(limited), "sparse table 4 (dim 8, sgd lr=0.1, async, max_rows 1000)");
+  // Trainers declaring one table with different limits disagree.
+  TableConfig other = limited;
+  other.max_rows = 2000;
+  EXPECT_FALSE(SameTableConfig(limited, other));
+  EXPECT_TRUE(SameTableConfig(limited, limited));
 }
 
 TEST(PsConfigTest, NamesParseBack) {

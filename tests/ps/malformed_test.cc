@@ -1,5 +1,6 @@
 // Bad peers: garbage on the socket, undecodable messages, oversized messages and requests with bad
-// fields all get an error (or a closed connection), and the server goes on serving.
+// fields all get an error (or a closed connection), and the server goes on serving. Plain protobuf
+// clients read what the hand-written codec sends.
 #include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
@@ -100,8 +101,11 @@ TEST_F(PsMalformedTest, GarbageOnTheSocketClosesThatConnectionOnly) {
 
 TEST_F(PsMalformedTest, AnUndecodableMessageIsAnError) {
   grpc::GenericStub generic(grpc::CreateChannel(endpoint_, grpc::InsecureChannelCredentials()));
-  for (const std::string method : {"/fleet.ps.wire.ParameterServer/PushDense", "/fleet.ps.wire.ParameterServer/CreateTable",
-                                   "/fleet.ps.wire.ParameterServer/PullSparse", "/fleet.ps.wire.ParameterServer/NoSuchMethod"}) {
+  // DenseStream too: one undecodable message on it ends that stream with an error.
+  for (const std::string method :
+       {"/fleet.ps.wire.ParameterServer/PushDense", "/fleet.ps.wire.ParameterServer/CreateTable",
+        "/fleet.ps.wire.ParameterServer/PullSparse", "/fleet.ps.wire.ParameterServer/DenseStream",
+        "/fleet.ps.wire.ParameterServer/NoSuchMethod"}) {
     std::string junk = "\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x0a\xff\xff\xff\x0f";
     grpc::Slice slice(junk);
     grpc::ByteBuffer request(&slice, 1), response;
@@ -146,7 +150,90 @@ TEST_F(PsMalformedTest, AnOversizedMessageIsRefused) {
   sparse.set_keys(std::string(8 * 80000, '\0'));  // 640 KB of keys, but 80000 rows x 16 bytes > 1 MiB
   EXPECT_EQ((Call<wire::PullSparseRequest, wire::PullSparseResponse>(&wire::ParameterServer::Stub::PullSparse, sparse)).error_code(),
             grpc::StatusCode::RESOURCE_EXHAUSTED);
+  // On a DenseStream: the oversized message ends that stream.
+  grpc::ClientContext stream_ctx;
+  stream_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = big->DenseStream(&stream_ctx);
+  wire::DenseRequest push;
+  push.set_op(wire::DenseRequest::PUSH);
+  push.set_values(std::string(2 << 20, '\0'));
+  stream->Write(push);
+  wire::DenseAnswer answer;
+  EXPECT_FALSE(stream->Read(&answer));
+  EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   ExpectAlive(endpoint_);
+}
+
+TEST_F(PsMalformedTest, ADenseStreamAnswersEveryBadRequestWithItsCodeAndGoesOn) {
+  using grpc::StatusCode;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  auto stream = stub_->DenseStream(&ctx);
+  auto request = [](int op, uint32_t table, uint64_t begin, uint64_t end, std::string values, uint32_t trainer) {
+    wire::DenseRequest r;
+    r.set_op(static_cast<wire::DenseRequest::Op>(op));
+    r.set_table_id(table);
+    r.set_begin(begin);
+    r.set_end(end);
+    r.set_values(std::move(values));
+    r.set_trainer_id(trainer);
+    return r;
+  };
+  const int kPush = wire::DenseRequest::PUSH, kPull = wire::DenseRequest::PULL, kBoth = wire::DenseRequest::PUSH_PULL;
+  const std::string f4(4, '\0');
+  struct Case {
+    wire::DenseRequest request;
+    StatusCode code;
+    const char* what;
+  };
+  const Case cases[] = {
+      {request(kPush, 9, 0, 0, f4, 0), StatusCode::NOT_FOUND, "no table"},
+      {request(kBoth, 0, 0, 0, "abc", 0), StatusCode::INVALID_ARGUMENT, "3 bytes"},
+      {request(kPush, 0, 60, 0, f4, 0), StatusCode::OUT_OF_RANGE, "server 1's part"},
+      {request(kBoth, 0, ~uint64_t{0}, 0, f4, 0), StatusCode::OUT_OF_RANGE, "offset 2^64-1"},
+      {request(kPush, 0, 0, 0, f4, 2), StatusCode::INVALID_ARGUMENT, "trainer 2 of 2"},
+      {request(0, 0, 0, 1, "", 0), StatusCode::INVALID_ARGUMENT, "no op"},
+      {request(9, 0, 0, 1, "", 0), StatusCode::INVALID_ARGUMENT, "op 9"},
+      {request(kPull, 0, 10, 5, "", 0), StatusCode::INVALID_ARGUMENT, "end < begin"},
+      {request(kPull, 0, 0, uint64_t{1} << 62, "", 0), StatusCode::RESOURCE_EXHAUSTED, "an answer over the limit"},
+      {request(kPull, 0, 40, 60, "", 0), StatusCode::OUT_OF_RANGE, "a pull into server 1's part"},
+      {request(kBoth, 1, 0, 0, f4, 0), StatusCode::INVALID_ARGUMENT, "a sparse table"},
+  };
+  for (const Case& c : cases) {
+    ASSERT_TRUE(stream->Write(c.request)) << c.what;
+    wire::DenseAnswer answer;
+    ASSERT_TRUE(stream->Read(&answer)) << c.what;
+    EXPECT_EQ(answer.code(), static_cast<uint32_t>(c.code)) << c.what << ": " << answer.error();
+    EXPECT_FALSE(answer.error().empty()) << c.what;
+    EXPECT_TRUE(answer.values().empty()) << c.what;
+  }
+  // The same stream then serves a good request: a push and the values after it.
+  ASSERT_TRUE(stream->Write(request(kBoth, 0, 10, 0, std::string(8, '\0'), 1)));
+  wire::DenseAnswer answer;
+  ASSERT_TRUE(stream->Read(&answer));
+  EXPECT_EQ(answer.code(), 0u) << answer.error();
+  EXPECT_EQ(answer.values().size(), 8u);
+  stream->WritesDone();
+  EXPECT_TRUE(stream->Finish().ok());
+  ExpectAlive(endpoint_);
+}
+
+TEST_F(PsMalformedTest, PlainProtobufClientsReadTheHandWrittenAnswers) {
+  wire::PullDenseRequest pull;
+  pull.set_table_id(0);
+  pull.set_begin(3);
+  pull.set_end(10);
+  grpc::ClientContext ctx;
+  wire::PullDenseResponse dense;
+  ASSERT_TRUE(stub_->PullDense(&ctx, pull, &dense).ok());
+  EXPECT_EQ(dense.values().size(), 7u * 4);
+  wire::PullSparseRequest keys;
+  keys.set_table_id(1);
+  keys.set_keys(std::string(8 * 3, '\0'));  // key 0, three times
+  grpc::ClientContext ctx2;
+  wire::PullSparseResponse rows;
+  ASSERT_TRUE(stub_->PullSparse(&ctx2, keys, &rows).ok());
+  EXPECT_EQ(rows.values().size(), 3u * 4 * 4);
 }
 
 TEST_F(PsMalformedTest, RequestsWithBadFieldsGetTheRightCode) {

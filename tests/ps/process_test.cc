@@ -1,6 +1,7 @@
 // fleet-ps-server as its own process, started from a Paddle env: a server killed mid-job gives the
 // trainer an error naming it; servers exit 0 once every trainer stopped; a bad env exits 2; a busy
-// port exits 1; SIGTERM exits 143; --model_dir loads a checkpoint.
+// port exits 1; SIGTERM exits 143; --model_dir loads a checkpoint; --sparse_max_rows bounds sparse
+// tables.
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -172,6 +173,28 @@ TEST(PsProcessTest, ABadEnvExitsTwoWithPaddlesMessage) {
   EXPECT_NE(trainer.output().find("TRAINING_ROLE must be PSERVER"), std::string::npos) << trainer.output();
   Child flag({FLEET_PS_SERVER_PATH, "--bogus"}, {}, dir.path() + "/log3");
   EXPECT_EQ(flag.WaitExit(std::chrono::seconds(10)), 2);
+  ServerJob rows(1, 1, {"--sparse_max_rows", "many"});
+  EXPECT_EQ(rows.servers[0]->WaitExit(std::chrono::seconds(10)), 2);
+  EXPECT_NE(rows.servers[0]->output().find("FLEET_PS_SPARSE_MAX_ROWS must be a positive number of rows, got 'many'"),
+            std::string::npos) << rows.servers[0]->output();
+}
+
+TEST(PsProcessTest, SparseMaxRowsLimitsTheTablesThatDeclareNone) {
+  ServerJob job(1, 1, {"--sparse_max_rows=3"});
+  auto client = Connect(Options(job.endpoints, 0, 1));
+  ASSERT_NE(client, nullptr);
+  ASSERT_TRUE(client->CreateTable(TableConfig::Sparse(0, 4, OptimizerConfig::Sgd(0.1f))).ok());
+  ASSERT_TRUE(client->CreateTable(TableConfig::Sparse(1, 4, OptimizerConfig::Sgd(0.1f), Mode::kAsync, 0, 0, 4)).ok());
+  const uint64_t keys[4] = {1, 2, 3, 4};
+  std::vector<float> rows(16);
+  Status s = client->PullSparse(0, keys, 4, rows.data());
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("limit is 3 rows per server (the servers' default, --sparse_max_rows"), std::string::npos)
+      << s.message();
+  EXPECT_TRUE(client->PullSparse(0, keys, 3, rows.data()).ok());
+  EXPECT_TRUE(client->PullSparse(1, keys, 4, rows.data()).ok());  // its own declaration: 4
+  ASSERT_TRUE(client->StopWorker().ok());
+  EXPECT_EQ(job.servers[0]->WaitExit(std::chrono::seconds(15)), 0);
 }
 
 TEST(PsProcessTest, ABusyPortExitsOne) {

@@ -54,6 +54,10 @@ TEST(PsRpcTest, DenseTablesAreShardedAcrossTheServers) {
   }
   EXPECT_EQ(client->PullDense(0, out.data(), 9).code(), Code::kInvalidArgument);
   EXPECT_EQ(client->PullDense(5, out.data(), 10).code(), Code::kNotFound);
+  EXPECT_EQ(client->PushPullDense(5, g.data(), out.data(), 10).code(), Code::kNotFound);
+  // A refused request leaves the client's streams working.
+  ASSERT_OK(client->PushPullDense(0, g.data(), out.data(), out.size()));
+  for (int i = 0; i < 10; ++i) EXPECT_EQ(out[static_cast<size_t>(i)], static_cast<float>(i - 2));
 }
 
 TEST(PsRpcTest, SparseRowsLiveOnTheServerOfTheirKey) {
@@ -82,6 +86,30 @@ TEST(PsRpcTest, SparseRowsLiveOnTheServerOfTheirKey) {
   EXPECT_EQ(total, 10u);
 }
 
+TEST(PsRpcTest, ASparseTableFullOnOneServerRefusesNewRowsThereAndServesTheRest) {
+  Cluster c = StartCluster(2, 1);
+  auto client = Connect(Options(c.endpoints, 0, 1));
+  ASSERT_OK(client->CreateTable(TableConfig::Sparse(3, 2, OptimizerConfig::Sgd(1.0f), Mode::kAsync, 0, 0, 2)));
+  std::vector<float> rows(8), g(8, 1.0f);
+  const uint64_t odd[2] = {1, 3};  // server 1, which is then full
+  ASSERT_OK(client->PullSparse(3, odd, 2, rows.data()));
+  const uint64_t mixed[4] = {0, 2, 3, 5};  // two new rows on server 0 (fits), one on server 1 (does not)
+  for (Status s : {client->PullSparse(3, mixed, 4, rows.data()), client->PushSparse(3, mixed, 4, g.data())}) {
+    EXPECT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
+    EXPECT_NE(s.message().find("pserver " + c.endpoints[1] + " (server 1): sparse table 3 is full on server 1 of 2"),
+              std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("limit is 2 rows per server (the table's declared max_rows)"), std::string::npos)
+        << s.message();
+  }
+  EXPECT_EQ(c.servers[1]->core().FindTable(3)->AsSparse()->RowCount(), 2u);
+  // Existing rows train on; server 0 still has room.
+  ASSERT_OK(client->PushSparse(3, odd, 2, g.data()));
+  ASSERT_OK(client->PullSparse(3, odd, 2, rows.data()));
+  EXPECT_EQ(rows[0], -1.0f);
+  const uint64_t even[2] = {0, 2};
+  ASSERT_OK(client->PullSparse(3, even, 2, rows.data()));
+}
+
 TEST(PsRpcTest, SmallChunksGiveTheSameResultsAndDuplicateKeysAreSummed) {
   Cluster c = StartCluster(3, 1);
   auto o = Options(c.endpoints, 0, 1);
@@ -95,6 +123,9 @@ TEST(PsRpcTest, SmallChunksGiveTheSameResultsAndDuplicateKeysAreSummed) {
   ASSERT_OK(client->PushDense(0, init.data(), init.size()));
   ASSERT_OK(client->PullDense(0, out.data(), out.size()));
   for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], init[i] * 0.5f) << i;
+  // About 9 chunks per server, more than the streams a call keeps open per server.
+  ASSERT_OK(client->PushPullDense(0, init.data(), out.data(), out.size()));
+  for (size_t i = 0; i < out.size(); ++i) EXPECT_EQ(out[i], 0.0f) << i;
   const std::vector<uint64_t> keys = {5, 9, 5, 12, 9, 5, 100};
   std::vector<float> g(keys.size() * 3);
   for (size_t i = 0; i < g.size(); ++i) g[i] = 1.0f;
@@ -117,8 +148,14 @@ TEST(PsRpcTest, AsyncPushesFromManyTrainersAllApply) {
     std::vector<float> g(1000, 1.0f), w(1000), sg(8, 1.0f), rows(8);
     const uint64_t keys[2] = {7, static_cast<uint64_t>(100 + t)};
     for (int s = 0; s < kSteps; ++s) {
-      ASSERT_OK(client->PullDense(0, w.data(), w.size()));
-      ASSERT_OK(client->PushDense(0, g.data(), g.size()));
+      if (s % 2 == 0) {
+        ASSERT_OK(client->PullDense(0, w.data(), w.size()));
+        ASSERT_OK(client->PushDense(0, g.data(), g.size()));
+      } else {
+        // The answer comes once this push is applied: it holds this trainer's s + 1 steps at least.
+        ASSERT_OK(client->PushPullDense(0, g.data(), w.data(), w.size()));
+        for (float v : w) ASSERT_LE(v, -static_cast<float>(s + 1));
+      }
       ASSERT_OK(client->PullSparse(1, keys, 2, rows.data()));
       ASSERT_OK(client->PushSparse(1, keys, 2, sg.data()));
     }
@@ -165,11 +202,19 @@ TEST(PsRpcTest, SyncTrainingEqualsTheAveragedGradientsAppliedStepByStep) {
     ASSERT_OK(client->CreateTable(sparse));
     if (t == 0) ASSERT_OK(client->InitDense(0, init.data(), kSize));
     ASSERT_OK(client->Barrier());
-    std::vector<float> g(kSize), w(kSize);
+    std::vector<float> g(kSize), w(kSize), after(kSize);
     for (int s = 0; s < kSteps; ++s) {
       ASSERT_OK(client->PullDense(0, w.data(), kSize));
+      if (s > 0) {
+        EXPECT_EQ(w, after);  // the fused answer was the step's result
+      }
       for (size_t i = 0; i < kSize; ++i) g[i] = Grad(t, s, i);
-      ASSERT_OK(client->PushDense(0, g.data(), kSize));
+      if (s % 2 == 0) {
+        ASSERT_OK(client->PushDense(0, g.data(), kSize));
+        ASSERT_OK(client->PullDense(0, after.data(), kSize));
+      } else {
+        ASSERT_OK(client->PushPullDense(0, g.data(), after.data(), kSize));
+      }
       // Sparse: trainer t touches keys t and 10; every server hears from every trainer.
       const uint64_t keys[2] = {static_cast<uint64_t>(t), 10};
       const float sg[4] = {1.0f, 1.0f, 2.0f, 2.0f};
@@ -263,8 +308,9 @@ TEST(PsRpcTest, GeoTrainersStepLocallyAndMergeTheirDeltasEveryKSteps) {
   ASSERT_OK(workers[1]->PullDense(0, w.data(), 3));
   EXPECT_EQ(w, server);
   ASSERT_OK(workers[1]->PushDense(0, g[1], 3));
-  ASSERT_OK(workers[1]->PushDense(0, g[1], 3));
+  ASSERT_OK(workers[1]->PushPullDense(0, g[1], w.data(), 3));  // the exchange: back come the merged values
   ASSERT_OK(observer->PullDense(0, server.data(), 3));
+  EXPECT_EQ(w, server);
   for (size_t i = 0; i < 3; ++i) {
     EXPECT_NEAR(server[i], 1 - 0.1 * (g[0][i] + g[1][i]), 1e-6) << i;
   }
@@ -421,11 +467,57 @@ TEST(PsRpcTest, ATrainerThatGivesUpGetsADeadlineAndTheServerStillShutsDown) {
   o.sync_timeout = std::chrono::milliseconds(200);
   auto client = Connect(o);
   ASSERT_OK(client->CreateTable(TableConfig::Sparse(0, 4, OptimizerConfig::Sgd(0.1f), Mode::kSync)));
+  ASSERT_OK(client->CreateTable(TableConfig::Dense(1, 4, OptimizerConfig::Sgd(0.1f), Mode::kSync)));
   const uint64_t key = 1;
   const float g[4] = {1, 1, 1, 1};
+  float w[4];
   EXPECT_EQ(client->PushSparse(0, &key, 1, g).code(), Code::kDeadlineExceeded);
   EXPECT_EQ(client->Barrier().code(), Code::kDeadlineExceeded);
-  c.servers[0]->Shutdown();  // answers the step still waiting on the server, then stops
+  Status dense = client->PushPullDense(1, g, w, 4);
+  EXPECT_EQ(dense.code(), Code::kDeadlineExceeded) << dense.ToString();
+  EXPECT_NE(dense.message().find("pserver " + c.endpoints[0] + " (server 0)"), std::string::npos) << dense.message();
+  // The stream that gave up is replaced: a pull needs no other trainer.
+  ASSERT_OK(client->PullDense(1, w, 4));
+  c.servers[0]->Shutdown();  // answers the steps still waiting on the server, then stops
+}
+
+TEST(PsRpcTest, OneClientServesManyThreadsAtOnce) {
+  const int kThreads = 4, kSteps = 30;
+  Cluster c = StartCluster(2, 1);
+  auto client = Connect(Options(c.endpoints, 0, 1));
+  ASSERT_OK(client->CreateTable(TableConfig::Dense(0, 999, OptimizerConfig::Sgd(1.0f))));
+  OnThreads(kThreads, [&](int) {
+    std::vector<float> g(999, 1.0f), w(999);
+    for (int s = 0; s < kSteps; ++s) {
+      ASSERT_OK(client->PushPullDense(0, g.data(), w.data(), w.size()));
+      ASSERT_OK(client->PullDense(0, w.data(), w.size()));
+    }
+  });
+  std::vector<float> w(999);
+  ASSERT_OK(client->PullDense(0, w.data(), w.size()));
+  for (float v : w) ASSERT_EQ(v, -static_cast<float>(kThreads * kSteps));
+}
+
+TEST(PsRpcTest, AClientWhoseServerRestartsReachesTheNewOne) {
+  const TableConfig t = TableConfig::Dense(0, 8, OptimizerConfig::Sgd(1.0f));
+  Cluster c = StartCluster(1, 1, "", [&](ServerOptions& o) { o.tables = {t}; });
+  auto client = Connect(Options(c.endpoints, 0, 1));
+  ASSERT_OK(client->CreateTable(t));
+  std::vector<float> w(8), g(8, 1.0f);
+  ASSERT_OK(client->PushPullDense(0, g.data(), w.data(), 8));
+  const int port = c.servers[0]->port();
+  c.servers[0].reset();  // gone: the client's open streams break
+  EXPECT_EQ(client->PullDense(0, w.data(), 8).code(), Code::kUnavailable);
+  ServerOptions o;
+  o.bind_address = "127.0.0.1:" + std::to_string(port);
+  o.tables = {t};
+  std::unique_ptr<PsServer> again;
+  ASSERT_OK(PsServer::Start(o, &again));
+  // Fresh streams to the new server, once the channel has reconnected (backoff up to 1 s).
+  Status s;
+  ASSERT_TRUE(testing::PollUntil([&] { return (s = client->PushPullDense(0, g.data(), w.data(), 8)).ok(); },
+                                 std::chrono::seconds(10))) << s.ToString();
+  for (float v : w) EXPECT_EQ(v, -1.0f);
 }
 
 }  // namespace

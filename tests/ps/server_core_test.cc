@@ -255,6 +255,67 @@ TEST(PsServerCoreTest, ALoadedTableTakesTheDeclaredHyperparametersAndKeepsItsVal
   EXPECT_NE(s.message().find("the checkpoint holds dense table 0 (size 3"), std::string::npos) << s.message();
 }
 
+// The shard's limit, through the table the core serves.
+uint64_t MaxRows(ServerCore& core, uint32_t table) { return core.FindTable(table)->AsSparse()->max_rows(); }
+
+TEST(PsServerCoreTest, ASparseTablesRowLimitIsItsDeclarationsElseTheServersDefault) {
+  ServerOptions o = Opts(1);
+  o.sparse_max_rows = 2;
+  ServerCore core(o);
+  ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f))).ok());
+  ASSERT_TRUE(core.Declare(TableConfig::Sparse(1, 2, OptimizerConfig::Sgd(1.0f), Mode::kAsync, 0, 0, 3)).ok());
+  EXPECT_EQ(MaxRows(core, 0), 2u);
+  EXPECT_EQ(MaxRows(core, 1), 3u);
+  std::string out;
+  ASSERT_TRUE(core.PullSparse(0, K({1, 2}), &out).ok());
+  Status s = core.PullSparse(0, K({3}), &out);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  EXPECT_NE(s.message().find("the servers' default, --sparse_max_rows"), std::string::npos) << s.message();
+  ASSERT_TRUE(core.PullSparse(1, K({1, 2, 3}), &out).ok());
+  // Without a server default, a table declaring none gets the memory-derived limit.
+  ServerCore plain(Opts(1));
+  const TableConfig t = TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f));
+  ASSERT_TRUE(plain.Declare(t).ok());
+  EXPECT_EQ(MaxRows(plain, 0), SparseShard::DefaultMaxRows(t));
+}
+
+TEST(PsServerCoreTest, ASyncSparseStepPastTheRowLimitFailsEveryPusherAndAppliesNothing) {
+  ServerCore core(Opts(2));
+  ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 1, OptimizerConfig::Sgd(1.0f), Mode::kSync, 0, 0, 2)).ok());
+  std::string out;
+  ASSERT_TRUE(core.PullSparse(0, K({1}), &out).ok());
+  Answer a0, a1;
+  core.PushSparse(0, 0, 1, K({1, 2}), F({1, 1}), a0.done());
+  core.PushSparse(0, 1, 1, K({1, 3}), F({1, 1}), a1.done());  // together 3 rows
+  ASSERT_TRUE(a0.status && a1.status);
+  EXPECT_EQ(a0.status->code(), Code::kResourceExhausted) << a0.status->ToString();
+  EXPECT_EQ(a1.status->code(), Code::kResourceExhausted);
+  EXPECT_NE(a0.status->message().find("this push would create 2 more"), std::string::npos) << a0.status->message();
+  ASSERT_TRUE(core.PullSparse(0, K({1}), &out).ok());
+  EXPECT_EQ(Floats(out), (std::vector<float>{0}));  // row 1 untouched
+  EXPECT_EQ(core.FindTable(0)->AsSparse()->RowCount(), 1u);
+}
+
+TEST(PsServerCoreTest, ALoadedSparseTableTakesTheDeclaredRowLimitAndKeepsItsRows) {
+  TempDir dir;
+  {
+    ServerCore core(Opts(1));
+    ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f))).ok());
+    std::string out;
+    ASSERT_TRUE(core.PullSparse(0, K({1, 2, 3}), &out).ok());
+    uint32_t n = 0;
+    ASSERT_TRUE(core.Save(dir.path(), &n).ok());
+  }
+  ServerCore core(Opts(1));
+  ASSERT_TRUE(core.LoadModelDir(dir.path()).ok());
+  // Declared with a limit below what the checkpoint holds: its rows stay and serve, none are added.
+  ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f), Mode::kAsync, 0, 0, 2)).ok());
+  EXPECT_EQ(MaxRows(core, 0), 2u);
+  std::string out;
+  EXPECT_TRUE(core.PullSparse(0, K({1, 2, 3}), &out).ok());
+  EXPECT_EQ(core.PullSparse(0, K({4}), &out).code(), Code::kResourceExhausted);
+}
+
 TEST(PsServerCoreTest, RequestsAreCheckedBeforeAnythingHappens) {
   ServerOptions o = Opts(2, 0, 2);
   o.max_message_bytes = 1024;

@@ -1,7 +1,10 @@
 // Shards: dense ranges with global offsets, sparse rows created on first pull with values that
-// depend only on (seed, table, key), updates per mode, ownership checks, concurrent use.
+// depend only on (seed, table, key), updates per mode, ownership checks, the sparse row limit,
+// concurrent use.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cmath>
 #include <thread>
 #include <vector>
@@ -125,6 +128,89 @@ TEST(PsTableTest, SparseShardRefusesKeysOfOtherServers) {
   EXPECT_EQ(s.code(), Code::kInvalidArgument);
   EXPECT_NE(s.message().find("key 7 of table 2 belongs to server 1"), std::string::npos) << s.message();
   EXPECT_EQ(t->AsSparse()->RowCount(), 0u);  // nothing created by a refused request
+}
+
+TEST(PsTableTest, ASparseShardCreatesNoRowsPastItsLimitAndKeepsServingTheOnesItHas) {
+  // Server 1 of 2, at most 3 rows; keys are odd.
+  auto t = MakeShard(TableConfig::Sparse(6, 2, OptimizerConfig::Sgd(1.0f), Mode::kAsync, 0.5f, 1, 3), 1, 2);
+  SparseShard* shard = t->AsSparse();
+  EXPECT_EQ(shard->max_rows(), 3u);
+  const uint64_t first[2] = {1, 3};
+  float rows[8];
+  ASSERT_TRUE(shard->Pull(first, 2, rows).ok());
+  const float before[2] = {rows[0], rows[1]};
+
+  // Two new rows would make 4: the pull fails whole, naming the table, the server and the limit.
+  const uint64_t two_new[3] = {1, 5, 7};
+  Status s = shard->Pull(two_new, 3, rows);
+  EXPECT_EQ(s.code(), Code::kResourceExhausted);
+  for (const char* part : {"sparse table 6 is full on server 1 of 2", "holds 2 rows", "limit is 3 rows per server",
+                           "pull would create 2 more", "max_rows"}) {
+    EXPECT_NE(s.message().find(part), std::string::npos) << part << " in: " << s.message();
+  }
+  EXPECT_EQ(shard->RowCount(), 2u);
+  // The same for a push: nothing applied, not even to the rows that exist.
+  const float g[6] = {1, 1, 1, 1, 1, 1};
+  EXPECT_EQ(shard->Update(two_new, g, 3).code(), Code::kResourceExhausted);
+  ASSERT_TRUE(shard->Pull(first, 1, rows).ok());
+  EXPECT_EQ(rows[0], before[0]);
+  EXPECT_EQ(rows[1], before[1]);
+
+  // Existing rows keep working, and a request that fits (a key twice counts once) goes through.
+  ASSERT_TRUE(shard->Update(first, g, 2).ok());
+  ASSERT_TRUE(shard->Pull(first, 1, rows).ok());
+  EXPECT_EQ(rows[0], before[0] - 1.0f);
+  const uint64_t one_new_twice[3] = {5, 3, 5};
+  ASSERT_TRUE(shard->Pull(one_new_twice, 3, rows).ok());
+  EXPECT_EQ(shard->RowCount(), 3u);
+  const uint64_t another = 9;
+  EXPECT_EQ(shard->Update(&another, g, 1).code(), Code::kResourceExhausted);
+  EXPECT_EQ(shard->RowCount(), 3u);
+
+  // A higher limit lets it grow again.
+  shard->SetMaxRows(4, SparseShard::LimitSource::kServerDefault);
+  ASSERT_TRUE(shard->Update(&another, g, 1).ok());
+  EXPECT_EQ(shard->RowCount(), 4u);
+  s = shard->Pull(two_new, 3, rows);
+  EXPECT_NE(s.message().find("--sparse_max_rows"), std::string::npos) << s.message();
+}
+
+TEST(PsTableTest, ConcurrentRequestsCreateExactlyTheLimitsRows) {
+  auto t = MakeShard(TableConfig::Sparse(0, 4, OptimizerConfig::Sgd(1.0f), Mode::kAsync, 0, 0, 100), 0, 1);
+  std::atomic<int> created{0}, refused{0};
+  // 4 threads race for 100 rows, each pulling 60 keys of its own and 20 that all of them share.
+  testing::OnThreads(4, [&](int thread) {
+    std::vector<float> row(4);
+    for (uint64_t i = 0; i < 80; ++i) {
+      const uint64_t key = i < 20 ? i : 1000 * static_cast<uint64_t>(thread + 1) + i;
+      Status s = t->AsSparse()->Pull(&key, 1, row.data());
+      if (s.ok()) {
+        created++;
+      } else {
+        ASSERT_EQ(s.code(), Code::kResourceExhausted) << s.ToString();
+        refused++;
+      }
+    }
+  });
+  EXPECT_EQ(t->AsSparse()->RowCount(), 100u);
+  EXPECT_EQ(created + refused, 320);
+  EXPECT_GE(created, 100);
+}
+
+TEST(PsTableTest, TheDefaultRowLimitComesFromMemoryAndTheRowSize) {
+  const TableConfig narrow = TableConfig::Sparse(0, 8, OptimizerConfig::Sgd(0.1f));
+  const TableConfig wide = TableConfig::Sparse(0, 64, OptimizerConfig::Adam(0.1f));
+  EXPECT_EQ(SparseShard::RowBytes(narrow), 8u * 4 + 48);
+  EXPECT_EQ(SparseShard::RowBytes(wide), 64u * 5 * 4 + 48);
+  const uint64_t memory =
+      static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const TableConfig& c : {narrow, wide}) {
+    const uint64_t rows = SparseShard::DefaultMaxRows(c);
+    EXPECT_GT(rows, 0u);
+    EXPECT_LE(rows * SparseShard::RowBytes(c), memory / 2);
+    EXPECT_EQ(MakeShard(c, 0, 1)->AsSparse()->max_rows(), rows);  // what a table declaring none gets
+  }
+  EXPECT_GT(SparseShard::DefaultMaxRows(narrow), SparseShard::DefaultMaxRows(wide));
 }
 
 TEST(PsTableTest, ConcurrentUpdatesAreAllApplied) {

@@ -79,6 +79,7 @@ class PsBindingTest(unittest.TestCase):
             fleet.add_dense_table(0, [1.0, 2.0, 3.0], optimizer="sgd", learning_rate=0.5)
             fleet.add_dense_table(2, 4, optimizer="adam", learning_rate=0.1)      # a size: zeros
             fleet.add_sparse_table(1, 2, optimizer="adagrad", learning_rate=1.0, init_range=0.0)
+            fleet.add_sparse_table(3, 1, max_rows=2)
             try:
                 fleet.pull_dense(0)
                 raise SystemExit("pull before init_worker")
@@ -92,6 +93,15 @@ class PsBindingTest(unittest.TestCase):
             assert fleet.pull_dense(0, out=out) is out and list(out) == [0.0, 1.0, 2.0], out
             fleet.push_dense(2, [1, -1, 0, 1])
             assert [round(v, 5) for v in fleet.pull_dense(2)] == [-0.1, 0.1, 0.0, -0.1]   # Adam: lr * sign
+            after = fleet.push_pull_dense(0, [1.0, 1.0, 1.0])                     # one round trip
+            assert list(after) == [-0.5, 0.5, 1.5], after
+            assert list(fleet.pull_sparse(3, [1, 2, 1])) == [0.0] * 3
+            try:
+                fleet.pull_sparse(3, [1, 3])
+                raise SystemExit("a third row past max_rows=2")
+            except fleet_runtime.Error as e:
+                assert str(e).startswith("RESOURCE_EXHAUSTED"), str(e)
+            assert list(fleet.pull_sparse(3, [2])) == [0.0]                       # held rows still serve
             rows = fleet.pull_sparse(1, [7, 8, 7])
             assert list(rows) == [0.0] * 6
             fleet.push_sparse(1, array.array("q", [7, 7]), [1.0, 0.0, 1.0, 0.0])  # duplicates summed: g = 2
@@ -117,7 +127,7 @@ class PsBindingTest(unittest.TestCase):
             with tempfile.TemporaryDirectory() as d:
                 fleet.save_persistables(d)
                 assert sorted(os.listdir(d)) == ["table_0.shard_0_of_1", "table_1.shard_0_of_1",
-                                                 "table_2.shard_0_of_1"], os.listdir(d)
+                                                 "table_2.shard_0_of_1", "table_3.shard_0_of_1"], os.listdir(d)
             fleet.barrier()
             fleet.flush()
             fleet.stop_worker()

@@ -110,15 +110,18 @@ void PutVarintField(std::string* out, uint32_t field, uint64_t value) {
 }
 
 grpc::ByteBuffer BytesField1(size_t bytes, char** payload) {
-  grpc_slice s = grpc_slice_malloc_large(8 + bytes);  // never inlined: the payload pointer stays valid
+  // The length is written before the payload is, so it takes a fixed 5 bytes: the most protobuf's
+  // parsers read for a length (up to 2^31; answers stay under the message limit).
+  constexpr size_t kHeader = 6;
+  grpc_slice s = grpc_slice_malloc_large(kHeader + bytes);  // never inlined: the payload pointer stays valid
   char* data = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(s));
   data[0] = 0x0a;  // field 1, length-delimited
   uint64_t v = bytes;
-  for (int i = 1; i < 8; ++i) {
-    data[i] = static_cast<char>((v & 0x7f) | (i < 7 ? 0x80 : 0));
+  for (size_t i = 1; i < kHeader; ++i) {
+    data[i] = static_cast<char>((v & 0x7f) | (i < kHeader - 1 ? 0x80 : 0));
     v >>= 7;
   }
-  *payload = data + 8;
+  *payload = data + kHeader;
   grpc::Slice slice(s, grpc::Slice::STEAL_REF);
   return grpc::ByteBuffer(&slice, 1);
 }
@@ -127,15 +130,16 @@ namespace {
 
 Status Malformed(const char* what) { return InvalidArgument(std::string("malformed ") + what + " message"); }
 
-// Reads varint fields into `slots` (by field number) and one length-delimited field.
-template <size_t N>
-Status ParseFields(Reader& reader, uint64_t* (&slots)[N], uint32_t bytes_field, Segments* bytes, const char* what) {
+// Reads a message's varint fields into varints[field number] and its length-delimited ones into
+// bytes[field number] (null entries: skipped).
+template <size_t N, size_t M>
+Status ParseFields(Reader& reader, uint64_t* (&varints)[N], Segments* (&bytes)[M], const char* what) {
   uint32_t field, type;
   while (reader.Next(&field, &type)) {
-    if (field < N && slots[field] && type == 0) {
-      if (!reader.Varint(slots[field])) break;
-    } else if (bytes && field == bytes_field && type == 2) {
-      if (!reader.Bytes(bytes)) break;
+    if (type == 0 && field < N && varints[field]) {
+      if (!reader.Varint(varints[field])) break;
+    } else if (type == 2 && field < M && bytes[field]) {
+      if (!reader.Bytes(bytes[field])) break;
     } else if (!reader.Skip(type)) {
       break;
     }
@@ -145,20 +149,28 @@ Status ParseFields(Reader& reader, uint64_t* (&slots)[N], uint32_t bytes_field, 
 
 }  // namespace
 
-grpc::ByteBuffer PushDenseRequest(uint32_t table, uint64_t begin, uint32_t trainer, const float* values, size_t n) {
+grpc::ByteBuffer DenseRequest(uint32_t op, uint32_t table, uint64_t begin, uint64_t end, uint32_t trainer,
+                              const float* values, size_t n) {
   std::string header;
   PutVarintField(&header, 1, table);
   PutVarintField(&header, 2, begin);
   PutVarintField(&header, 4, trainer);
+  PutVarintField(&header, 5, op);
+  if (end != 0) PutVarintField(&header, 6, end);
+  if (n == 0) {
+    grpc::Slice slice(header);
+    return grpc::ByteBuffer(&slice, 1);
+  }
   PutVarint(&header, (3u << 3) | 2);
   PutVarint(&header, n * sizeof(float));
   grpc::Slice slices[2] = {grpc::Slice(header), grpc::Slice(values, n * sizeof(float), grpc::Slice::STATIC_SLICE)};
   return grpc::ByteBuffer(slices, 2);
 }
 
-Status ParsePushDense(Reader& reader, PushDense* out) {
-  uint64_t* slots[5] = {nullptr, &out->table, &out->begin, nullptr, &out->trainer};
-  return ParseFields(reader, slots, 3, &out->values, "PushDenseRequest");
+Status ParseDense(Reader& reader, Dense* out) {
+  uint64_t* varints[7] = {nullptr, &out->table, &out->begin, nullptr, &out->trainer, &out->op, &out->end};
+  Segments* bytes[4] = {nullptr, nullptr, nullptr, &out->values};
+  return ParseFields(reader, varints, bytes, "dense request");
 }
 
 grpc::ByteBuffer PullDenseRequest(uint32_t table, uint64_t begin, uint64_t end) {
@@ -171,8 +183,9 @@ grpc::ByteBuffer PullDenseRequest(uint32_t table, uint64_t begin, uint64_t end) 
 }
 
 Status ParsePullDense(Reader& reader, PullDense* out) {
-  uint64_t* slots[4] = {nullptr, &out->table, &out->begin, &out->end};
-  return ParseFields(reader, slots, 0, nullptr, "PullDenseRequest");
+  uint64_t* varints[4] = {nullptr, &out->table, &out->begin, &out->end};
+  Segments* bytes[1] = {nullptr};
+  return ParseFields(reader, varints, bytes, "PullDenseRequest");
 }
 
 grpc::ByteBuffer PullSparseRequest(uint32_t table, const uint64_t* keys, size_t n) {
@@ -185,20 +198,39 @@ grpc::ByteBuffer PullSparseRequest(uint32_t table, const uint64_t* keys, size_t 
 }
 
 Status ParsePullSparse(Reader& reader, PullSparse* out) {
-  uint64_t* slots[2] = {nullptr, &out->table};
-  return ParseFields(reader, slots, 2, &out->keys, "PullSparseRequest");
+  uint64_t* varints[2] = {nullptr, &out->table};
+  Segments* bytes[3] = {nullptr, nullptr, &out->keys};
+  return ParseFields(reader, varints, bytes, "PullSparseRequest");
 }
 
-Status ReadBytesField1(const grpc::ByteBuffer& buffer, char* out, size_t bytes) {
+Status ReadAnswer(const grpc::ByteBuffer& buffer, char* out, size_t bytes) {
   Reader reader(buffer);
-  Segments values;
-  uint64_t* slots[1] = {nullptr};
-  if (Status s = ParseFields(reader, slots, 1, &values, "answer"); !s.ok()) return Internal(s.message());
+  Segments values, error;
+  uint64_t code = 0;
+  uint64_t* varints[3] = {nullptr, nullptr, &code};
+  Segments* fields[4] = {nullptr, &values, nullptr, &error};
+  if (Status s = ParseFields(reader, varints, fields, "answer"); !s.ok()) return Internal(s.message());
+  if (code != 0) {
+    std::string message(error.size, '\0');
+    error.CopyTo(message.data());
+    // gRPC's numbering (as FromGrpc); past its last code (16) it is still a failure.
+    return Status(code <= 16 ? static_cast<Code>(code) : Code::kUnknown, std::move(message));
+  }
   if (values.size != bytes) {
     return Internal("the answer holds " + std::to_string(values.size) + " bytes, expected " + std::to_string(bytes));
   }
   values.CopyTo(out);
   return Status::Ok();
+}
+
+grpc::ByteBuffer FailedAnswer(const Status& status) {
+  std::string m;
+  PutVarintField(&m, 2, static_cast<uint64_t>(status.code()));
+  PutVarint(&m, (3u << 3) | 2);
+  PutVarint(&m, status.message().size());
+  m += status.message();
+  grpc::Slice slice(m);
+  return grpc::ByteBuffer(&slice, 1);
 }
 
 grpc::ByteBuffer Applied(bool applied) {

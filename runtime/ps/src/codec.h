@@ -46,14 +46,16 @@ class Reader {
 void PutVarint(std::string* out, uint64_t value);
 void PutVarintField(std::string* out, uint32_t field, uint64_t value);
 
-// PushDenseRequest: header fields in one small slice, then the values themselves, not copied
-// (they must outlive the call).
-grpc::ByteBuffer PushDenseRequest(uint32_t table, uint64_t begin, uint32_t trainer, const float* values, size_t n);
-struct PushDense {
-  uint64_t table = 0, begin = 0, trainer = 0;
+// DenseRequest (op, table, begin, end, trainer): header fields in one small slice, then the n pushed
+// values themselves (none for a pull), not copied: they must outlive the call.
+grpc::ByteBuffer DenseRequest(uint32_t op, uint32_t table, uint64_t begin, uint64_t end, uint32_t trainer,
+                              const float* values, size_t n);
+// A DenseRequest, or a PushDenseRequest (its fields 1-4 are DenseRequest's; op and end stay 0).
+struct Dense {
+  uint64_t table = 0, begin = 0, trainer = 0, op = 0, end = 0;
   Segments values;
 };
-Status ParsePushDense(Reader& reader, PushDense* out);
+Status ParseDense(Reader& reader, Dense* out);
 
 grpc::ByteBuffer PullDenseRequest(uint32_t table, uint64_t begin, uint64_t end);
 struct PullDense {
@@ -68,13 +70,18 @@ struct PullSparse {
 };
 Status ParsePullSparse(Reader& reader, PullSparse* out);
 
-// A message whose field 1 holds `bytes` bytes, in one slice, to be written at *payload: an 8-byte
-// aligned position (the length varint is padded to 7 bytes, which protobuf parsers accept).
+// A message whose field 1 holds `bytes` bytes, in one slice, to be written at *payload (the length
+// varint is padded to 5 bytes, which protobuf parsers accept). The answer of a good pull
+// (PullDenseResponse, PullSparseResponse, DenseAnswer).
 grpc::ByteBuffer BytesField1(size_t bytes, char** payload);
-// Copies field 1 (length-delimited) of a message into out, which holds exactly `bytes` bytes.
-Status ReadBytesField1(const grpc::ByteBuffer& buffer, char* out, size_t bytes);
+// Reads an answer: a DenseAnswer's failure (code, error) as that status; otherwise copies field 1
+// (the values) into out, which holds exactly `bytes` bytes. Also reads PullDenseResponse and
+// PullSparseResponse, which have field 1 only.
+Status ReadAnswer(const grpc::ByteBuffer& buffer, char* out, size_t bytes);
+// DenseAnswer { code, error } of a failed request.
+grpc::ByteBuffer FailedAnswer(const Status& status);
 
-// PushResponse { applied = true }.
+// PushResponse { applied }; with applied false, an empty message (also a good push's DenseAnswer).
 grpc::ByteBuffer Applied(bool applied);
 
 }  // namespace fleet::ps::codec

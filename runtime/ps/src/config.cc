@@ -81,7 +81,7 @@ TableConfig TableConfig::Dense(uint32_t id, uint64_t size, OptimizerConfig optim
 }
 
 TableConfig TableConfig::Sparse(uint32_t id, uint32_t dim, OptimizerConfig optimizer, Mode mode,
-                                float init_range, uint64_t seed) {
+                                float init_range, uint64_t seed, uint64_t max_rows) {
   TableConfig c;
   c.table_id = id;
   c.kind = TableKind::kSparse;
@@ -90,6 +90,7 @@ TableConfig TableConfig::Sparse(uint32_t id, uint32_t dim, OptimizerConfig optim
   c.mode = mode;
   c.init_range = init_range;
   c.seed = seed;
+  c.max_rows = max_rows;
   return c;
 }
 
@@ -109,6 +110,7 @@ Status ValidateTableConfig(const TableConfig& c) {
     if (c.size == 0) return InvalidArgument(what + "a dense table needs size > 0");
     if (c.size > (uint64_t{1} << 36)) return InvalidArgument(what + "a dense table of more than 2^36 values");
     if (c.dim != 0) return InvalidArgument(what + "a dense table has no dim");
+    if (c.max_rows != 0) return InvalidArgument(what + "a dense table has no max_rows");
   } else {
     if (c.dim == 0 || c.dim > 65536) return InvalidArgument(what + "a sparse table needs 0 < dim <= 65536");
     if (c.size != 0) return InvalidArgument(what + "a sparse table has no size");
@@ -154,6 +156,7 @@ std::string DescribeTable(const TableConfig& c) {
   out << ", " << OptimizerName(c.optimizer.kind) << " lr=" << c.optimizer.learning_rate << ", "
       << ModeName(c.mode);
   if (c.mode == Mode::kGeo) out << " k_steps=" << c.k_steps;
+  if (c.max_rows != 0) out << ", max_rows " << c.max_rows;
   out << ")";
   return out.str();
 }
@@ -163,7 +166,8 @@ bool SameTableConfig(const TableConfig& a, const TableConfig& b) {
   const OptimizerConfig& y = b.optimizer;
   return a.table_id == b.table_id && a.kind == b.kind && a.size == b.size && a.dim == b.dim &&
          a.mode == b.mode && a.k_steps == b.k_steps && a.init_range == b.init_range && a.seed == b.seed &&
-         x.kind == y.kind && x.learning_rate == y.learning_rate && x.beta1 == y.beta1 && x.beta2 == y.beta2 &&
+         a.max_rows == b.max_rows && x.kind == y.kind && x.learning_rate == y.learning_rate && x.beta1 == y.beta1 &&
+         x.beta2 == y.beta2 &&
          x.epsilon == y.epsilon && x.initial_accumulator == y.initial_accumulator;
 }
 

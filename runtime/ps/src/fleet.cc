@@ -1,5 +1,6 @@
 #include "fleet/ps/fleet.h"
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdlib>
@@ -24,6 +25,21 @@ Status Seconds(const EnvMap& env, const std::string& name, double fallback, std:
     }
   }
   *out = std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0));
+  return Status::Ok();
+}
+
+// A row count from the env; 0 when unset.
+Status Rows(const EnvMap& env, const std::string& name, uint64_t* out) {
+  *out = 0;
+  auto it = env.find(name);
+  if (it == env.end() || it->second.empty()) return Status::Ok();
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long value = std::strtoull(it->second.c_str(), &end, 10);
+  if (end == it->second.c_str() || *end != '\0' || errno != 0 || value == 0 || it->second[0] == '-') {
+    return InvalidArgument(name + " must be a positive number of rows, got '" + it->second + "'");
+  }
+  *out = value;
   return Status::Ok();
 }
 
@@ -82,8 +98,8 @@ Status Fleet::AddDenseTable(uint32_t id, std::vector<float> initial, const Optim
 }
 
 Status Fleet::AddSparseTable(uint32_t id, uint32_t dim, const OptimizerConfig& optimizer, float init_range,
-                             uint64_t seed) {
-  TableConfig config = TableConfig::Sparse(id, dim, optimizer, strategy_.mode(), init_range, seed);
+                             uint64_t seed, uint64_t max_rows) {
+  TableConfig config = TableConfig::Sparse(id, dim, optimizer, strategy_.mode(), init_range, seed, max_rows);
   if (config.mode == Mode::kGeo) config.k_steps = strategy_.k_steps;
   if (Status s = ValidateTableConfig(config); !s.ok()) return s;
   for (const TableConfig& t : tables_) {
@@ -105,6 +121,7 @@ Status Fleet::InitServer(const std::string& model_dir) {
   options.model_dir = model_dir;
   options.tables = tables_;
   if (Status s = Seconds(env_, "FLEET_PS_SYNC_TIMEOUT", 600, &options.sync_timeout); !s.ok()) return s;
+  if (Status s = Rows(env_, "FLEET_PS_SPARSE_MAX_ROWS", &options.sparse_max_rows); !s.ok()) return s;
   if (Status s = PsServer::Start(options, &server_); !s.ok()) return s;
   Log("pserver_index: " + std::to_string(server_index_) + ", listening on " + bind_address_ + ", trainers: " +
       std::to_string(trainers_) + ", tables: " + std::to_string(tables_.size()) +
@@ -140,6 +157,7 @@ Status Fleet::InitWorker() {
     ServerOptions so;
     so.bind_address = "127.0.0.1:0";
     so.tables = tables_;
+    if (Status s = Rows(env_, "FLEET_PS_SPARSE_MAX_ROWS", &so.sparse_max_rows); !s.ok()) return s;
     if (Status s = PsServer::Start(so, &server_); !s.ok()) return s;
     servers_ = {"127.0.0.1:" + std::to_string(server_->port())};
   }

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "codec.h"
@@ -18,10 +19,95 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 // The bulk methods are raw (codec.h): their payloads go from the received slices into the tables,
-// and from the tables into one answer slice, without protobuf strings in between.
-using Base = wire::ParameterServer::WithRawCallbackMethod_PushDense<
-    wire::ParameterServer::WithRawCallbackMethod_PullDense<
-        wire::ParameterServer::WithRawCallbackMethod_PullSparse<wire::ParameterServer::CallbackService>>>;
+// and from the tables into one answer slice, without protobuf strings in between. The others take
+// protobuf messages. (Spelled out rather than layered over CallbackService: a raw stream method
+// cannot override the typed one.)
+using PS = wire::ParameterServer;
+using Base = PS::WithRawCallbackMethod_PushDense<PS::WithRawCallbackMethod_PullDense<
+    PS::WithRawCallbackMethod_PullSparse<PS::WithRawCallbackMethod_DenseStream<PS::WithCallbackMethod_Info<
+        PS::WithCallbackMethod_CreateTable<PS::WithCallbackMethod_InitDense<PS::WithCallbackMethod_PushSparse<
+            PS::WithCallbackMethod_Barrier<PS::WithCallbackMethod_Save<
+                PS::WithCallbackMethod_StopWorker<PS::Service>>>>>>>>>>>;
+
+enum DenseOp : uint64_t {
+  kPush = wire::DenseRequest::PUSH,
+  kPull = wire::DenseRequest::PULL,
+  kPushPull = wire::DenseRequest::PUSH_PULL,
+};
+
+Status CheckTableId(uint64_t table) {
+  if (table > UINT32_MAX) return NotFound("table " + std::to_string(table) + " does not exist");
+  return Status::Ok();
+}
+
+// The answer's payload goes into one new slice of *answer.
+ServerCore::Allocate AnswerInto(grpc::ByteBuffer* answer) {
+  return [answer](size_t bytes) {
+    char* payload = nullptr;
+    *answer = codec::BytesField1(bytes, &payload);
+    return payload;
+  };
+}
+
+// One dense request, whichever method brought it: a push (answered when applied: at once, or for a
+// sync table when the step completes, from the thread that completes it), a pull, or a push and then
+// a pull of the range it pushed. Pulled values go where `out` says. The pushed values are read from
+// the request's slices, which must stay until `done`.
+void ServeDense(ServerCore& core, const codec::Dense& m, const ServerCore::Allocate& out, Done done) {
+  Status s = CheckTableId(m.table);
+  if (s.ok() && m.trainer > UINT32_MAX) {
+    s = InvalidArgument("trainer_id " + std::to_string(m.trainer) + " is out of range");
+  }
+  if (s.ok() && m.op != kPush && m.op != kPull && m.op != kPushPull) {
+    s = InvalidArgument("dense request op " + std::to_string(m.op) + " is not PUSH, PULL or PUSH_PULL");
+  }
+  if (!s.ok()) return done(s);
+  const auto table = static_cast<uint32_t>(m.table);
+  const auto trainer = static_cast<uint32_t>(m.trainer);
+  if (m.op == kPull) return done(core.PullDense(table, m.begin, m.end, out));
+  if (m.op == kPush) return core.PushDense(table, m.begin, trainer, m.values.parts, std::move(done));
+  const uint64_t end = m.begin + m.values.size / sizeof(float);  // checked by the push first
+  core.PushDense(table, m.begin, trainer, m.values.parts,
+                 [&core, table, begin = m.begin, end, out, done = std::move(done)](Status pushed) {
+                   done(pushed.ok() ? core.PullDense(table, begin, end, out) : pushed);
+                 });
+}
+
+// A trainer's DenseStream: reads a request, serves it, writes its answer, reads the next. Nothing
+// blocks a gRPC thread: a sync push's answer is written by whichever thread completes the step.
+class DenseStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit DenseStreamReactor(ServerCore* core) : core_(core) { StartRead(&request_); }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) return Finish(grpc::Status::OK);  // the trainer closed the stream, or it broke
+    reader_.emplace(request_);  // holds the request's slices until the answer is written
+    codec::Dense m;
+    if (Status s = codec::ParseDense(*reader_, &m); !s.ok()) return Finish(ToGrpc(s));
+    ServeDense(*core_, m, AnswerInto(&answer_), [this](Status s) {
+      if (!s.ok()) {
+        answer_ = codec::FailedAnswer(s);
+      } else if (answer_.Length() == 0) {
+        answer_ = codec::Applied(false);  // a push: an empty answer
+      }
+      StartWrite(&answer_);
+    });
+  }
+
+  void OnWriteDone(bool ok) override {
+    reader_.reset();
+    answer_.Clear();
+    if (!ok) return Finish(grpc::Status(grpc::StatusCode::CANCELLED, "the trainer went away"));
+    StartRead(&request_);
+  }
+
+  void OnDone() override { delete this; }
+
+ private:
+  ServerCore* core_;
+  grpc::ByteBuffer request_, answer_;
+  std::optional<codec::Reader> reader_;
+};
 
 class Service final : public Base {
  public:
@@ -55,38 +141,31 @@ class Service final : public Base {
   grpc::ServerUnaryReactor* PullDense(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                       grpc::ByteBuffer* resp) override {
     codec::Reader reader(*req);
-    codec::PullDense m;
-    Status s = codec::ParsePullDense(reader, &m);
-    if (s.ok()) s = CheckTableId(m.table);
-    if (s.ok()) {
-      s = core_->PullDense(static_cast<uint32_t>(m.table), m.begin, m.end, [resp](size_t bytes) {
-        char* payload = nullptr;
-        *resp = codec::BytesField1(bytes, &payload);
-        return payload;
-      });
-    }
-    return Finish(ctx, s);
+    codec::PullDense pull;
+    if (Status s = codec::ParsePullDense(reader, &pull); !s.ok()) return Finish(ctx, s);
+    codec::Dense m;
+    m.op = kPull;
+    m.table = pull.table;
+    m.begin = pull.begin;
+    m.end = pull.end;
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ServeDense(*core_, m, AnswerInto(resp), [reactor](Status s) { reactor->Finish(ToGrpc(s)); });
+    return reactor;
   }
 
   grpc::ServerUnaryReactor* PushDense(grpc::CallbackServerContext* ctx, const grpc::ByteBuffer* req,
                                       grpc::ByteBuffer* resp) override {
-    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     // The reader keeps the request's slices referenced until the push is answered (sync pushes
     // copy what they keep, so the reader may go when the call returns).
     codec::Reader reader(*req);
-    codec::PushDense m;
-    Status s = codec::ParsePushDense(reader, &m);
-    if (s.ok()) s = CheckTableId(m.table);
-    if (s.ok() && m.trainer > UINT32_MAX) s = InvalidArgument("trainer_id " + std::to_string(m.trainer) + " is out of range");
-    if (!s.ok()) {
+    codec::Dense m;
+    if (Status s = codec::ParseDense(reader, &m); !s.ok()) return Finish(ctx, s);
+    m.op = kPush;
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ServeDense(*core_, m, nullptr, [reactor, resp](Status s) {
+      *resp = codec::Applied(s.ok());
       reactor->Finish(ToGrpc(s));
-      return reactor;
-    }
-    core_->PushDense(static_cast<uint32_t>(m.table), m.begin, static_cast<uint32_t>(m.trainer), m.values.parts,
-                     [reactor, resp](Status st) {
-                       *resp = codec::Applied(st.ok());
-                       reactor->Finish(ToGrpc(st));
-                     });
+    });
     return reactor;
   }
 
@@ -102,11 +181,7 @@ class Service final : public Base {
     if (s.ok()) {
       std::vector<uint64_t> keys(m.keys.size / sizeof(uint64_t));
       m.keys.CopyTo(reinterpret_cast<char*>(keys.data()));
-      s = core_->PullSparse(static_cast<uint32_t>(m.table), keys, [resp](size_t bytes) {
-        char* payload = nullptr;
-        *resp = codec::BytesField1(bytes, &payload);
-        return payload;
-      });
+      s = core_->PullSparse(static_cast<uint32_t>(m.table), keys, AnswerInto(resp));
     }
     return Finish(ctx, s);
   }
@@ -120,6 +195,10 @@ class Service final : public Base {
                         reactor->Finish(ToGrpc(s));
                       });
     return reactor;
+  }
+
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DenseStream(grpc::CallbackServerContext*) override {
+    return new DenseStreamReactor(core_);
   }
 
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const wire::BarrierRequest* req,
@@ -146,11 +225,6 @@ class Service final : public Base {
   }
 
  private:
-  static Status CheckTableId(uint64_t table) {
-    if (table > UINT32_MAX) return NotFound("table " + std::to_string(table) + " does not exist");
-    return Status::Ok();
-  }
-
   static grpc::ServerUnaryReactor* Finish(grpc::CallbackServerContext* ctx, const Status& s) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     reactor->Finish(ToGrpc(s));
@@ -178,7 +252,7 @@ Status PsServer::Start(const ServerOptions& options, std::unique_ptr<PsServer>* 
                            std::to_string(options.server_count) + " servers");
   }
   if (options.trainers < 1) return InvalidArgument("a parameter server needs at least one trainer");
-  TuneAllocatorOnce();
+  TuneProcessOnce();
   std::unique_ptr<PsServer> ps(new PsServer());
   ps->core_ = std::make_unique<ServerCore>(options);
   if (!options.model_dir.empty()) {

@@ -119,6 +119,20 @@ struct ServerCore::State {
     return Status::Ok();
   }
 
+  // A sparse shard's row limit: its declaration's, else the server's default, else from memory.
+  void SetRowLimit(Table& table) const {
+    SparseShard* sparse = table.AsSparse();
+    if (!sparse) return;
+    const TableConfig& c = table.config();
+    if (c.max_rows != 0) {
+      sparse->SetMaxRows(c.max_rows, SparseShard::LimitSource::kDeclared);
+    } else if (options.sparse_max_rows != 0) {
+      sparse->SetMaxRows(options.sparse_max_rows, SparseShard::LimitSource::kServerDefault);
+    } else {
+      sparse->SetMaxRows(SparseShard::DefaultMaxRows(c), SparseShard::LimitSource::kMemory);
+    }
+  }
+
   Status CheckSize(uint64_t bytes, const char* what) const {
     if (bytes > options.max_message_bytes) {
       return ResourceExhausted(std::string(what) + " of " + std::to_string(bytes) + " bytes is over the " +
@@ -145,6 +159,7 @@ Status ServerCore::LoadModelDir(const std::string& dir) {
   }
   std::unique_lock lock(state_->tables_mutex);
   for (auto& table : loaded) {
+    state_->SetRowLimit(*table);
     const uint32_t id = table->config().table_id;
     state_->tables[id] = std::move(table);
   }
@@ -163,7 +178,9 @@ Status ServerCore::CreateTable(const TableConfig& config, bool* created, bool* l
   auto it = st.tables.find(config.table_id);
   *created = false;
   if (it == st.tables.end()) {
-    st.tables[config.table_id] = MakeShard(config, st.options.server_index, st.options.server_count);
+    std::unique_ptr<Table> table = MakeShard(config, st.options.server_index, st.options.server_count);
+    st.SetRowLimit(*table);
+    st.tables[config.table_id] = std::move(table);
     st.claimed.insert(config.table_id);
     *created = true;
     *loaded = false;
@@ -182,6 +199,7 @@ Status ServerCore::CreateTable(const TableConfig& config, bool* created, bool* l
   // hyperparameters, the checkpoint its shape and optimizer.
   if (Status s = CheckLoadable(table.config(), config); !s.ok()) return s;
   table.Reconfigure(config);
+  st.SetRowLimit(table);
   st.claimed.insert(config.table_id);
   return Status::Ok();
 }

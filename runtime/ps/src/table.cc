@@ -1,5 +1,7 @@
 #include "fleet/ps/table.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
@@ -302,7 +304,47 @@ SparseShard::SparseShard(TableConfig config, int server_index, int server_count)
       server_count_(server_count),
       slots_(OptimizerStateSlots(config_.optimizer.kind)),
       row_floats_(static_cast<size_t>(config_.dim) * static_cast<size_t>(1 + slots_)),
-      buckets_(new Bucket[kBuckets]) {}
+      buckets_(new Bucket[kBuckets]),
+      max_rows_(config_.max_rows != 0 ? config_.max_rows : DefaultMaxRows(config_)),
+      limit_source_(config_.max_rows != 0 ? LimitSource::kDeclared : LimitSource::kMemory) {}
+
+uint64_t SparseShard::RowBytes(const TableConfig& config) {
+  // An unordered_map node (next pointer, key, row number, allocator header) and its bucket slot.
+  constexpr uint64_t kIndexBytes = 48;
+  return uint64_t{config.dim} * static_cast<uint64_t>(1 + OptimizerStateSlots(config.optimizer.kind)) *
+             sizeof(float) + kIndexBytes;
+}
+
+namespace {
+
+// Bytes this process may use: the machine's memory, or its cgroup's limit (v2, then v1) where lower.
+uint64_t MemoryBytes() {
+  uint64_t bytes = static_cast<uint64_t>(::sysconf(_SC_PHYS_PAGES)) * static_cast<uint64_t>(::sysconf(_SC_PAGESIZE));
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    uint64_t limit = 0;
+    if (in >> limit && limit > 0) bytes = std::min(bytes, limit);  // "max" (no limit) does not parse
+  }
+  return bytes;
+}
+
+}  // namespace
+
+uint64_t SparseShard::DefaultMaxRows(const TableConfig& config) {
+  static const uint64_t memory = MemoryBytes();
+  return std::max<uint64_t>(1, memory / 2 / RowBytes(config));
+}
+
+uint64_t SparseShard::max_rows() const {
+  std::lock_guard lock(grow_mutex_);
+  return max_rows_;
+}
+
+void SparseShard::SetMaxRows(uint64_t rows, LimitSource source) {
+  std::lock_guard lock(grow_mutex_);
+  max_rows_ = rows;
+  limit_source_ = source;
+}
 
 SparseShard::Bucket& SparseShard::BucketOf(uint64_t key) const {
   // Keys of one server share key % count; mix them before picking a bucket.
@@ -322,14 +364,60 @@ void SparseShard::InitialRow(const TableConfig& config, uint64_t key, float* out
   }
 }
 
-float* SparseShard::FindOrCreate(Bucket& bucket, uint64_t key) {
-  auto [it, inserted] = bucket.index.try_emplace(key, bucket.rows.size() / row_floats_);
-  if (!inserted) return bucket.rows.data() + it->second * row_floats_;
+float* SparseShard::Find(Bucket& bucket, uint64_t key) {
+  auto it = bucket.index.find(key);
+  return it == bucket.index.end() ? nullptr : bucket.rows.data() + it->second * row_floats_;
+}
+
+float* SparseShard::Create(Bucket& bucket, uint64_t key) {
+  const size_t number = bucket.rows.size() / row_floats_;
+  bucket.index.emplace(key, number);
   bucket.rows.resize(bucket.rows.size() + row_floats_);
-  float* row = bucket.rows.data() + it->second * row_floats_;
+  float* row = bucket.rows.data() + number * row_floats_;
   InitialRow(config_, key, row);
   InitOptimizerState(config_.optimizer, row + config_.dim, config_.dim, config_.dim);
   return row;
+}
+
+Status SparseShard::CreateRows(const uint64_t* keys, const std::vector<size_t>& at, const char* what) {
+  std::lock_guard grow(grow_mutex_);
+  // Nobody else creates rows now: the keys still absent are exactly the rows this request adds
+  // (others may have created some of them since the caller looked).
+  std::vector<uint64_t> absent;
+  for (size_t i : at) {
+    Bucket& bucket = BucketOf(keys[i]);
+    std::lock_guard lock(bucket.mutex);
+    if (!Find(bucket, keys[i])) absent.push_back(keys[i]);
+  }
+  std::sort(absent.begin(), absent.end());
+  absent.erase(std::unique(absent.begin(), absent.end()), absent.end());
+  if (absent.size() > max_rows_ - std::min(rows_, max_rows_)) {
+    std::string source;
+    switch (limit_source_) {
+      case LimitSource::kDeclared:
+        source = "the table's declared max_rows";
+        break;
+      case LimitSource::kServerDefault:
+        source = "the servers' default, --sparse_max_rows / FLEET_PS_SPARSE_MAX_ROWS";
+        break;
+      case LimitSource::kMemory:
+        source = "half this server's memory over " + std::to_string(RowBytes(config_)) + " bytes a row";
+        break;
+    }
+    return ResourceExhausted(
+        "sparse table " + std::to_string(config_.table_id) + " is full on server " + std::to_string(server_index_) +
+        " of " + std::to_string(server_count_) + ": it holds " + std::to_string(rows_) + " rows, its limit is " +
+        std::to_string(max_rows_) + " rows per server (" + source + "), and this " + what + " would create " +
+        std::to_string(absent.size()) + " more; nothing was applied. Raise max_rows in the table's declaration, or "
+        "the servers' default (fleet-ps-server --sparse_max_rows N, FLEET_PS_SPARSE_MAX_ROWS), or add servers");
+  }
+  for (uint64_t key : absent) {
+    Bucket& bucket = BucketOf(key);
+    std::lock_guard lock(bucket.mutex);
+    Create(bucket, key);
+  }
+  rows_ += absent.size();
+  return Status::Ok();
 }
 
 Status SparseShard::CheckKeys(const uint64_t* keys, size_t n) const {
@@ -350,22 +438,42 @@ Status SparseShard::Pull(const uint64_t* keys, size_t n, float* out) {
 Status SparseShard::PullBytes(const uint64_t* keys, size_t n, char* out) {
   if (Status s = CheckKeys(keys, n); !s.ok()) return s;
   const size_t row_bytes = config_.dim * sizeof(float);
-  for (size_t i = 0; i < n; ++i) {
+  auto copy = [&](size_t i) {
     Bucket& bucket = BucketOf(keys[i]);
     std::lock_guard lock(bucket.mutex);
-    std::memcpy(out + i * row_bytes, FindOrCreate(bucket, keys[i]), row_bytes);
+    const float* row = Find(bucket, keys[i]);
+    if (row) std::memcpy(out + i * row_bytes, row, row_bytes);
+    return row != nullptr;
+  };
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < n; ++i) {
+    if (!copy(i)) missing.push_back(i);
   }
+  if (missing.empty()) return Status::Ok();
+  // Rows exist once created (no eviction), so the second copy finds every one.
+  if (Status s = CreateRows(keys, missing, "pull"); !s.ok()) return s;
+  for (size_t i : missing) copy(i);
   return Status::Ok();
 }
 
 Status SparseShard::Update(const uint64_t* keys, const float* values, size_t n) {
   if (Status s = CheckKeys(keys, n); !s.ok()) return s;
+  // Missing rows first, so that a push refused at the limit changes no row at all.
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < n; ++i) {
+    Bucket& bucket = BucketOf(keys[i]);
+    std::lock_guard lock(bucket.mutex);
+    if (!Find(bucket, keys[i])) missing.push_back(i);
+  }
+  if (!missing.empty()) {
+    if (Status s = CreateRows(keys, missing, "push"); !s.ok()) return s;
+  }
   const size_t dim = config_.dim;
   const bool geo = config_.mode == Mode::kGeo;
   for (size_t i = 0; i < n; ++i) {
     Bucket& bucket = BucketOf(keys[i]);
     std::lock_guard lock(bucket.mutex);
-    float* row = FindOrCreate(bucket, keys[i]);
+    float* row = Find(bucket, keys[i]);
     if (geo) {
       AddDelta(row, values + i * dim, dim);
     } else {
@@ -376,18 +484,20 @@ Status SparseShard::Update(const uint64_t* keys, const float* values, size_t n) 
 }
 
 size_t SparseShard::RowCount() const {
-  size_t rows = 0;
-  for (int b = 0; b < kBuckets; ++b) {
-    std::lock_guard lock(buckets_[b].mutex);
-    rows += buckets_[b].index.size();
-  }
-  return rows;
+  std::lock_guard lock(grow_mutex_);
+  return rows_;
 }
 
 void SparseShard::LoadRow(uint64_t key, const float* row) {
+  std::lock_guard grow(grow_mutex_);
   Bucket& bucket = BucketOf(key);
   std::lock_guard lock(bucket.mutex);
-  std::memcpy(FindOrCreate(bucket, key), row, row_floats_ * sizeof(float));
+  float* to = Find(bucket, key);
+  if (!to) {
+    to = Create(bucket, key);
+    ++rows_;
+  }
+  std::memcpy(to, row, row_floats_ * sizeof(float));
 }
 
 Status SparseShard::Save(const std::string& dir, int server_index, int server_count) const {

@@ -18,10 +18,11 @@
 
 namespace fleet::ps {
 
-// Keeps the large buffers gRPC and protobuf allocate for each message in the heap between messages
-// (glibc would otherwise map and unmap them, paying a page fault per 4 KiB every time: a third of the
-// time of a 4 MiB push). Process-wide; once; FLEET_PS_MALLOC_TUNING=0 leaves glibc's defaults.
-void TuneAllocatorOnce();
+// Process-wide, once, by servers and clients: keeps the large buffers gRPC and protobuf allocate for
+// each message in the heap between messages (glibc would otherwise map and unmap them, paying a page
+// fault per 4 KiB every time: a third of the time of a 4 MiB push; FLEET_PS_MALLOC_TUNING=0 leaves
+// glibc's defaults), and turns off Abseil's debug-build mutex deadlock detection (tuning.cc).
+void TuneProcessOnce();
 
 // HTTP/2 settings for bulk transfers, on both ends: a stream may have a whole chunk in flight
 // (no window-update round trips inside one message), and frames are large.
@@ -63,6 +64,7 @@ inline void ToWire(const TableConfig& c, wire::TableConfig* w) {
   w->set_k_steps(c.k_steps);
   w->set_init_range(c.init_range);
   w->set_seed(c.seed);
+  w->set_max_rows(c.max_rows);
 }
 
 // Unknown enum values stay out of range here and are refused by ValidateTableConfig.
@@ -82,6 +84,7 @@ inline TableConfig FromWire(const wire::TableConfig& w) {
   c.k_steps = w.k_steps();
   c.init_range = w.init_range();
   c.seed = w.seed();
+  c.max_rows = w.max_rows();
   return c;
 }
 

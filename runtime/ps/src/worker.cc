@@ -61,14 +61,19 @@ Status Worker::PushDense(uint32_t table, const float* gradient, size_t n) {
   return GeoSendDense(table, g);
 }
 
+Status Worker::PushPullDense(uint32_t table, const float* gradient, float* out, size_t n) {
+  if (!GeoTable(table)) return client_->PushPullDense(table, gradient, out, n);
+  if (Status s = PushDense(table, gradient, n); !s.ok()) return s;
+  return PullDense(table, out, n);
+}
+
 // Sends (local - base) / trainers, then takes the servers' merged values as the new local and base.
 Status Worker::GeoSendDense(uint32_t table, GeoDense& g) {
   g.steps = 0;
   const float scale = 1.0f / static_cast<float>(client_->trainers());
-  std::vector<float> delta(g.local.size());
-  for (size_t i = 0; i < delta.size(); ++i) delta[i] = (g.local[i] - g.base[i]) * scale;
-  if (Status s = client_->PushDense(table, delta.data(), delta.size()); !s.ok()) return s;
-  if (Status s = client_->PullDense(table, g.base.data(), g.base.size()); !s.ok()) return s;
+  for (size_t i = 0; i < g.base.size(); ++i) g.base[i] = (g.local[i] - g.base[i]) * scale;
+  // The delta goes out of base, and the merged values come back into it.
+  if (Status s = client_->PushPullDense(table, g.base.data(), g.base.data(), g.base.size()); !s.ok()) return s;
   g.local = g.base;
   return Status::Ok();
 }

@@ -2,9 +2,10 @@
 //
 // PsClient speaks the protocol: each call addresses every server that holds part of the data,
 // concurrently, splitting transfers into chunks of at most chunk_bytes (dense: ranges; sparse:
-// runs of keys) so that no message passes the servers' limit. A push means what the table's mode
-// says on the server (sync: waits for the other trainers' step; async: an optimizer step; geo: a
-// delta added).
+// runs of keys) so that no message passes the servers' limit. Dense pushes and pulls travel on
+// long-lived streams (DenseStream), one set per calling thread, kept until StopWorker. A push
+// means what the table's mode says on the server (sync: waits for the other trainers' step;
+// async: an optimizer step; geo: a delta added).
 //
 // Worker is what a training script uses (Paddle's communicator): pull, compute, push, whatever the
 // mode. In sync and async mode it forwards to PsClient. In geo mode it keeps a local copy of each
@@ -69,6 +70,11 @@ class PsClient {
   Status InitDense(uint32_t table, const float* values, size_t n);  // ignored for loaded tables
   Status PullDense(uint32_t table, float* out, size_t n);
   Status PushDense(uint32_t table, const float* values, size_t n);
+  // PushDense, then PullDense once the push is applied, in one round trip per chunk instead of two:
+  // out gets what a PullDense right after the PushDense would (async: the values after this push and
+  // whatever arrived before it; sync: the step's result; geo: after the delta was added). values and
+  // out may be the same buffer.
+  Status PushPullDense(uint32_t table, const float* values, float* out, size_t n);
   // Sparse: out / values are n x dim. Duplicate keys in a push are summed before sending.
   Status PullSparse(uint32_t table, const uint64_t* keys, size_t n, float* out);
   Status PushSparse(uint32_t table, const uint64_t* keys, size_t n, const float* values);
@@ -98,6 +104,8 @@ class Worker {
   Status InitDense(uint32_t table, const float* values, size_t n);
   Status PullDense(uint32_t table, float* out, size_t n);
   Status PushDense(uint32_t table, const float* gradient, size_t n);
+  // PushDense then PullDense: one round trip in sync and async mode; geo steps locally as PushDense.
+  Status PushPullDense(uint32_t table, const float* gradient, float* out, size_t n);
   Status PullSparse(uint32_t table, const uint64_t* keys, size_t n, float* out);
   Status PushSparse(uint32_t table, const uint64_t* keys, size_t n, const float* gradient);
   // Geo: sends every table's pending deltas now and drops the local copies, so that the next pulls

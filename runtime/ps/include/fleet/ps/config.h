@@ -54,10 +54,15 @@ struct TableConfig {
   uint32_t k_steps = 0;     // geo only: local steps between pushes (> 0)
   float init_range = 0.0f;  // sparse: new rows uniform in [-init_range, init_range]
   uint64_t seed = 0;        // sparse: a new row's values depend on (seed, table_id, key) only
+  // sparse: the most rows one server's shard of the table holds; 0 takes the server's default
+  // (ServerOptions::sparse_max_rows, else SparseShard::DefaultMaxRows). A pull or push that would
+  // create rows past it fails with RESOURCE_EXHAUSTED. A limit, not model state: checkpoints do
+  // not keep it, and the job's declaration may change it.
+  uint64_t max_rows = 0;
 
   static TableConfig Dense(uint32_t id, uint64_t size, OptimizerConfig optimizer, Mode mode = Mode::kAsync);
   static TableConfig Sparse(uint32_t id, uint32_t dim, OptimizerConfig optimizer, Mode mode = Mode::kAsync,
-                            float init_range = 0.0f, uint64_t seed = 0);
+                            float init_range = 0.0f, uint64_t seed = 0, uint64_t max_rows = 0);
 };
 
 // Checks ranges (sizes, learning rate, betas, epsilon finite and sensible; geo needs SGD and k_steps).
@@ -67,7 +72,7 @@ std::string DescribeTable(const TableConfig& config);
 // True when two configs are equal field by field.
 bool SameTableConfig(const TableConfig& a, const TableConfig& b);
 // A checkpoint can be loaded into a table declared with `declared` when the shape and the
-// optimizer's kind (hence its state) match; the rest (mode, learning rate, ...) may change.
+// optimizer's kind (hence its state) match; the rest (mode, learning rate, max_rows, ...) may change.
 Status CheckLoadable(const TableConfig& saved, const TableConfig& declared);
 
 // Floats of optimizer state kept per value: SGD 0, Adagrad 1 (squared-gradient sum), Adam 4

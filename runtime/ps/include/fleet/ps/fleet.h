@@ -20,7 +20,8 @@
 // FLEET_PS_RPC_TIMEOUT (120) deadline of a pull or async push; FLEET_PS_SYNC_TIMEOUT (600) how long
 // a sync step or barrier waits for the slowest trainer; FLEET_PS_RETRY_INTERVAL (3) between
 // readiness checks. FLEET_PS_BIND_HOST: the address the server binds instead of POD_IP (e.g.
-// 0.0.0.0 where POD_IP is not an address of the host).
+// 0.0.0.0 where POD_IP is not an address of the host). FLEET_PS_SPARSE_MAX_ROWS (rows): the
+// servers' row limit per shard for sparse tables declared without max_rows (default: from memory).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +65,9 @@ class Fleet {
 
   // Declarations, before InitServer / InitWorker. The strategy supplies mode and k_steps.
   Status AddDenseTable(uint32_t id, std::vector<float> initial, const OptimizerConfig& optimizer);
+  // max_rows: the most rows one server holds of the table (0: the servers' default).
   Status AddSparseTable(uint32_t id, uint32_t dim, const OptimizerConfig& optimizer, float init_range,
-                        uint64_t seed);
+                        uint64_t seed, uint64_t max_rows = 0);
   const std::vector<TableConfig>& tables() const { return tables_; }
 
   Status InitServer(const std::string& model_dir);

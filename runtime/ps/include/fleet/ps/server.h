@@ -38,6 +38,10 @@ struct ServerOptions {
   std::vector<TableConfig> tables;  // declared by the script (may also come from trainers)
   size_t max_message_bytes = kDefaultMaxMessageBytes;
   std::chrono::milliseconds sync_timeout{std::chrono::minutes(10)};
+  // The row limit of a sparse table's shard when its declaration sets no max_rows; 0: derived from
+  // this machine's memory (SparseShard::DefaultMaxRows). fleet-ps-server --sparse_max_rows,
+  // FLEET_PS_SPARSE_MAX_ROWS.
+  uint64_t sparse_max_rows = 0;
 };
 
 using Done = std::function<void(Status)>;

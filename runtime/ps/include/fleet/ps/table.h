@@ -4,7 +4,8 @@
 // updates are exclusive). A sparse shard spreads its rows over buckets, each with its own lock, so
 // pulls and pushes of different keys proceed in parallel; a row is created the first time it is
 // pulled or pushed, with values that depend only on (seed, table id, key): the same on any server
-// and in any order.
+// and in any order. A sparse shard holds at most max_rows() rows: a pull or push that would create
+// rows past it is refused whole (RESOURCE_EXHAUSTED), and the rows it has keep working.
 //
 // Checkpoints: every server writes one file per table into the model directory,
 //   table_<id>.shard_<index>_of_<count>
@@ -89,23 +90,40 @@ class DenseShard final : public Table {
 class SparseShard final : public Table {
  public:
   static constexpr int kBuckets = 64;
+  // Where the row limit came from, for the message that refuses a request.
+  enum class LimitSource { kDeclared, kServerDefault, kMemory };
+
+  // The row limit is config.max_rows, or DefaultMaxRows(config) when that is 0.
   SparseShard(TableConfig config, int server_index, int server_count);
   SparseShard* AsSparse() override { return this; }
 
   // Every key must belong to this server (key % count == index).
   Status CheckKeys(const uint64_t* keys, size_t n) const;
-  // out: n x dim. Missing rows are created.
+  // out: n x dim. Missing rows are created, all of them or (past the row limit) none.
   Status Pull(const uint64_t* keys, size_t n, float* out);
   // The same as wire bytes (any alignment).
   Status PullBytes(const uint64_t* keys, size_t n, char* out);
-  // Sync and async: one optimizer step per row. Geo: adds the deltas. values: n x dim.
+  // Sync and async: one optimizer step per row. Geo: adds the deltas. values: n x dim. Missing rows
+  // are created first; past the row limit nothing at all is applied.
   Status Update(const uint64_t* keys, const float* values, size_t n);
   size_t RowCount() const;
   // The initial values of a row (what a first pull returns).
   static void InitialRow(const TableConfig& config, uint64_t key, float* out);
 
+  uint64_t max_rows() const;
+  // A new limit (a declaration or server default replacing the one the shard was made with). A
+  // shard already over it keeps its rows and creates no more.
+  void SetMaxRows(uint64_t rows, LimitSource source);
+  // Memory one row takes: values and optimizer state, key and index entry.
+  static uint64_t RowBytes(const TableConfig& config);
+  // The limit of a table that declares none on a server without a default: half of this machine's
+  // memory (its cgroup's limit where lower) in rows of RowBytes(config), so that no one table's
+  // shard can grow until the server is killed for memory.
+  static uint64_t DefaultMaxRows(const TableConfig& config);
+
   Status Save(const std::string& dir, int server_index, int server_count) const override;
-  // Inserts or replaces a row with its values and state (1 + slots arrays of dim floats).
+  // Inserts or replaces a row with its values and state (1 + slots arrays of dim floats). Rows
+  // loaded from a checkpoint are never refused; they count towards the limit.
   void LoadRow(uint64_t key, const float* row);
 
  private:
@@ -115,13 +133,24 @@ class SparseShard final : public Table {
     std::vector<float> rows;                      // row_floats_ per row: values, then state
   };
   Bucket& BucketOf(uint64_t key) const;
-  float* FindOrCreate(Bucket& bucket, uint64_t key);  // caller holds bucket.mutex
+  // Caller holds bucket.mutex. Find: the row or nullptr; Create: a new row for an absent key.
+  float* Find(Bucket& bucket, uint64_t key);
+  float* Create(Bucket& bucket, uint64_t key);
+  // Creates the rows of keys[i], i in `at`, that do not exist: all of them, or none (an error) when
+  // that would take the shard past its limit. `what` names the request for the message.
+  Status CreateRows(const uint64_t* keys, const std::vector<size_t>& at, const char* what);
 
   int server_index_;
   int server_count_;
   int slots_;
   size_t row_floats_;
   std::unique_ptr<Bucket[]> buckets_;
+  // Every row is created under grow_mutex_, so "would these rows pass the limit" is exact even
+  // with concurrent requests; lookups of existing rows never take it.
+  mutable std::mutex grow_mutex_;
+  uint64_t rows_ = 0;
+  uint64_t max_rows_ = 0;
+  LimitSource limit_source_ = LimitSource::kDeclared;
 };
 
 // Creates an empty shard of `config` for server `index` of `count`.
