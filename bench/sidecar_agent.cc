@@ -10,12 +10,16 @@
 //      steps with step times, loss, samples/s, epoch and 3 custom scalars): latency of N GETs over
 //      one keep-alive connection, client side. Target: p99 <= 2 ms.
 //  (c) footprint while the trainer logs 100 steps/s (one line per step) for D seconds: the gate
-//      opened against the fake API server (the kube client loaded, as in a pod), the agent following
-//      the log dir, the pod condition written, /metrics scraped every 5 s: CPU (utime+stime over
-//      the window / wall) and RSS (VmRSS, RssAnon, RssFile, VmHWM). Then the same with 100 UDP
-//      push reports/s. Targets: CPU <= 1% of a core, RSS <= 10 MiB.
+//      opened against the fake API server as in a pod (over TLS, the server verified against the
+//      cluster CA, a bearer token from a file: the kube client and OpenSSL at work), the agent
+//      following the log dir, the pod condition written, /metrics scraped every 5 s: CPU
+//      (utime+stime over the window / wall) and RSS (VmRSS, RssAnon, RssFile, VmHWM), and where the
+//      RSS is (/proc/PID/smaps by mapping). Then the same with 100 UDP push reports/s. For
+//      comparison, the gate over plain http (what TLS costs) and `agent` (no API). Targets: CPU
+//      <= 1% of a core, RSS <= 10 MiB.
 //
 // usage: sidecar_agent [lines=2000000] [rounds=3] [scrapes=2000] [seconds=20]
+// FLEET_SIDECAR=PATH measures another fleet-sidecar binary (e.g. an older build, to compare).
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -33,6 +37,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -53,10 +59,16 @@ namespace {
 using fleet::kube::testing::FakeApiServer;
 using fleet::kube::testing::HttpConnection;
 using fleet::kube::testing::TempDir;
+using fleet::kube::testing::TestPki;
 using Json = nlohmann::json;
 using Clock = std::chrono::steady_clock;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+std::string SidecarBinary() {
+  const char* other = std::getenv("FLEET_SIDECAR");
+  return other && *other ? other : FLEET_SIDECAR_BINARY;
+}
 
 std::string ReadText(const std::string& path) {
   std::ifstream in(path);
@@ -123,6 +135,34 @@ struct Child {
       }
     }
     return "?";
+  }
+  // The `top` mappings holding the most RSS ("libcrypto.so.3 1460 kB, ..."), from smaps: files by
+  // name, anonymous memory as [anon].
+  std::string RssByMapping(size_t top) const {
+    std::istringstream lines(ReadText("/proc/" + std::to_string(pid) + "/smaps"));
+    std::map<std::string, long> kb;  // NOLINT(runtime/int)
+    std::string line, mapping;
+    while (std::getline(lines, line)) {
+      std::istringstream fields(line);
+      std::string first, perms, offset, dev, inode, path;
+      fields >> first;
+      if (first == "Rss:") {
+        long value = 0;  // NOLINT(runtime/int)
+        fields >> value;
+        kb[mapping] += value;
+      } else if (first.find('-') != std::string::npos && first.back() != ':') {
+        fields >> perms >> offset >> dev >> inode >> path;
+        mapping = path.empty() ? "[anon]" : path.substr(path.rfind('/') + 1);
+      }
+    }
+    std::vector<std::pair<long, std::string>> sorted;  // NOLINT(runtime/int)
+    for (const auto& [name, value] : kb) sorted.emplace_back(value, name);
+    std::sort(sorted.rbegin(), sorted.rend());
+    std::string text;
+    for (size_t i = 0; i < std::min(top, sorted.size()); ++i) {
+      text += (i ? ", " : "") + sorted[i].second + " " + std::to_string(sorted[i].first) + " kB";
+    }
+    return text;
   }
 };
 
@@ -194,7 +234,7 @@ IngestRun Ingest(const std::string& file, long lines, const TempDir& dir) {
   static int round = 0;
   ++round;
   const std::string followed = dir.path() + "/followed-" + std::to_string(round) + ".log";
-  Child sidecar({FLEET_SIDECAR_BINARY, "agent", "--job=bench", "--role=worker", "--metrics-port=9",
+  Child sidecar({SidecarBinary(), "agent", "--job=bench", "--role=worker", "--metrics-port=9",
                  "--listen=127.0.0.1:0", "--log-file=" + followed, "--main-process=off", "--log-poll-interval=10ms"},
                 dir.path() + "/ingest-" + std::to_string(round) + ".out");
   const int port = sidecar.Logged("(port ");
@@ -322,7 +362,7 @@ void BenchIngest(long lines, int rounds) {
 
 void BenchScrape(int scrapes) {
   TempDir dir;
-  Child sidecar({FLEET_SIDECAR_BINARY, "agent", "--job=bench", "--role=worker", "--pod=bench-worker-0",
+  Child sidecar({SidecarBinary(), "agent", "--job=bench", "--role=worker", "--pod=bench-worker-0",
                  "--metrics-port=9", "--listen=127.0.0.1:0", "--ranks=64", "--report-http=127.0.0.1:0",
                  "--main-process=off"},
                 dir.path() + "/scrape.out");
@@ -407,51 +447,94 @@ void Footprint(const char* what, Child& sidecar, int port, int seconds, const st
               page ? Sample(page->body, "fleet_training_steps_total") : -1.0);
 }
 
-void BenchFootprint(int seconds) {
+// Footprint while a trainer appends 100 step lines/s to <log_dir>/workerlog.0, which the sidecar
+// follows (--log-dir).
+void FootprintLogging(const char* what, Child& sidecar, int port, const std::string& log_dir, int seconds,
+                      uint64_t seed) {
+  std::FILE* log = std::fopen((log_dir + "/workerlog.0").c_str(), "a");
+  std::mt19937_64 rng(seed);
+  Footprint(what, sidecar, port, seconds, [&](int step) {
+    const std::string line = StepLine(step, step * 0.01, rng);
+    std::fwrite(line.data(), 1, line.size(), log);
+    std::fflush(log);
+  });
+  std::fclose(log);
+}
+
+// A fake API server with what the gate of job "bench" reads and the pod it writes the condition
+// on, and a kubeconfig for it: as in a pod when `pki` is given (https, the server verified against
+// the cluster CA, a bearer token read from a file: what the in-cluster config is), else plain http.
+struct BenchApi {
+  BenchApi(const TempDir& dir, const std::string& name, const TestPki* pki)
+      : fake(pki ? Args(*pki) : std::vector<std::string>{"--token", "bench-token"}) {
+    if (!fake.ok()) return;
+    const std::string token_file = dir.Write(name + ".token", "bench-token\n");
+    const std::string ca = pki ? ", certificate-authority: '" + pki->Path("ca.crt") + "'" : "";
+    kubeconfig = dir.Write(name + ".kubeconfig",
+                           "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
+                           "clusters: [{name: fake, cluster: {server: '" + fake.url() + "'" + ca + "}}]\n"
+                           "contexts: [{name: fake, context: {cluster: fake, user: s}}]\n"
+                           "users: [{name: s, user: {tokenFile: '" + token_file + "'}}]\n");
+    HttpConnection api(fake.url());
+    const std::vector<std::pair<std::string, std::string>> headers = {{"Content-Type", "application/json"},
+                                                                      {"Authorization", "Bearer bench-token"}};
+    api.Send("POST", "/api/v1/namespaces/default/configmaps",
+             Json{{"apiVersion", "v1"}, {"kind", "ConfigMap"},
+                  {"metadata", {{"name", "bench-endpoints"}, {"annotations", {{"fleet.paddlepaddle.org/run", "1"}}}}},
+                  {"data", {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}}}}.dump(),
+             headers);
+    api.Send("POST", "/api/v1/namespaces/default/pods",
+             Json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "bench-worker-0"}}},
+                  {"spec", {{"containers", Json::array({{{"name", "main"}, {"image", "trainer"}}})}}}}.dump(),
+             headers);
+  }
+  static std::vector<std::string> Args(const TestPki& pki) {
+    std::vector<std::string> args = pki.ServerArgs();
+    args.insert(args.end(), {"--token", "bench-token"});
+    return args;
+  }
+
   FakeApiServer fake;
-  if (!fake.ok()) {
-    std::fprintf(stderr, "%s\n", fake.error().c_str());
+  std::string kubeconfig;
+};
+
+// `fleet-sidecar gate` against `api`, following <dir>/<name>.log; `phases` once its gate is open.
+void WithOpenGate(const TempDir& dir, const std::string& name, const BenchApi& api,
+                  const std::function<void(Child& sidecar, int port, int udp_port, const std::string& log_dir)>& phases) {
+  const std::string log_dir = dir.path() + "/" + name + ".log";
+  dir.Write(name + ".log/workerlog.0", "");
+  Child sidecar({SidecarBinary(), "gate", "--namespace=default", "--job=bench", "--pod=bench-worker-0",
+                 "--role=worker", "--run=1", "--config-map=bench-endpoints", "--metrics-port=9",
+                 "--listen=127.0.0.1:0", "--kubeconfig=" + api.kubeconfig, "--log-dir=" + log_dir,
+                 "--report-udp=127.0.0.1:0"},
+                dir.path() + "/" + name + ".out");
+  const int port = sidecar.Logged("(port ");
+  const int udp_port = sidecar.Logged("udp port ");
+  if (port <= 0 || udp_port <= 0 || sidecar.Logged("gate open") < 0) {
+    std::fprintf(stderr, "the sidecar did not open its gate: %s\n", ReadText(sidecar.out).c_str());
+    return;
+  }
+  phases(sidecar, port, udp_port, log_dir);
+}
+
+void BenchFootprint(int seconds) {
+  TestPki pki;
+  if (!pki.ok()) {
+    std::fprintf(stderr, "%s\n", pki.error().c_str());
     return;
   }
   TempDir dir;
-  const std::string kubeconfig = dir.Write("kubeconfig", "apiVersion: v1\nkind: Config\ncurrent-context: fake\n"
-                                                         "clusters: [{name: fake, cluster: {server: '" + fake.url() + "'}}]\n"
-                                                         "contexts: [{name: fake, context: {cluster: fake, user: s}}]\n"
-                                                         "users: [{name: s, user: {token: t}}]\n");
-  HttpConnection api(fake.url());
-  api.Send("POST", "/api/v1/namespaces/default/configmaps",
-           Json{{"apiVersion", "v1"}, {"kind", "ConfigMap"},
-                {"metadata", {{"name", "bench-endpoints"}, {"annotations", {{"fleet.paddlepaddle.org/run", "1"}}}}},
-                {"data", {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}}}}.dump(),
-           {{"Content-Type", "application/json"}});
-  api.Send("POST", "/api/v1/namespaces/default/pods",
-           Json{{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", {{"name", "bench-worker-0"}}},
-                {"spec", {{"containers", Json::array({{{"name", "main"}, {"image", "trainer"}}})}}}}.dump(),
-           {{"Content-Type", "application/json"}});
-  const std::string log_dir = dir.path() + "/log";
-  std::printf("(c) footprint, %d s at 100 steps/s after a 2 s warm-up; the gate open against the fake API server:\n",
+  BenchApi https(dir, "https", &pki);
+  BenchApi http(dir, "http", nullptr);
+  if (!https.fake.ok() || !http.fake.ok()) {
+    std::fprintf(stderr, "%s%s\n", https.fake.error().c_str(), http.fake.error().c_str());
+    return;
+  }
+  std::printf("(c) footprint, %d s at 100 steps/s after a 2 s warm-up; the gate open against the fake API server as "
+              "in a pod (https, the CA verified, a token file):\n",
               seconds);
-  {
-    Child sidecar({FLEET_SIDECAR_BINARY, "gate", "--namespace=default", "--job=bench", "--pod=bench-worker-0",
-                   "--role=worker", "--run=1", "--config-map=bench-endpoints", "--metrics-port=9",
-                   "--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig, "--log-dir=" + log_dir,
-                   "--report-udp=127.0.0.1:0"},
-                  dir.path() + "/footprint.out");
-    const int port = sidecar.Logged("(port ");
-    const int udp_port = sidecar.Logged("udp port ");
-    if (port <= 0 || udp_port <= 0 || sidecar.Logged("gate open") < 0) {
-      std::fprintf(stderr, "the sidecar did not open its gate: %s\n", ReadText(sidecar.out).c_str());
-      return;
-    }
-    dir.Write("log/workerlog.0", "");
-    std::FILE* log = std::fopen((log_dir + "/workerlog.0").c_str(), "a");
-    std::mt19937_64 rng(2);
-    Footprint("trainer logging 100 step lines/s", sidecar, port, seconds, [&](int step) {
-      const std::string line = StepLine(step, step * 0.01, rng);
-      std::fwrite(line.data(), 1, line.size(), log);
-      std::fflush(log);
-    });
-    std::fclose(log);
+  WithOpenGate(dir, "https", https, [&](Child& sidecar, int port, int udp_port, const std::string& log_dir) {
+    FootprintLogging("trainer logging 100 step lines/s", sidecar, port, log_dir, seconds, 2);
     const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     sockaddr_in to{};
     to.sin_family = AF_INET;
@@ -462,23 +545,18 @@ void BenchFootprint(int seconds) {
       ::sendto(udp, report.data(), report.size(), 0, reinterpret_cast<sockaddr*>(&to), sizeof to);
     });
     ::close(udp);
-  }
-  {
-    // For comparison: `fleet-sidecar agent` (no kube client in use), same load.
-    Child agent({FLEET_SIDECAR_BINARY, "agent", "--job=bench", "--role=worker", "--metrics-port=9",
-                 "--listen=127.0.0.1:0", "--log-dir=" + log_dir + "2", "--main-process=off"},
-                dir.path() + "/agent.out");
-    const int port = agent.Logged("(port ");
-    dir.Write("log2/workerlog.0", "");
-    std::FILE* log = std::fopen((log_dir + "2/workerlog.0").c_str(), "a");
-    std::mt19937_64 rng(3);
-    Footprint("`agent` (no API), 100 step lines/s   ", agent, port, seconds, [&](int step) {
-      const std::string line = StepLine(step, step * 0.01, rng);
-      std::fwrite(line.data(), 1, line.size(), log);
-      std::fflush(log);
-    });
-    std::fclose(log);
-  }
+    std::printf("    RSS by mapping: %s\n", sidecar.RssByMapping(8).c_str());
+  });
+  // For comparison: what TLS costs (the same over plain http), and `fleet-sidecar agent` (no API).
+  WithOpenGate(dir, "http", http, [&](Child& sidecar, int port, int, const std::string& log_dir) {
+    FootprintLogging("over plain http, 100 step lines/s     ", sidecar, port, log_dir, seconds, 3);
+  });
+  const std::string agent_log_dir = dir.path() + "/agent.log";
+  dir.Write("agent.log/workerlog.0", "");
+  Child agent({SidecarBinary(), "agent", "--job=bench", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+               "--log-dir=" + agent_log_dir, "--main-process=off"},
+              dir.path() + "/agent.out");
+  FootprintLogging("`agent` (no API), 100 step lines/s   ", agent, agent.Logged("(port "), agent_log_dir, seconds, 4);
 }
 
 }  // namespace

@@ -1,5 +1,13 @@
 // Client against the fake kube-apiserver: CRUD and its error codes, retries (and the lack of them),
-// the QPS limiter, timeouts, token rotation, malformed answers, watches and TLS.
+// the QPS limiter, timeouts, token rotation, malformed answers, watches and TLS. Every test runs
+// against both implementations: Client::Create (cpprestsdk) and CreateLiteClient (Boost.Beast),
+// which share everything above the HTTP transport and must behave alike.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
@@ -13,6 +21,7 @@
 
 #include "fake_apiserver_fixture.h"
 #include "fleet/kube/client.h"
+#include "fleet/kube/lite_client.h"
 
 namespace fleet::kube {
 namespace {
@@ -48,7 +57,24 @@ ClientOptions FastOptions() {
   return options;
 }
 
-class ClientTest : public ::testing::Test {
+struct Implementation {
+  const char* name;
+  StatusOr<std::shared_ptr<Client>> (*create)(const ClusterConfig&, const ClientOptions&);
+};
+const Implementation kImplementations[] = {{"Rest", &Client::Create}, {"Lite", &CreateLiteClient}};
+
+std::string ImplementationName(const ::testing::TestParamInfo<Implementation>& info) { return info.param.name; }
+void PrintTo(const Implementation& implementation, std::ostream* os) { *os << implementation.name; }
+
+// A test of either implementation: Create() is the one under test.
+class ImplementationTest : public ::testing::TestWithParam<Implementation> {
+ protected:
+  StatusOr<std::shared_ptr<Client>> Create(const ClusterConfig& config, const ClientOptions& options = FastOptions()) {
+    return GetParam().create(config, options);
+  }
+};
+
+class ClientTest : public ImplementationTest {
  protected:
   // The kubelet stand-in only acts on request, so that pods change only when a test says so.
   ClientTest() : fake_({"--kubelet", "manual"}) {}
@@ -56,7 +82,7 @@ class ClientTest : public ::testing::Test {
   void SetUp() override { ASSERT_TRUE(fake_.ok()) << fake_.error(); }
 
   std::shared_ptr<Client> NewClient(const ClientOptions& options = FastOptions()) {
-    auto client = Client::Create(fake_.Config(), options);
+    auto client = Create(fake_.Config(), options);
     EXPECT_TRUE(client.ok()) << client.status().ToString();
     return client.ok() ? *client : nullptr;
   }
@@ -70,7 +96,7 @@ class ClientTest : public ::testing::Test {
 
 // ---- CRUD ----
 
-TEST_F(ClientTest, CreateGetUpdateDeleteRoundTrip) {
+TEST_P(ClientTest, CreateGetUpdateDeleteRoundTrip) {
   auto client = NewClient();
   auto created = client->Create(Resource::Pods(), "default", Pod("trainer-0"));
   ASSERT_TRUE(created.ok()) << created.status().ToString();
@@ -92,7 +118,7 @@ TEST_F(ClientTest, CreateGetUpdateDeleteRoundTrip) {
   EXPECT_EQ(client->Get(Resource::Pods(), "default", "trainer-0").status().code(), Code::kNotFound);
 }
 
-TEST_F(ClientTest, EmptyNamespaceMeansTheObjectsThenTheDefaultNamespace) {
+TEST_P(ClientTest, EmptyNamespaceMeansTheObjectsThenTheDefaultNamespace) {
   auto client = NewClient();
   Json in_system = ConfigMap("sys");
   in_system["metadata"]["namespace"] = "kube-system";
@@ -105,7 +131,7 @@ TEST_F(ClientTest, EmptyNamespaceMeansTheObjectsThenTheDefaultNamespace) {
   EXPECT_GE((*all)["items"].size(), 2u);
 }
 
-TEST_F(ClientTest, ListFollowsContinueTokensAndReturnsTheListResourceVersion) {
+TEST_P(ClientTest, ListFollowsContinueTokensAndReturnsTheListResourceVersion) {
   auto client = NewClient();
   for (int i = 0; i < 7; ++i) {
     ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
@@ -121,7 +147,7 @@ TEST_F(ClientTest, ListFollowsContinueTokensAndReturnsTheListResourceVersion) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps"), 3u);
 }
 
-TEST_F(ClientTest, ListFiltersByLabelSelector) {
+TEST_P(ClientTest, ListFiltersByLabelSelector) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::Pods(), "default", Pod("labelled")).ok());
   Json other = ConfigMap("x");
@@ -135,7 +161,7 @@ TEST_F(ClientTest, ListFiltersByLabelSelector) {
   EXPECT_EQ((*client->List(Resource::Pods(), "default", options))["items"].size(), 0u);
 }
 
-TEST_F(ClientTest, CustomGroupResourcesUseTheApisPrefix) {
+TEST_P(ClientTest, CustomGroupResourcesUseTheApisPrefix) {
   auto client = NewClient();
   Json lease = {{"apiVersion", "coordination.k8s.io/v1"},
                 {"kind", "Lease"},
@@ -148,7 +174,7 @@ TEST_F(ClientTest, CustomGroupResourcesUseTheApisPrefix) {
   EXPECT_EQ(Count("GET", "/apis/coordination.k8s.io/v1/namespaces/default/leases/fleet-operator"), 1u);
 }
 
-TEST_F(ClientTest, UpdateWithAStaleResourceVersionIsConflict) {
+TEST_P(ClientTest, UpdateWithAStaleResourceVersionIsConflict) {
   auto client = NewClient();
   auto created = client->Create(Resource::ConfigMaps(), "default", ConfigMap("cfg"));
   ASSERT_TRUE(created.ok());
@@ -162,7 +188,7 @@ TEST_F(ClientTest, UpdateWithAStaleResourceVersionIsConflict) {
   EXPECT_EQ(Count("PUT", "/api/v1/namespaces/default/configmaps/cfg"), 1u);  // never retried
 }
 
-TEST_F(ClientTest, CreatingTwiceIsAlreadyExists) {
+TEST_P(ClientTest, CreatingTwiceIsAlreadyExists) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("dup")).ok());
   auto again = client->Create(Resource::ConfigMaps(), "default", ConfigMap("dup"));
@@ -171,7 +197,7 @@ TEST_F(ClientTest, CreatingTwiceIsAlreadyExists) {
   EXPECT_EQ(again.status().http_status(), 409);
 }
 
-TEST_F(ClientTest, MissingObjectIsNotFoundWithTheServersMessage) {
+TEST_P(ClientTest, MissingObjectIsNotFoundWithTheServersMessage) {
   auto client = NewClient();
   auto missing = client->Get(Resource::Pods(), "default", "ghost");
   EXPECT_EQ(missing.status().code(), Code::kNotFound);
@@ -180,7 +206,7 @@ TEST_F(ClientTest, MissingObjectIsNotFoundWithTheServersMessage) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/pods/ghost"), 1u);
 }
 
-TEST_F(ClientTest, InvalidObjectIsInvalidWithFieldCauses) {
+TEST_P(ClientTest, InvalidObjectIsInvalidWithFieldCauses) {
   auto client = NewClient();
   Json pod = Pod("bad");
   pod["spec"]["containers"] = Json::array();
@@ -192,7 +218,7 @@ TEST_F(ClientTest, InvalidObjectIsInvalidWithFieldCauses) {
   EXPECT_EQ(Count("POST", "/api/v1/namespaces/default/pods"), 1u);
 }
 
-TEST_F(ClientTest, MergePatchChangesOnlyTheGivenFields) {
+TEST_P(ClientTest, MergePatchChangesOnlyTheGivenFields) {
   auto client = NewClient();
   Json cm = ConfigMap("patched");
   cm["data"]["keep"] = "me";
@@ -205,7 +231,7 @@ TEST_F(ClientTest, MergePatchChangesOnlyTheGivenFields) {
   EXPECT_EQ((*patched)["metadata"]["labels"]["a"], "b");
 }
 
-TEST_F(ClientTest, StatusWritesGoThroughTheStatusSubresource) {
+TEST_P(ClientTest, StatusWritesGoThroughTheStatusSubresource) {
   auto client = NewClient();
   auto pod = client->Create(Resource::Pods(), "default", Pod("status-pod"));
   ASSERT_TRUE(pod.ok());
@@ -230,7 +256,7 @@ TEST_F(ClientTest, StatusWritesGoThroughTheStatusSubresource) {
   EXPECT_EQ((*main)["status"]["phase"], "Failed");
 }
 
-TEST_F(ClientTest, DeletePropagationPolicyDecidesTheFateOfDependents) {
+TEST_P(ClientTest, DeletePropagationPolicyDecidesTheFateOfDependents) {
   auto client = NewClient();
   auto make_pair = [&](const std::string& owner) {
     auto parent = client->Create(Resource::ConfigMaps(), "default", ConfigMap(owner));
@@ -259,7 +285,7 @@ TEST_F(ClientTest, DeletePropagationPolicyDecidesTheFateOfDependents) {
   EXPECT_EQ(client->Get(Resource::ConfigMaps(), "default", "cascading-child").status().code(), Code::kNotFound);
 }
 
-TEST_F(ClientTest, DeletePreconditionOnAnotherUidIsConflict) {
+TEST_P(ClientTest, DeletePreconditionOnAnotherUidIsConflict) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("guarded")).ok());
   DeleteOptions options;
@@ -268,7 +294,7 @@ TEST_F(ClientTest, DeletePreconditionOnAnotherUidIsConflict) {
   EXPECT_TRUE(client->Get(Resource::ConfigMaps(), "default", "guarded").ok());
 }
 
-TEST_F(ClientTest, GetLogReturnsThePodsLogAndItsTail) {
+TEST_P(ClientTest, GetLogReturnsThePodsLogAndItsTail) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::Pods(), "default", Pod("logger")).ok());
   fake_.Control("namespaces/default/pods/logger", {{"action", "run"}});
@@ -282,7 +308,7 @@ TEST_F(ClientTest, GetLogReturnsThePodsLogAndItsTail) {
   EXPECT_EQ(client->GetLog("default", "logger", "sidecar").status().code(), Code::kBadRequest);
 }
 
-TEST_F(ClientTest, BadArgumentsFailLocally) {
+TEST_P(ClientTest, BadArgumentsFailLocally) {
   auto client = NewClient();
   EXPECT_EQ(client->Get(Resource::Pods(), "default", "").status().code(), Code::kBadRequest);
   EXPECT_EQ(client->Update(Resource::Pods(), "default", Json::object()).status().code(), Code::kBadRequest);
@@ -292,7 +318,7 @@ TEST_F(ClientTest, BadArgumentsFailLocally) {
   EXPECT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("utf8", "bad \xff byte")).ok());
 }
 
-TEST_F(ClientTest, ManyThreadsShareOneClient) {
+TEST_P(ClientTest, ManyThreadsShareOneClient) {
   auto client = NewClient();
   std::vector<std::thread> threads;
   std::atomic<int> failures{0};
@@ -312,7 +338,7 @@ TEST_F(ClientTest, ManyThreadsShareOneClient) {
 
 // ---- retries ----
 
-TEST_F(ClientTest, RetriesServiceUnavailableUntilItSucceeds) {
+TEST_P(ClientTest, RetriesServiceUnavailableUntilItSucceeds) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("flaky")).ok());
   fake_.ClearRequests();
@@ -322,7 +348,7 @@ TEST_F(ClientTest, RetriesServiceUnavailableUntilItSucceeds) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps/flaky"), 3u);
 }
 
-TEST_F(ClientTest, GivesUpAfterMaxAttempts) {
+TEST_P(ClientTest, GivesUpAfterMaxAttempts) {
   ClientOptions options = FastOptions();
   options.max_attempts = 3;
   auto client = NewClient(options);
@@ -333,7 +359,7 @@ TEST_F(ClientTest, GivesUpAfterMaxAttempts) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps/x"), 3u);
 }
 
-TEST_F(ClientTest, TooManyRequestsWaitsForRetryAfter) {
+TEST_P(ClientTest, TooManyRequestsWaitsForRetryAfter) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("busy")).ok());
   fake_.ClearRequests();
@@ -347,7 +373,7 @@ TEST_F(ClientTest, TooManyRequestsWaitsForRetryAfter) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps/busy"), 2u);
 }
 
-TEST_F(ClientTest, ALongRetryAfterIsLeftToTheCaller) {
+TEST_P(ClientTest, ALongRetryAfterIsLeftToTheCaller) {
   auto client = NewClient();
   fake_.Control("faults", {{"failNext", 1}, {"code", 429}, {"retryAfter", 120}, {"match", "GET /api/v1/"}});
   const auto start = Clock::now();
@@ -359,7 +385,7 @@ TEST_F(ClientTest, ALongRetryAfterIsLeftToTheCaller) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default"), 1u);
 }
 
-TEST_F(ClientTest, ClientErrorsAreNeverRetried) {
+TEST_P(ClientTest, ClientErrorsAreNeverRetried) {
   auto client = NewClient();
   fake_.Control("faults", {{"failNext", 1}, {"code", 400}, {"match", "GET /api/v1/namespaces/default/configmaps/a"}});
   EXPECT_EQ(client->Get(Resource::ConfigMaps(), "default", "a").status().code(), Code::kBadRequest);
@@ -376,7 +402,7 @@ TEST_F(ClientTest, ClientErrorsAreNeverRetried) {
   EXPECT_EQ(Count("POST", "/api/v1/namespaces/default/pods"), 1u);
 }
 
-TEST_F(ClientTest, CreateByGenerateNameIsRepeatedOnlyAfterTooManyRequests) {
+TEST_P(ClientTest, CreateByGenerateNameIsRepeatedOnlyAfterTooManyRequests) {
   auto client = NewClient();
   Json generated = ConfigMap("");
   generated["metadata"] = {{"generateName", "gen-"}};
@@ -394,7 +420,7 @@ TEST_F(ClientTest, CreateByGenerateNameIsRepeatedOnlyAfterTooManyRequests) {
 
 // ---- limits ----
 
-TEST_F(ClientTest, QpsLimiterPacesRequests) {
+TEST_P(ClientTest, QpsLimiterPacesRequests) {
   ClientOptions options = FastOptions();
   options.qps = 20;
   options.burst = 1;
@@ -404,7 +430,7 @@ TEST_F(ClientTest, QpsLimiterPacesRequests) {
   EXPECT_GE(SecondsSince(start), 0.5);
 }
 
-TEST_F(ClientTest, SlowAnswersTimeOut) {
+TEST_P(ClientTest, SlowAnswersTimeOut) {
   ClientOptions options = FastOptions();
   options.request_timeout = milliseconds(300);
   options.max_attempts = 1;
@@ -418,9 +444,88 @@ TEST_F(ClientTest, SlowAnswersTimeOut) {
   EXPECT_TRUE(client->Get(Namespaces(), "", "default").ok());
 }
 
+// ---- connections ----
+
+TEST_P(ClientTest, AServerUrlWithAPathPrefixesEveryRequest) {
+  // How an API proxy is addressed (kubectl proxy --api-prefix, Rancher's cluster URLs).
+  ClusterConfig config = fake_.Config();
+  config.server += "/proxy/c1";
+  auto client = Create(config);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  fake_.ClearRequests();
+  // The fake is no proxy, and answers 404: the path it was asked for is what counts.
+  EXPECT_EQ((*client)->Get(Namespaces(), "", "default").status().code(), Code::kNotFound);
+  EXPECT_EQ(Count("GET", "/proxy/c1/api/v1/namespaces/default"), 1u);
+}
+
+// An HTTP server that answers every request with a Namespace and then closes the connection,
+// although its answer keeps it alive: what a server's idle timeout does between two requests.
+class ClosingServer {
+ public:
+  ClosingServer() {
+    listen_fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof addr;
+    if (::bind(listen_fd_, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || ::listen(listen_fd_, 8) != 0 ||
+        ::getsockname(listen_fd_, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+      return;
+    }
+    port_ = ntohs(addr.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~ClosingServer() {
+    ::shutdown(listen_fd_, SHUT_RDWR);  // ends the accept()
+    if (thread_.joinable()) thread_.join();
+    ::close(listen_fd_);
+  }
+  std::string url() const { return "http://127.0.0.1:" + std::to_string(port_); }
+  int requests() const { return requests_; }
+
+ private:
+  void Serve() {
+    for (int fd; (fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC)) >= 0; ::close(fd)) {
+      std::string request;
+      char buf[4096];
+      ssize_t n = 0;
+      while (request.find("\r\n\r\n") == std::string::npos && (n = ::read(fd, buf, sizeof buf)) > 0) {
+        request.append(buf, static_cast<size_t>(n));
+      }
+      if (request.find("\r\n\r\n") == std::string::npos) continue;
+      ++requests_;
+      const std::string body = R"({"kind":"Namespace","metadata":{"name":"default"}})";
+      const std::string answer = "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: " +
+                                 std::to_string(body.size()) + "\r\n\r\n" + body;
+      if (::write(fd, answer.data(), answer.size()) < 0) continue;
+    }
+  }
+
+  int listen_fd_ = -1;
+  int port_ = 0;
+  std::atomic<int> requests_{0};
+  std::thread thread_;
+};
+
+TEST_P(ClientTest, AKeptAliveConnectionTheServerClosedIsReplacedUnnoticed) {
+  ClosingServer server;
+  ClusterConfig config;
+  config.server = server.url();
+  ClientOptions once = FastOptions();
+  once.max_attempts = 1;  // so that no retry of the client's hides a failure
+  auto client = Create(config, once);
+  ASSERT_TRUE(client.ok());
+  for (int i = 0; i < 3; ++i) {
+    auto got = (*client)->Get(Namespaces(), "", "default");
+    EXPECT_TRUE(got.ok()) << "request " << i << ": " << got.status().ToString();
+    std::this_thread::sleep_for(milliseconds(50));  // the server's close arrives
+  }
+  EXPECT_EQ(server.requests(), 3);
+}
+
 // ---- malformed answers ----
 
-TEST_F(ClientTest, TruncatedJsonIsMalformedNotACrash) {
+TEST_P(ClientTest, TruncatedJsonIsMalformedNotACrash) {
   auto client = NewClient();
   fake_.Control("faults", {{"truncateNext", 1}, {"match", "GET /api/v1/namespaces/default"}});
   auto got = client->Get(Namespaces(), "", "default");
@@ -428,7 +533,7 @@ TEST_F(ClientTest, TruncatedJsonIsMalformedNotACrash) {
   EXPECT_TRUE(client->Get(Namespaces(), "", "default").ok());  // the connection pool is not poisoned
 }
 
-TEST_F(ClientTest, BodyCutOffMidConnectionIsRetriedAsAConnectionFailure) {
+TEST_P(ClientTest, BodyCutOffMidConnectionIsRetriedAsAConnectionFailure) {
   auto client = NewClient();
   fake_.Control("faults", {{"truncateNext", 1}, {"abort", true}, {"match", "GET /api/v1/namespaces/default"}});
   auto got = client->Get(Namespaces(), "", "default");
@@ -442,7 +547,7 @@ TEST_F(ClientTest, BodyCutOffMidConnectionIsRetriedAsAConnectionFailure) {
   EXPECT_EQ(single->Get(Namespaces(), "", "default").status().code(), Code::kUnavailable);
 }
 
-TEST_F(ClientTest, GarbageBodyIsMalformed) {
+TEST_P(ClientTest, GarbageBodyIsMalformed) {
   auto client = NewClient();
   fake_.Control("faults", {{"garbageNext", 1}, {"match", "GET /api/v1/namespaces"}});
   auto got = client->Get(Namespaces(), "", "default");
@@ -450,7 +555,7 @@ TEST_F(ClientTest, GarbageBodyIsMalformed) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default"), 1u);
 }
 
-TEST_F(ClientTest, BodyOverTheSizeLimitIsMalformedWithoutReadingIt) {
+TEST_P(ClientTest, BodyOverTheSizeLimitIsMalformedWithoutReadingIt) {
   ClientOptions options = FastOptions();
   options.max_response_bytes = 256 * 1024;
   auto client = NewClient(options);
@@ -463,7 +568,7 @@ TEST_F(ClientTest, BodyOverTheSizeLimitIsMalformedWithoutReadingIt) {
   EXPECT_TRUE(client->Get(Namespaces(), "", "default").ok());
 }
 
-TEST_F(ClientTest, BodyUnderTheSizeLimitIsAccepted) {
+TEST_P(ClientTest, BodyUnderTheSizeLimitIsAccepted) {
   auto client = NewClient();
   fake_.Control("faults", {{"hugeNext", 1}, {"bytes", 3 * 1024 * 1024}, {"match", "GET /api/v1/namespaces"}});
   auto got = client->Get(Namespaces(), "", "default");
@@ -471,7 +576,7 @@ TEST_F(ClientTest, BodyUnderTheSizeLimitIsAccepted) {
   EXPECT_GT((*got)["padding"].get<std::string>().size(), 3u * 1024 * 1024 - 200);
 }
 
-TEST_F(ClientTest, WrongContentTypeIsMalformed) {
+TEST_P(ClientTest, WrongContentTypeIsMalformed) {
   auto client = NewClient();
   fake_.Control("faults", {{"wrongContentTypeNext", 1}, {"match", "GET /api/v1/namespaces"}});
   auto got = client->Get(Namespaces(), "", "default");
@@ -481,27 +586,29 @@ TEST_F(ClientTest, WrongContentTypeIsMalformed) {
 
 // ---- authentication ----
 
-TEST(ClientAuthTest, BearerTokenIsSentAndAWrongOneIsUnauthorizedAtOnce) {
+using ClientAuthTest = ImplementationTest;
+
+TEST_P(ClientAuthTest, BearerTokenIsSentAndAWrongOneIsUnauthorizedAtOnce) {
   FakeApiServer fake({"--token", "right"});
   ASSERT_TRUE(fake.ok()) << fake.error();
-  auto good = Client::Create(fake.Config("right"), FastOptions());
+  auto good = Create(fake.Config("right"));
   ASSERT_TRUE(good.ok());
   EXPECT_TRUE((*good)->Get(Namespaces(), "", "default").ok());
-  auto bad = Client::Create(fake.Config("wrong"), FastOptions());
+  auto bad = Create(fake.Config("wrong"));
   ASSERT_TRUE(bad.ok());
   fake.ClearRequests();
   EXPECT_EQ((*bad)->Get(Namespaces(), "", "default").status().code(), Code::kUnauthorized);
   EXPECT_EQ(fake.RequestsMatching("GET", "/api/v1/namespaces/default").size(), 1u);
 }
 
-TEST(ClientAuthTest, RotatedTokenFileIsReReadAfterUnauthorized) {
+TEST_P(ClientAuthTest, RotatedTokenFileIsReReadAfterUnauthorized) {
   TempDir dir;
   const std::string token_file = dir.Write("token", "old-token\n");
   FakeApiServer fake({"--token", "old-token"});
   ASSERT_TRUE(fake.ok()) << fake.error();
   ClusterConfig config = fake.Config();
   config.token_file = token_file;
-  auto client = Client::Create(config, FastOptions());
+  auto client = Create(config);
   ASSERT_TRUE(client.ok());
   ASSERT_TRUE((*client)->Get(Namespaces(), "", "default").ok());
 
@@ -552,7 +659,7 @@ class WatchTest : public ClientTest {
   }
 };
 
-TEST_F(WatchTest, ReceivesAddedModifiedDeletedAndBookmarks) {
+TEST_P(WatchTest, ReceivesAddedModifiedDeletedAndBookmarks) {
   auto client = NewClient();
   fake_.Control("config", {{"bookmarkIntervalMs", 100}});
   WatchOptions options;
@@ -597,7 +704,7 @@ TEST_F(WatchTest, ReceivesAddedModifiedDeletedAndBookmarks) {
   EXPECT_TRUE(recorded.Has(WatchEventType::kBookmark));
 }
 
-TEST_F(WatchTest, ResumesFromAResourceVersionWithoutReplayingOlderEvents) {
+TEST_P(WatchTest, ResumesFromAResourceVersionWithoutReplayingOlderEvents) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("before")).ok());
   const std::string rv = ListResourceVersion(*client);
@@ -616,7 +723,7 @@ TEST_F(WatchTest, ResumesFromAResourceVersionWithoutReplayingOlderEvents) {
   EXPECT_EQ(names, std::vector<std::string>{"after"});
 }
 
-TEST_F(WatchTest, EndsCleanlyWhenTheServerTimeoutExpires) {
+TEST_P(WatchTest, EndsCleanlyWhenTheServerTimeoutExpires) {
   auto client = NewClient();
   WatchOptions options;
   options.resource_version = ListResourceVersion(*client);
@@ -631,7 +738,7 @@ TEST_F(WatchTest, EndsCleanlyWhenTheServerTimeoutExpires) {
   EXPECT_LT(SecondsSince(start), 5.0);
 }
 
-TEST_F(WatchTest, ExpiredResourceVersionIsGone) {
+TEST_P(WatchTest, ExpiredResourceVersionIsGone) {
   auto client = NewClient();
   ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("one")).ok());
   const std::string old_rv = ListResourceVersion(*client);
@@ -650,7 +757,7 @@ TEST_F(WatchTest, ExpiredResourceVersionIsGone) {
   EXPECT_EQ(events, 0);
 }
 
-TEST_F(WatchTest, ServerExpiringAnOpenWatchIsGone) {
+TEST_P(WatchTest, ServerExpiringAnOpenWatchIsGone) {
   auto client = NewClient();
   WatchOptions options;
   options.resource_version = ListResourceVersion(*client);
@@ -665,7 +772,7 @@ TEST_F(WatchTest, ServerExpiringAnOpenWatchIsGone) {
   EXPECT_EQ(result.code(), Code::kGone) << result.ToString();
 }
 
-TEST_F(WatchTest, CancelFromAnotherThreadReturnsPromptly) {
+TEST_P(WatchTest, CancelFromAnotherThreadReturnsPromptly) {
   auto client = NewClient();
   WatchOptions options;
   options.resource_version = ListResourceVersion(*client);
@@ -685,7 +792,7 @@ TEST_F(WatchTest, CancelFromAnotherThreadReturnsPromptly) {
   EXPECT_LT(std::chrono::duration<double>(returned - cancelled_at).count(), 0.5);
 }
 
-TEST_F(WatchTest, CancelWhileWaitingForTheServerReturnsPromptly) {
+TEST_P(WatchTest, CancelWhileWaitingForTheServerReturnsPromptly) {
   auto client = NewClient();
   fake_.Control("faults", {{"latencyMs", 3000}});
   CancelToken cancel;
@@ -701,7 +808,7 @@ TEST_F(WatchTest, CancelWhileWaitingForTheServerReturnsPromptly) {
   EXPECT_LT(SecondsSince(cancelled_at), 0.5);
 }
 
-TEST_F(WatchTest, DroppedConnectionIsUnavailable) {
+TEST_P(WatchTest, DroppedConnectionIsUnavailable) {
   auto client = NewClient();
   WatchOptions options;
   options.resource_version = ListResourceVersion(*client);
@@ -716,7 +823,7 @@ TEST_F(WatchTest, DroppedConnectionIsUnavailable) {
   EXPECT_EQ(result.code(), Code::kUnavailable) << result.ToString();
 }
 
-TEST_F(WatchTest, GarbageHugeAndMistypedStreamsAreMalformed) {
+TEST_P(WatchTest, GarbageHugeAndMistypedStreamsAreMalformed) {
   ClientOptions small = FastOptions();
   small.max_response_bytes = 64 * 1024;
   auto client = NewClient(small);
@@ -734,7 +841,7 @@ TEST_F(WatchTest, GarbageHugeAndMistypedStreamsAreMalformed) {
   EXPECT_EQ(watch().code(), Code::kMalformed);
 }
 
-TEST_F(WatchTest, RefusedWatchReturnsTheServersStatus) {
+TEST_P(WatchTest, RefusedWatchReturnsTheServersStatus) {
   auto client = NewClient();
   fake_.Control("faults", {{"failNext", 1}, {"code", 429}, {"match", "WATCH /api/v1/"}});
   CancelToken cancel;
@@ -747,7 +854,7 @@ TEST_F(WatchTest, RefusedWatchReturnsTheServersStatus) {
 
 // ---- ListPages and WatchLines: the JSON text as the server sent it ----
 
-TEST_F(ClientTest, ListPagesHandsOverOnePageAtATimeFollowingContinueTokens) {
+TEST_P(ClientTest, ListPagesHandsOverOnePageAtATimeFollowingContinueTokens) {
   auto client = NewClient();
   for (int i = 0; i < 7; ++i) {
     ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
@@ -790,7 +897,7 @@ TEST_F(ClientTest, ListPagesHandsOverOnePageAtATimeFollowingContinueTokens) {
   EXPECT_EQ(Count("GET", "/api/v1/namespaces/default/configmaps"), 1u);
 }
 
-TEST_F(ClientTest, ListPagesReportsExpiredTokensAndMalformedPages) {
+TEST_P(ClientTest, ListPagesReportsExpiredTokensAndMalformedPages) {
   auto client = NewClient();
   for (int i = 0; i < 4; ++i) {
     ASSERT_TRUE(client->Create(Resource::ConfigMaps(), "default", ConfigMap("cm-" + std::to_string(i))).ok());
@@ -817,7 +924,7 @@ TEST_F(ClientTest, ListPagesReportsExpiredTokensAndMalformedPages) {
   EXPECT_TRUE(list().ok()) << "retried like List";
 }
 
-TEST_F(WatchTest, WatchLinesHandsOverTheLinesAsSentErrorEventsIncluded) {
+TEST_P(WatchTest, WatchLinesHandsOverTheLinesAsSentErrorEventsIncluded) {
   auto client = NewClient();
   WatchOptions options;
   options.resource_version = ListResourceVersion(*client);
@@ -866,7 +973,7 @@ TEST_F(WatchTest, WatchLinesHandsOverTheLinesAsSentErrorEventsIncluded) {
   EXPECT_EQ(error["object"]["code"], 410);
 }
 
-TEST_F(WatchTest, WatchLinesLeavesCheckingToTheCallerButNotTheSizeLimit) {
+TEST_P(WatchTest, WatchLinesLeavesCheckingToTheCallerButNotTheSizeLimit) {
   ClientOptions small = FastOptions();
   small.max_response_bytes = 64 * 1024;
   auto client = NewClient(small);
@@ -892,7 +999,7 @@ TEST_F(WatchTest, WatchLinesLeavesCheckingToTheCallerButNotTheSizeLimit) {
   EXPECT_EQ(watch().code(), Code::kMalformed);
 }
 
-TEST_F(WatchTest, TheDefaultListPagesAndWatchLinesGoThroughListAndWatch) {
+TEST_P(WatchTest, TheDefaultListPagesAndWatchLinesGoThroughListAndWatch) {
   auto inner = NewClient();
   // A Client with only the required methods gets ListPages and WatchLines from the base class.
   testing::RequiredMethodsClient client(inner);
@@ -948,58 +1055,40 @@ TEST_F(WatchTest, TheDefaultListPagesAndWatchLinesGoThroughListAndWatch) {
 
 // ---- TLS ----
 
-class TlsTest : public ::testing::Test {
+class TlsTest : public ImplementationTest {
  protected:
   void SetUp() override {
-    if (std::system("command -v openssl >/dev/null 2>&1") != 0) GTEST_SKIP() << "openssl CLI not found";
-    const std::string d = dir_.path();
-    const std::string ec = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
-    dir_.Write("server.ext", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n");
-    dir_.Write("client.ext", "extendedKeyUsage=clientAuth\n");
-    const std::string script =
-        "cd " + d + " && exec >openssl.log 2>&1"
-        " && openssl req -x509" + ec + " -keyout ca.key -out ca.crt -days 1 -subj /CN=fleet-test-ca"
-        " && openssl req -x509" + ec + " -keyout other-ca.key -out other-ca.crt -days 1 -subj /CN=other-ca"
-        " && openssl req" + ec + " -keyout server.key -out server.csr -subj /CN=127.0.0.1"
-        " && openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out server.crt -days 1"
-        " -extfile server.ext"
-        " && openssl req" + ec + " -keyout client.key -out client.csr -subj /CN=fleet-client"
-        " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt -days 1"
-        " -extfile client.ext";
-    ASSERT_EQ(std::system(("sh -c '" + script + "'").c_str()), 0) << Read("openssl.log");
-    fake_.emplace(std::vector<std::string>{"--tls-cert", d + "/server.crt", "--tls-key", d + "/server.key",
-                                           "--client-ca", d + "/ca.crt", "--token", "secret"});
+    if (!pki_.ok() && pki_.error() == "openssl CLI not found") GTEST_SKIP() << pki_.error();
+    ASSERT_TRUE(pki_.ok()) << pki_.error();
+    std::vector<std::string> args = pki_.ServerArgs();
+    args.insert(args.end(), {"--token", "secret"});
+    fake_.emplace(args);
     ASSERT_TRUE(fake_->ok()) << fake_->error();
   }
 
-  std::string Read(const std::string& name) {
-    std::ifstream in(dir_.path() + "/" + name);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  std::string Read(const std::string& name) { return testing::ReadFile(pki_.Path(name)); }
 
   ClusterConfig Verified(const std::string& token = "secret") {
     ClusterConfig config = fake_->Config(token);
     config.insecure_skip_tls_verify = false;
-    config.ca_file = dir_.path() + "/ca.crt";
+    config.ca_file = pki_.Path("ca.crt");
     return config;
   }
 
   ApiStatus Probe(const ClusterConfig& config) {
     ClientOptions options = FastOptions();
     options.max_attempts = 1;
-    auto client = Client::Create(config, options);
+    auto client = Create(config, options);
     if (!client.ok()) return client.status();
     auto got = (*client)->Get(Namespaces(), "", "default");
     return got.ok() ? ApiStatus() : got.status();
   }
 
-  TempDir dir_;
+  testing::TestPki pki_;
   std::optional<FakeApiServer> fake_;
 };
 
-TEST_F(TlsTest, ServerIsVerifiedWithTheClusterCa) {
+TEST_P(TlsTest, ServerIsVerifiedWithTheClusterCa) {
   ASSERT_EQ(fake_->url().rfind("https://", 0), 0u);
   EXPECT_TRUE(Probe(Verified()).ok()) << Probe(Verified()).ToString();
   ClusterConfig from_data = Verified();
@@ -1008,24 +1097,40 @@ TEST_F(TlsTest, ServerIsVerifiedWithTheClusterCa) {
   EXPECT_TRUE(Probe(from_data).ok());
 }
 
-TEST_F(TlsTest, ServerIsRejectedWithoutTheCaUnlessInsecure) {
+TEST_P(TlsTest, ServerIsRejectedWithoutTheCaUnlessInsecure) {
   ClusterConfig no_ca = Verified();
   no_ca.ca_file.clear();
   EXPECT_EQ(Probe(no_ca).code(), Code::kUnavailable);
   ClusterConfig wrong_ca = Verified();
-  wrong_ca.ca_file = dir_.path() + "/other-ca.crt";
+  wrong_ca.ca_file = pki_.Path("other-ca.crt");
   EXPECT_EQ(Probe(wrong_ca).code(), Code::kUnavailable);
   ClusterConfig insecure = no_ca;
   insecure.insecure_skip_tls_verify = true;
   EXPECT_TRUE(Probe(insecure).ok());
 }
 
-TEST_F(TlsTest, ClientCertificateAuthenticatesWithoutAToken) {
+TEST_P(TlsTest, ServerWhoseCertificateNamesAnotherHostIsRejectedUnlessInsecure) {
+  // Signed by the cluster CA, but for another name: a CA-signed certificate is not enough.
+  ASSERT_TRUE(pki_.IssueServerCertificate("elsewhere", "DNS:elsewhere.example")) << pki_.error();
+  std::vector<std::string> args = pki_.ServerArgs("elsewhere");
+  args.insert(args.end(), {"--token", "secret"});
+  FakeApiServer elsewhere(args);
+  ASSERT_TRUE(elsewhere.ok()) << elsewhere.error();
+  ClusterConfig config = elsewhere.Config("secret");
+  config.insecure_skip_tls_verify = false;
+  config.ca_file = pki_.Path("ca.crt");
+  const ApiStatus rejected = Probe(config);
+  EXPECT_EQ(rejected.code(), Code::kUnavailable) << rejected.ToString();
+  config.insecure_skip_tls_verify = true;
+  EXPECT_TRUE(Probe(config).ok()) << Probe(config).ToString();
+}
+
+TEST_P(TlsTest, ClientCertificateAuthenticatesWithoutAToken) {
   ClusterConfig anonymous = Verified("");
   EXPECT_EQ(Probe(anonymous).code(), Code::kUnauthorized);
   ClusterConfig with_cert = anonymous;
-  with_cert.client_cert_file = dir_.path() + "/client.crt";
-  with_cert.client_key_file = dir_.path() + "/client.key";
+  with_cert.client_cert_file = pki_.Path("client.crt");
+  with_cert.client_key_file = pki_.Path("client.key");
   EXPECT_TRUE(Probe(with_cert).ok()) << Probe(with_cert).ToString();
   ClusterConfig with_data = anonymous;
   with_data.client_cert_data = Read("client.crt");
@@ -1033,16 +1138,16 @@ TEST_F(TlsTest, ClientCertificateAuthenticatesWithoutAToken) {
   EXPECT_TRUE(Probe(with_data).ok());
 }
 
-TEST_F(TlsTest, UnreadableOrInvalidTlsMaterialIsAConfigError) {
+TEST_P(TlsTest, UnreadableOrInvalidTlsMaterialIsAConfigError) {
   ClusterConfig missing = Verified();
-  missing.ca_file = dir_.path() + "/absent.crt";
+  missing.ca_file = pki_.Path("absent.crt");
   EXPECT_EQ(Probe(missing).code(), Code::kConfig);
   ClusterConfig garbage = Verified();
   garbage.ca_file.clear();
   garbage.ca_data = "-----BEGIN CERTIFICATE-----\nnot a certificate\n-----END CERTIFICATE-----\n";
   EXPECT_EQ(Probe(garbage).code(), Code::kConfig);
   ClusterConfig half = Verified();
-  half.client_cert_file = dir_.path() + "/client.crt";
+  half.client_cert_file = pki_.Path("client.crt");
   EXPECT_EQ(Probe(half).code(), Code::kConfig);
 }
 
@@ -1066,27 +1171,35 @@ TEST(CancelTokenTest, SleepForEndsEarlyOnCancel) {
 
 // ---- construction ----
 
-TEST(ClientCreateTest, RejectsUnusableConfigAndOptions) {
-  EXPECT_EQ(Client::Create(ClusterConfig{}).status().code(), Code::kConfig);
+using ClientCreateTest = ImplementationTest;
+
+TEST_P(ClientCreateTest, RejectsUnusableConfigAndOptions) {
+  EXPECT_EQ(Create(ClusterConfig{}).status().code(), Code::kConfig);
   ClusterConfig ftp;
   ftp.server = "ftp://example";
-  EXPECT_EQ(Client::Create(ftp).status().code(), Code::kConfig);
+  EXPECT_EQ(Create(ftp).status().code(), Code::kConfig);
   ClusterConfig ok;
   ok.server = "http://127.0.0.1:1";
   ClientOptions bad;
   bad.max_attempts = 0;
-  EXPECT_EQ(Client::Create(ok, bad).status().code(), Code::kConfig);
+  EXPECT_EQ(Create(ok, bad).status().code(), Code::kConfig);
 }
 
-TEST(ClientCreateTest, UnreachableServerIsUnavailable) {
+TEST_P(ClientCreateTest, UnreachableServerIsUnavailable) {
   ClusterConfig config;
   config.server = "http://127.0.0.1:1";
   ClientOptions options = FastOptions();
   options.max_attempts = 2;
-  auto client = Client::Create(config, options);
+  auto client = Create(config, options);
   ASSERT_TRUE(client.ok());
   EXPECT_EQ((*client)->Get(Namespaces(), "", "default").status().code(), Code::kUnavailable);
 }
+
+INSTANTIATE_TEST_SUITE_P(Clients, ClientTest, ::testing::ValuesIn(kImplementations), ImplementationName);
+INSTANTIATE_TEST_SUITE_P(Clients, WatchTest, ::testing::ValuesIn(kImplementations), ImplementationName);
+INSTANTIATE_TEST_SUITE_P(Clients, ClientAuthTest, ::testing::ValuesIn(kImplementations), ImplementationName);
+INSTANTIATE_TEST_SUITE_P(Clients, TlsTest, ::testing::ValuesIn(kImplementations), ImplementationName);
+INSTANTIATE_TEST_SUITE_P(Clients, ClientCreateTest, ::testing::ValuesIn(kImplementations), ImplementationName);
 
 }  // namespace
 }  // namespace fleet::kube

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -260,6 +261,47 @@ std::optional<HttpConnection::Response> HttpConnection::Send(
     if (!reused) return std::nullopt;  // a fresh connection failed: a real error
   }
   return std::nullopt;
+}
+
+// ---- TestPki ----
+
+namespace {
+const char kEcKey[] = " -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+}  // namespace
+
+TestPki::TestPki() {
+  if (std::system("command -v openssl >/dev/null 2>&1") != 0) {
+    error_ = "openssl CLI not found";
+    return;
+  }
+  dir_.Write("client.ext", "extendedKeyUsage=clientAuth\n");
+  if (!Openssl(std::string("openssl req -x509") + kEcKey + " -keyout ca.key -out ca.crt -days 1 -subj /CN=fleet-test-ca" +
+               " && openssl req -x509" + kEcKey + " -keyout other-ca.key -out other-ca.crt -days 1 -subj /CN=other-ca" +
+               " && openssl req" + kEcKey + " -keyout client.key -out client.csr -subj /CN=fleet-client" +
+               " && openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -out client.crt" +
+               " -days 1 -extfile client.ext")) {
+    return;
+  }
+  IssueServerCertificate("server", "IP:127.0.0.1,DNS:localhost");
+}
+
+bool TestPki::IssueServerCertificate(const std::string& name, const std::string& san) {
+  dir_.Write(name + ".ext", "subjectAltName=" + san + "\nextendedKeyUsage=serverAuth\n");
+  return Openssl(std::string("openssl req") + kEcKey + " -keyout " + name + ".key -out " + name + ".csr -subj /CN=" +
+                 name + " && openssl x509 -req -in " + name + ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -out " +
+                 name + ".crt -days 1 -extfile " + name + ".ext");
+}
+
+std::vector<std::string> TestPki::ServerArgs(const std::string& certificate) const {
+  return {"--tls-cert", Path(certificate + ".crt"), "--tls-key", Path(certificate + ".key"), "--client-ca",
+          Path("ca.crt")};
+}
+
+bool TestPki::Openssl(const std::string& commands) {
+  const std::string script = "cd " + dir_.path() + " && exec >openssl.log 2>&1 && " + commands;
+  if (std::system(("sh -c '" + script + "'").c_str()) == 0) return true;
+  error_ = "openssl failed: " + ReadFile(Path("openssl.log"));
+  return false;
 }
 
 // ---- FakeApiServer ----

@@ -85,6 +85,30 @@ class HttpConnection {
   std::string error_;
 };
 
+// Certificates for TLS, made with the openssl CLI in a TempDir of its own: a CA (ca.crt, ca.key),
+// a server certificate it signed for 127.0.0.1 and localhost (server.crt, server.key), a client
+// certificate it signed (client.crt, client.key) and a CA that signed nothing (other-ca.crt).
+// ok() is false, with error() saying why, when the openssl CLI is missing or fails.
+class TestPki {
+ public:
+  TestPki();
+  bool ok() const { return error_.empty(); }
+  const std::string& error() const { return error_; }
+  std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
+  // Another server certificate signed by the CA, for the subjectAltName `san` (e.g.
+  // "DNS:elsewhere.example"): <name>.crt and <name>.key. False (see error()) on failure.
+  bool IssueServerCertificate(const std::string& name, const std::string& san);
+  // FakeApiServer arguments: serve https with `certificate` (<certificate>.crt/.key), accept
+  // client certificates signed by the CA.
+  std::vector<std::string> ServerArgs(const std::string& certificate = "server") const;
+
+ private:
+  bool Openssl(const std::string& commands);
+
+  TempDir dir_;
+  std::string error_;
+};
+
 class FakeApiServer {
  public:
   // `extra_args` go to fake_apiserver.py as they are, e.g. {"--token", "t1", "--kubelet", "manual"}.

@@ -1,4 +1,6 @@
-// Client: the Kubernetes REST API over cpprestsdk (kept out of this header: it compiles slowly).
+// Client: the Kubernetes REST API. Client::Create makes one over cpprestsdk (fleet::kube);
+// CreateLiteClient (lite_client.h) the same one over Boost.Beast (fleet::kube_lite). The HTTP
+// libraries stay out of this header (they compile slowly).
 // Objects are nlohmann::json. Every call is synchronous and thread-safe; connections are reused.
 //
 // Retries: only transient failures (429 honouring Retry-After, 5xx, connection errors, timeouts)
@@ -115,7 +117,7 @@ class CancelToken {
 // request hops between them several times, so more threads mostly add wake-ups: on 2 cores, 40
 // threads cost ~2x the client CPU per request of 1 thread. Client::Create sizes the pool to half
 // the cores (1 to 8) when nothing has used it yet. Call this before to choose another size; false
-// when the pool was already running.
+// when the pool was already running. (fleet::kube only: the lite client has no I/O threads.)
 bool ConfigureIoThreads(size_t threads);
 
 class Client {
