@@ -254,6 +254,10 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     return Error{"spec.runtime: fleet serves parameter servers, and a collective job has none; use runtime paddle "
                  "(trainers can still use fleet_runtime's collectives, which read the same env)"};
   }
+  if (s.runtime == Runtime::kFleet && has_heter) {
+    return Error{"spec.heter: the fleet runtime has no heter trainers (TRAINING_ROLE=HETER_TRAINER); use runtime paddle "
+                 "for heter jobs"};
+  }
   if (s.runtime == Runtime::kFleet && s.gloo != Gloo::kNone) {
     return Error{"spec.gloo: with runtime fleet nobody serves Gloo's HTTP store (Paddle's servers do); the fleet "
                  "runtime's trainers meet at barriers through the parameter servers: remove spec.gloo"};

@@ -69,6 +69,7 @@ const InvalidSpecCase kInvalidSpecs[] = {
     {"ServerWithoutTemplate", [](JobBuilder& j) { j.Erase("/spec/server/template"); }, "spec.server.template"},
     {"UnknownRuntime", [](JobBuilder& j) { j.Set("/spec/runtime", "tensorflow"); }, "spec.runtime"},
     {"RuntimeFleetWithoutServers", [](JobBuilder& j) { j.Servers(0).Set("/spec/runtime", "fleet"); }, "spec.runtime"},
+    {"RuntimeFleetWithHeter", [](JobBuilder& j) { j.Set("/spec/runtime", "fleet").Heter({"gpu", 2}); }, "spec.heter"},
     {"RuntimeFleetWithGloo", [](JobBuilder& j) { j.Set("/spec/runtime", "fleet").Gloo("All"); }, "spec.gloo"},
     {"PsServerContainerWithRuntimePaddle",
      [](JobBuilder& j) { j.Set("/spec/server/template/spec/containers/0/name", "fleet-ps-server"); },
