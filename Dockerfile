@@ -84,10 +84,12 @@ ENTRYPOINT ["/usr/local/bin/fleet-operator"]
 # entrypoint is the binary (spec.sidecar.image, default fleetjob/sidecar:<version>). It also ships
 # fleet-ps-server, which the operator runs (command fleet-ps-server) in the server pods of jobs with
 # spec.runtime fleet; gRPC and protobuf are for it.
-# The sidecar's API client is fleet::kube_lite (Boost.Beast, header-only, on OpenSSL): no cpprestsdk.
+# The sidecar's API client is fleet::kube_lite (Boost.Beast, header-only, on mbedTLS): no cpprestsdk,
+# no OpenSSL in fleet-sidecar. libssl3 is fleet-ps-server's (gRPC).
 FROM ${DEBIAN_SLIM} AS sidecar
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-      libyaml-cpp0.7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 libstdc++6 libgcc-s1 ca-certificates \
+      libyaml-cpp0.7 libmbedtls14 libmbedx509-1 libmbedcrypto7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 \
+      libstdc++6 libgcc-s1 ca-certificates \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 zlib1g \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /src/build/sidecar/fleet-sidecar /usr/local/bin/fleet-sidecar

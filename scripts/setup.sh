@@ -6,7 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake pkg-config                    # toolchain
   libgtest-dev libgmock-dev                           # tests
-  libcpprest-dev libboost-dev libssl-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client (cpprestsdk; Boost.Beast for the sidecar's)
+  libcpprest-dev libboost-dev libssl-dev libmbedtls-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client (cpprestsdk; Boost.Beast on mbedTLS for the sidecar's)
   prometheus-cpp-dev libcivetweb-dev                  # metrics and the binaries' HTTP endpoints
   prometheus                                          # promtool and a real server scraping our metrics in tests
   libgloo-dev openmpi-bin libopenmpi-dev              # CPU collectives (Gloo), and MPI as their baseline

@@ -1,8 +1,10 @@
 // CreateLiteClient: the Kubernetes API (api_client.h) over Boost.Beast's HTTP/1.1 on Boost.Asio
-// sockets, plain or OpenSSL-secured.
+// sockets, plain or secured with mbedTLS (lite_tls.h; not OpenSSL, for the footprint).
 //
 // Each connection has an io_context of its own, run by the thread that uses the connection, one
-// operation at a time: the thread runs it until it completes, its deadline passes or the caller's
+// wait at a time. Beast reads and writes synchronously through a Stream over the non-blocking
+// socket, or over the TLS session on it; whenever the socket would block, the thread runs an
+// asynchronous wait for it until it is ready, the operation's deadline passes or the caller's
 // CancelToken fires (looked at every kCancelPoll); the latter two close the socket, which ends
 // the operation at once, and the connection with it. So there are no I/O threads, and a deadline
 // or a cancellation never waits for the network.
@@ -12,8 +14,6 @@
 // the response, the request goes out again on another connection, as cpprestsdk's client does (a
 // server closes idle connections between requests, so the request it met was never read).
 #include "fleet/kube/lite_client.h"
-
-#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cstdint>
@@ -25,11 +25,12 @@
 #include <boost/asio/connect.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
-#include <boost/asio/ssl.hpp>
+#include <boost/beast/core/buffers_range.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http.hpp>
 
 #include "api_client.h"
+#include "lite_tls.h"
 #include "tls.h"
 
 namespace fleet::kube {
@@ -44,6 +45,7 @@ using std::chrono::milliseconds;
 
 constexpr uint32_t kHeaderLimit = 64 * 1024;  // room for long Warning headers; Beast's default is 8 KiB
 constexpr size_t kMaxIdleConnections = 4;
+constexpr size_t kTlsWriteChunk = 16 * 1024;  // a TLS record's most plaintext
 
 // The server URL, split: scheme://host[:port][/base-path].
 struct ServerUrl {
@@ -100,61 +102,55 @@ StatusOr<ServerUrl> ParseServer(const std::string& server) {
 
 std::string_view View(beast::string_view s) { return {s.data(), s.size()}; }
 
-bool IsIpAddress(const std::string& host) {
-  boost::system::error_code ec;
-  asio::ip::make_address(host, ec);
-  return !ec;
-}
-
 // One connection to the API server, plain or TLS (see the top of the file). Used by one thread
 // at a time; Connect once, then Exchange and ReadBody for each request.
 class Connection {
  public:
-  Connection(ServerUrl server, std::shared_ptr<asio::ssl::context> tls, bool verify)
-      : server_(std::move(server)), tls_context_(std::move(tls)), verify_(verify), io_(1), socket_(io_) {}
+  Connection(ServerUrl server, std::shared_ptr<const TlsConfig> tls)
+      : server_(std::move(server)), tls_config_(std::move(tls)), io_(1), socket_(io_), stream_(*this) {}
 
-  // Connects and, for https, shakes hands: the certificate chain is checked against the context's
-  // CA and the certificate's names against the URL's host, unless insecure.
+  // Connects and, for https, shakes hands: the certificate chain is checked against the config's
+  // CA and the certificate's names against the URL's host, unless insecure (lite_tls.h).
   ApiStatus Connect(Clock::time_point deadline, const CancelToken* cancel) {
+    Begin(deadline, cancel);
     const std::string where = server_.host + ":" + server_.port;
     tcp::resolver resolver(io_);
     beast::error_code ec;
     const tcp::resolver::results_type endpoints = resolver.resolve(server_.host, server_.port, ec);
     if (ec) return Failure("resolving " + where, ec);
-    ec = Run([&](auto handler) { asio::async_connect(socket_, endpoints, std::move(handler)); }, deadline, cancel);
+    ec = Run([&](auto handler) { asio::async_connect(socket_, endpoints, std::move(handler)); });
     if (ec) return Failure("connecting to " + where, ec);
     socket_.set_option(tcp::no_delay(true), ec);  // requests are small: do not wait to fill a segment
-    if (!tls_context_) return ApiStatus();
-    tls_.emplace(socket_, *tls_context_);
-    if (!IsIpAddress(server_.host)) SSL_set_tlsext_host_name(tls_->native_handle(), server_.host.c_str());
-    if (verify_) {
-      tls_->set_verify_mode(asio::ssl::verify_peer);
-      tls_->set_verify_callback(asio::ssl::host_name_verification(server_.host));
-    } else {
-      tls_->set_verify_mode(asio::ssl::verify_none);
+    // Reads and writes must come back instead of blocking, to wait under the deadline (Stream).
+    if (socket_.non_blocking(true, ec)) return Failure("connecting to " + where, ec);
+    if (!tls_config_) return ApiStatus();
+    tls_.emplace(tls_config_, socket_, server_.host);
+    UntilDone(
+        [&](beast::error_code& step_ec, TlsSession::Wait* wait) {
+          step_ec = tls_->Handshake(wait);
+          return size_t{0};
+        },
+        ec);
+    if (ec) {
+      const std::string why = tls_->VerifyFailure();
+      return Failure("TLS handshake with " + where + (why.empty() ? "" : " (" + why + ")"), ec);
     }
-    ec = Run([&](auto handler) { tls_->async_handshake(asio::ssl::stream_base::client, std::move(handler)); },
-             deadline, cancel);
-    if (ec) return Failure("TLS handshake with " + where, ec);
     return ApiStatus();
   }
 
   // Sends `request` and reads the head of the response.
   ApiStatus Exchange(const http::request<http::string_body>& request, Clock::time_point deadline,
                      const CancelToken* cancel) {
+    Begin(deadline, cancel);
     parser_.emplace();
     // Bodies are capped above the transport, as they are read. (Not boost::none: Boost 1.74 compares
     // a Content-Length with that as greater, and refuses every body.)
     parser_->body_limit(std::numeric_limits<std::uint64_t>::max());
     parser_->header_limit(kHeaderLimit);
-    beast::error_code ec = WithStream([&](auto& stream) {
-      return Run([&](auto handler) { http::async_write(stream, request, std::move(handler)); }, deadline, cancel);
-    });
+    beast::error_code ec;
+    http::write(stream_, request, ec);
     if (ec) return Failure("sending the request", ec);
-    ec = WithStream([&](auto& stream) {
-      return Run([&](auto handler) { http::async_read_header(stream, buffer_, *parser_, std::move(handler)); },
-                 deadline, cancel);
-    });
+    http::read_header(stream_, buffer_, *parser_, ec);
     if (ec) return Failure("waiting for the response", ec);
     return ApiStatus();
   }
@@ -172,6 +168,7 @@ class Connection {
   // HttpStream::Read of the response whose head Exchange read.
   ApiStatus ReadBody(std::string* out, size_t max_bytes, Clock::time_point deadline, const CancelToken* cancel,
                      bool* eof) {
+    Begin(deadline, cancel);
     const size_t want = std::min(max_bytes, kReadChunk);
     const size_t old = out->size();
     out->resize(old + want);
@@ -182,10 +179,7 @@ class Connection {
       auto& body = parser_->get().body();
       body.data = &(*out)[old];
       body.size = want;
-      ec = WithStream([&](auto& stream) {
-        return Run([&](auto handler) { http::async_read_some(stream, buffer_, *parser_, std::move(handler)); },
-                   deadline, cancel);
-      });
+      http::read_some(stream_, buffer_, *parser_, ec);
       got = want - body.size;
       if (ec == http::error::need_buffer) ec = {};  // the chunk filled `out`: not an error
       if (ec) break;
@@ -207,16 +201,113 @@ class Connection {
  private:
   enum class Stop { kNo, kDeadline, kCancelled };
 
-  template <typename F>
-  beast::error_code WithStream(F&& f) {
-    return tls_ ? f(*tls_) : f(socket_);
+  // What Beast reads and writes (a SyncReadStream and SyncWriteStream): the socket, or the TLS
+  // session over it, for the connection's current operation (Begin).
+  class Stream {
+   public:
+    explicit Stream(Connection& connection) : connection_(connection) {}
+
+    template <typename Buffers>
+    size_t read_some(const Buffers& buffers, beast::error_code& ec) {
+      return connection_.ReadSome(buffers, ec);
+    }
+    template <typename Buffers>
+    size_t read_some(const Buffers& buffers) {
+      return Throwing([&](beast::error_code& ec) { return read_some(buffers, ec); });
+    }
+    template <typename Buffers>
+    size_t write_some(const Buffers& buffers, beast::error_code& ec) {
+      return connection_.WriteSome(buffers, ec);
+    }
+    template <typename Buffers>
+    size_t write_some(const Buffers& buffers) {
+      return Throwing([&](beast::error_code& ec) { return write_some(buffers, ec); });
+    }
+
+   private:
+    template <typename F>
+    static size_t Throwing(F&& f) {
+      beast::error_code ec;
+      const size_t n = f(ec);
+      if (ec) throw boost::system::system_error(ec);
+      return n;
+    }
+
+    Connection& connection_;
+  };
+
+  void Begin(Clock::time_point deadline, const CancelToken* cancel) {
+    deadline_ = deadline;
+    cancel_ = cancel;
   }
 
-  // Runs the asynchronous operation `start` begins until it completes, `deadline` passes or
-  // `cancel` fires. For the latter two the socket is closed, which completes the operation at once
-  // (operation_aborted); the connection is of no further use.
+  template <typename Buffers>
+  size_t ReadSome(const Buffers& buffers, beast::error_code& ec) {
+    if (!tls_) {
+      return OnSocket([&](beast::error_code& io_ec) { return socket_.read_some(buffers, io_ec); },
+                      TlsSession::Wait::kReadable, ec);
+    }
+    // One TLS record at a time comes out anyway: the first buffer with room is enough.
+    for (const asio::mutable_buffer buffer : beast::buffers_range_ref(buffers)) {
+      if (buffer.size() == 0) continue;
+      return UntilDone(
+          [&](beast::error_code& step_ec, TlsSession::Wait* wait) {
+            return tls_->Read(buffer.data(), buffer.size(), step_ec, wait);
+          },
+          ec);
+    }
+    ec = {};
+    return 0;
+  }
+
+  template <typename Buffers>
+  size_t WriteSome(const Buffers& buffers, beast::error_code& ec) {
+    if (!tls_) {
+      return OnSocket([&](beast::error_code& io_ec) { return socket_.write_some(buffers, io_ec); },
+                      TlsSession::Wait::kWritable, ec);
+    }
+    // Beast hands over a request as many small buffers (each header field): gathered, they go out
+    // as one TLS record rather than one record each.
+    unsigned char gathered[kTlsWriteChunk];
+    const size_t size = asio::buffer_copy(asio::buffer(gathered), buffers);
+    return UntilDone(
+        [&](beast::error_code& step_ec, TlsSession::Wait* wait) { return tls_->Write(gathered, size, step_ec, wait); },
+        ec);
+  }
+
+  // The plain socket's read_some or write_some (`io`) until done, as UntilDone runs a TLS
+  // session's steps: would_block means waiting for `on_block`.
+  template <typename Io>
+  size_t OnSocket(Io&& io, TlsSession::Wait on_block, beast::error_code& ec) {
+    return UntilDone(
+        [&](beast::error_code& step_ec, TlsSession::Wait* wait) {
+          const size_t n = io(step_ec);
+          *wait = step_ec == asio::error::would_block ? on_block : TlsSession::Wait::kNone;
+          if (step_ec == asio::error::would_block) step_ec = {};
+          return n;
+        },
+        ec);
+  }
+
+  // Calls `step` (one non-blocking read, write or handshake step) until it neither fails nor has to
+  // wait, waiting for the socket in between, under the current operation's deadline and cancel.
+  template <typename Step>
+  size_t UntilDone(Step&& step, beast::error_code& ec) {
+    while (true) {
+      TlsSession::Wait wait = TlsSession::Wait::kNone;
+      const size_t n = step(ec, &wait);
+      if (ec || wait == TlsSession::Wait::kNone) return n;
+      const auto what = wait == TlsSession::Wait::kReadable ? tcp::socket::wait_read : tcp::socket::wait_write;
+      ec = Run([&](auto handler) { socket_.async_wait(what, std::move(handler)); });
+      if (ec) return 0;
+    }
+  }
+
+  // Runs the asynchronous operation `start` begins until it completes, the deadline passes or the
+  // cancel token fires. For the latter two the socket is closed, which completes the operation at
+  // once (operation_aborted); the connection is of no further use.
   template <typename Start>
-  beast::error_code Run(Start&& start, Clock::time_point deadline, const CancelToken* cancel) {
+  beast::error_code Run(Start&& start) {
     bool done = false;
     beast::error_code result;
     start([&done, &result](beast::error_code ec, auto&&...) {
@@ -226,8 +317,8 @@ class Connection {
     io_.restart();
     while (!done) {
       const Clock::time_point now = Clock::now();
-      const bool cancelled = cancel && cancel->cancelled();
-      if (cancelled || now >= deadline) {
+      const bool cancelled = cancel_ && cancel_->cancelled();
+      if (cancelled || now >= deadline_) {
         stopped_ = cancelled ? Stop::kCancelled : Stop::kDeadline;
         beast::error_code ignored;
         socket_.close(ignored);
@@ -236,7 +327,7 @@ class Connection {
         // Even when it had just succeeded: the socket is closed now.
         return asio::error::operation_aborted;
       }
-      io_.run_one_until(cancel ? std::min(deadline, now + kCancelPoll) : deadline);
+      io_.run_one_until(cancel_ ? std::min(deadline_, now + kCancelPoll) : deadline_);
     }
     return result;
   }
@@ -249,13 +340,15 @@ class Connection {
   }
 
   const ServerUrl server_;
-  const std::shared_ptr<asio::ssl::context> tls_context_;  // null for http://
-  const bool verify_;
+  const std::shared_ptr<const TlsConfig> tls_config_;  // null for http://
   asio::io_context io_;
   tcp::socket socket_;
-  std::optional<asio::ssl::stream<tcp::socket&>> tls_;  // over socket_, for https://
+  std::optional<TlsSession> tls_;  // over socket_, for https://
+  Stream stream_;
   beast::flat_buffer buffer_;
   std::optional<http::response_parser<http::buffer_body>> parser_;  // the current exchange's
+  Clock::time_point deadline_;  // the current operation's (Begin)
+  const CancelToken* cancel_ = nullptr;
   bool broken_ = false;
   Stop stopped_ = Stop::kNo;
 };
@@ -305,8 +398,8 @@ class LiteStream final : public HttpStream {
 
 class LiteTransport final : public HttpTransport {
  public:
-  LiteTransport(ServerUrl server, ClientOptions options, std::shared_ptr<asio::ssl::context> tls, bool verify)
-      : server_(std::move(server)), options_(std::move(options)), tls_(std::move(tls)), verify_(verify) {}
+  LiteTransport(ServerUrl server, ClientOptions options, std::shared_ptr<const TlsConfig> tls)
+      : server_(std::move(server)), options_(std::move(options)), tls_(std::move(tls)) {}
 
   StatusOr<HttpReply> RoundTrip(const HttpRequest& request, const std::string& token) override {
     const Clock::time_point deadline = Clock::now() + options_.request_timeout;
@@ -331,7 +424,7 @@ class LiteTransport final : public HttpTransport {
         std::unique_ptr<Connection> connection = pool_->Take();
         const bool reused = connection != nullptr;
         if (!reused) {
-          connection = std::make_unique<Connection>(server_, tls_, verify_);
+          connection = std::make_unique<Connection>(server_, tls_);
           if (ApiStatus s = connection->Connect(deadline, cancel); !s.ok()) return Prefixed(what, s);
         }
         ApiStatus sent = connection->Exchange(message, deadline, cancel);
@@ -339,7 +432,7 @@ class LiteTransport final : public HttpTransport {
         if (reused && connection->FailedUnanswered()) continue;  // closed while idle (see the top)
         return Prefixed(what, sent);
       }
-    } catch (const std::exception& e) {  // allocation, or OpenSSL failing to make a session
+    } catch (const std::exception& e) {  // allocation, or mbedTLS failing to set a session up
       return ApiStatus(Code::kUnavailable, what + ": " + e.what());
     }
   }
@@ -368,8 +461,7 @@ class LiteTransport final : public HttpTransport {
 
   const ServerUrl server_;
   const ClientOptions options_;
-  const std::shared_ptr<asio::ssl::context> tls_;  // null for http://
-  const bool verify_;
+  const std::shared_ptr<const TlsConfig> tls_;  // null for http://
   const std::shared_ptr<ConnectionPool> pool_ = std::make_shared<ConnectionPool>();
 };
 
@@ -382,14 +474,13 @@ StatusOr<std::shared_ptr<Client>> CreateLiteClient(const ClusterConfig& config, 
   if (!tls.ok()) return tls.status();
   auto server = internal::ParseServer(config.server);
   if (!server.ok()) return server.status();
-  std::shared_ptr<boost::asio::ssl::context> context;
+  std::shared_ptr<const internal::TlsConfig> tls_config;
   if (server->https) {
-    auto made = internal::NewTlsContext(*tls);
+    auto made = internal::NewTlsConfig(*tls, !config.insecure_skip_tls_verify);
     if (!made.ok()) return made.status();
-    context = std::move(*made);
+    tls_config = std::move(*made);
   }
-  auto transport = std::make_unique<internal::LiteTransport>(std::move(*server), options, std::move(context),
-                                                             !config.insecure_skip_tls_verify);
+  auto transport = std::make_unique<internal::LiteTransport>(std::move(*server), options, std::move(tls_config));
   return internal::NewApiClient(config, options, std::move(transport));
 }
 

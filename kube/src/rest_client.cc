@@ -11,7 +11,10 @@
 // progress handler while it downloads; a watch stream is drained as it comes, its lines capped
 // above the transport. Cancelling the request (which closes its connection) stops a body that is
 // too large, a deadline that passes and a caller who cancels.
+#include <openssl/ssl.h>
+
 #include <algorithm>
+#include <memory>
 #include <thread>
 
 #include <boost/asio/ssl.hpp>
@@ -27,6 +30,38 @@ namespace {
 
 namespace http = web::http;
 using std::chrono::milliseconds;
+
+// Trusts exactly the configured CA (as client-go does; the system's CAs when there is none) and
+// presents the client certificate.
+boost::system::error_code ApplyTls(const TlsMaterial& tls, boost::asio::ssl::context& ctx) {
+  boost::system::error_code ec;
+  if (tls.ca_pem.empty()) {
+    // Only without a CA: this parses the system's bundle into the store, which a CA replaces.
+    ctx.set_default_verify_paths(ec);
+    if (ec) return ec;
+  } else {
+    SSL_CTX_set_cert_store(ctx.native_handle(), X509_STORE_new());
+    ctx.add_certificate_authority(boost::asio::buffer(tls.ca_pem), ec);
+    if (ec) return ec;
+  }
+  if (!tls.cert_pem.empty()) {
+    ctx.use_certificate_chain(boost::asio::buffer(tls.cert_pem), ec);
+    if (ec) return ec;
+    ctx.use_private_key(boost::asio::buffer(tls.key_pem), boost::asio::ssl::context::pem, ec);
+    if (ec) return ec;
+  }
+  return ec;
+}
+
+// A TLS client context with `tls` applied; kConfig when the PEM material is invalid, so that a bad
+// file is a config error, not a failed handshake.
+StatusOr<std::shared_ptr<boost::asio::ssl::context>> NewTlsContext(const TlsMaterial& tls) {
+  auto ctx = std::make_shared<boost::asio::ssl::context>(boost::asio::ssl::context::tls_client);
+  if (boost::system::error_code ec = ApplyTls(tls, *ctx)) {
+    return ApiStatus(Code::kConfig, "TLS material (CA, client certificate or key) is invalid: " + ec.message());
+  }
+  return ctx;
+}
 
 constexpr milliseconds kAbortGrace{2000};  // how long to wait for a cancelled request to wind down
 

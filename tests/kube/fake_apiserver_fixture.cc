@@ -286,7 +286,7 @@ TestPki::TestPki() {
 }
 
 bool TestPki::IssueServerCertificate(const std::string& name, const std::string& san) {
-  dir_.Write(name + ".ext", "subjectAltName=" + san + "\nextendedKeyUsage=serverAuth\n");
+  dir_.Write(name + ".ext", (san.empty() ? "" : "subjectAltName=" + san + "\n") + "extendedKeyUsage=serverAuth\n");
   return Openssl(std::string("openssl req") + kEcKey + " -keyout " + name + ".key -out " + name + ".csr -subj /CN=" +
                  name + " && openssl x509 -req -in " + name + ".csr -CA ca.crt -CAkey ca.key -CAcreateserial -out " +
                  name + ".crt -days 1 -extfile " + name + ".ext");

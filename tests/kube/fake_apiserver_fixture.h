@@ -95,8 +95,9 @@ class TestPki {
   bool ok() const { return error_.empty(); }
   const std::string& error() const { return error_; }
   std::string Path(const std::string& name) const { return dir_.path() + "/" + name; }
-  // Another server certificate signed by the CA, for the subjectAltName `san` (e.g.
-  // "DNS:elsewhere.example"): <name>.crt and <name>.key. False (see error()) on failure.
+  // Another server certificate signed by the CA, with the subject CN=<name> and the subjectAltName
+  // `san` (e.g. "DNS:elsewhere.example"; "" for none): <name>.crt and <name>.key. False (see
+  // error()) on failure.
   bool IssueServerCertificate(const std::string& name, const std::string& san);
   // FakeApiServer arguments: serve https with `certificate` (<certificate>.crt/.key), accept
   // client certificates signed by the CA.
