@@ -82,6 +82,7 @@ class DenseStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the trainer closed the stream, or it broke
     reader_.emplace(request_);  // holds the request's slices until the answer is written
+    request_.Clear();           // the reader has them: an idle stream keeps no chunk alive
     codec::Dense m;
     if (Status s = codec::ParseDense(*reader_, &m); !s.ok()) return Finish(ToGrpc(s));
     ServeDense(*core_, m, AnswerInto(&answer_), [this](Status s) {

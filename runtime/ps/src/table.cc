@@ -408,7 +408,7 @@ Status SparseShard::CreateRows(const uint64_t* keys, const std::vector<size_t>& 
         "sparse table " + std::to_string(config_.table_id) + " is full on server " + std::to_string(server_index_) +
         " of " + std::to_string(server_count_) + ": it holds " + std::to_string(rows_) + " rows, its limit is " +
         std::to_string(max_rows_) + " rows per server (" + source + "), and this " + what + " would create " +
-        std::to_string(absent.size()) + " more; nothing was applied. Raise max_rows in the table's declaration, or "
+        std::to_string(absent.size()) + " more; nothing of this request was applied on this server. Raise max_rows in the table's declaration, or "
         "the servers' default (fleet-ps-server --sparse_max_rows N, FLEET_PS_SPARSE_MAX_ROWS), or add servers");
   }
   for (uint64_t key : absent) {

@@ -68,13 +68,17 @@ Status Worker::PushPullDense(uint32_t table, const float* gradient, float* out, 
 }
 
 // Sends (local - base) / trainers, then takes the servers' merged values as the new local and base.
+// local and base change only when the whole exchange succeeded: after a failure (some ranges
+// answered, some not) the next exchange sends the accumulated delta again, so nothing is lost and
+// nothing applied twice is mistaken for a base.
 Status Worker::GeoSendDense(uint32_t table, GeoDense& g) {
   g.steps = 0;
   const float scale = 1.0f / static_cast<float>(client_->trainers());
-  for (size_t i = 0; i < g.base.size(); ++i) g.base[i] = (g.local[i] - g.base[i]) * scale;
-  // The delta goes out of base, and the merged values come back into it.
-  if (Status s = client_->PushPullDense(table, g.base.data(), g.base.data(), g.base.size()); !s.ok()) return s;
-  g.local = g.base;
+  g.delta.resize(g.base.size());
+  for (size_t i = 0; i < g.base.size(); ++i) g.delta[i] = (g.local[i] - g.base[i]) * scale;
+  if (Status s = client_->PushPullDense(table, g.delta.data(), g.delta.data(), g.delta.size()); !s.ok()) return s;
+  g.base = g.delta;
+  g.local = g.delta;
   return Status::Ok();
 }
 

@@ -119,6 +119,7 @@ class Worker {
   struct GeoDense {
     std::vector<float> local;  // what this trainer trains on
     std::vector<float> base;   // the values of the last exchange with the servers
+    std::vector<float> delta;  // the exchange's buffer: the delta out, the merged values back
     uint32_t steps = 0;
   };
   struct GeoSparse {
