@@ -173,10 +173,13 @@ TEST(PsProcessTest, ABadEnvExitsTwoWithPaddlesMessage) {
   EXPECT_NE(trainer.output().find("TRAINING_ROLE must be PSERVER"), std::string::npos) << trainer.output();
   Child flag({FLEET_PS_SERVER_PATH, "--bogus"}, {}, dir.path() + "/log3");
   EXPECT_EQ(flag.WaitExit(std::chrono::seconds(10)), 2);
-  ServerJob rows(1, 1, {"--sparse_max_rows", "many"});
-  EXPECT_EQ(rows.servers[0]->WaitExit(std::chrono::seconds(10)), 2);
-  EXPECT_NE(rows.servers[0]->output().find("FLEET_PS_SPARSE_MAX_ROWS must be a positive number of rows, got 'many'"),
-            std::string::npos) << rows.servers[0]->output();
+  // Plain decimal digits only: strtoull would read " -1" as 2^64-1.
+  for (const std::string bad : {"many", " -1", "-1", "+5", "0"}) {
+    ServerJob rows(1, 1, {"--sparse_max_rows", bad});
+    EXPECT_EQ(rows.servers[0]->WaitExit(std::chrono::seconds(10)), 2) << "'" << bad << "'";
+    EXPECT_NE(rows.servers[0]->output().find("FLEET_PS_SPARSE_MAX_ROWS must be a positive number of rows, got '" + bad + "'"),
+              std::string::npos) << rows.servers[0]->output();
+  }
 }
 
 TEST(PsProcessTest, SparseMaxRowsLimitsTheTablesThatDeclareNone) {

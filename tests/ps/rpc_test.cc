@@ -399,6 +399,32 @@ TEST(PsRpcTest, AServerNotStoppedByEveryTrainerKeepsServing) {
   EXPECT_TRUE(c.servers[0]->Wait(Clock::now() + std::chrono::seconds(10)));
 }
 
+TEST(PsRpcTest, StopWorkerClosesTheStreamsOfACallStillRunning) {
+  Cluster c = StartCluster(1, 2);
+  auto client = Connect(Options(c.endpoints, 0, 2));
+  auto other = Connect(Options(c.endpoints, 1, 2));
+  ASSERT_OK(client->CreateTable(TableConfig::Dense(0, 4, OptimizerConfig::Sgd(1.0f), Mode::kSync)));
+  // A sync push waits for trainer 1 on another thread, holding its streams, while StopWorker runs.
+  std::future<Status> push = std::async(std::launch::async, [&] {
+    const std::vector<float> g(4, 1.0f);
+    return client->PushDense(0, g.data(), g.size());
+  });
+  // Its stream is open once the push is on its way (the stream's headers go with it).
+  ASSERT_TRUE(testing::PollUntil([&] { return c.servers[0]->open_dense_streams() == 1; }, std::chrono::seconds(10)));
+  ASSERT_OK(client->StopWorker());
+  // Trainer 1 stops too: the step can never complete, and trainer 0's push comes back, failed.
+  ASSERT_OK(other->StopWorker());
+  EXPECT_FALSE(push.get().ok());
+  // Its streams were closed on the way back, not pooled: the server has none left open.
+  EXPECT_TRUE(testing::PollUntil([&] { return c.servers[0]->open_dense_streams() == 0; }, std::chrono::seconds(5)))
+      << c.servers[0]->open_dense_streams() << " streams still open";
+  // A call after StopWorker leaves none open either.
+  const std::vector<float> g(4, 1.0f);
+  EXPECT_FALSE(client->PushDense(0, g.data(), g.size()).ok());
+  EXPECT_TRUE(testing::PollUntil([&] { return c.servers[0]->open_dense_streams() == 0; }, std::chrono::seconds(5)))
+      << c.servers[0]->open_dense_streams() << " streams still open";
+}
+
 TEST(PsRpcTest, ConnectChecksThatServersAreWhereTheListSays) {
   Cluster c = StartCluster(2, 2);
   std::unique_ptr<PsClient> client;

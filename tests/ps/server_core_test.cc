@@ -204,6 +204,18 @@ TEST(PsServerCoreTest, AsyncAndGeoPushesApplyOnArrival) {
   EXPECT_EQ(PullAll(core, 1, 0, 2), (std::vector<float>{2, 4}));    // + delta
 }
 
+TEST(PsServerCoreTest, AnEmptySparsePushIsAnsweredAndChangesNothing) {
+  // (No keys: nothing may be copied from or into an empty buffer; UBSan checks that memcpy is not
+  // handed an empty vector's null data().)
+  ServerCore core(Opts(1));
+  ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f), Mode::kAsync)).ok());
+  Answer a;
+  core.PushSparse(0, 0, 1, std::string(), std::string(), a.done());
+  ASSERT_TRUE(a.status);
+  EXPECT_TRUE(a.status->ok()) << a.status->ToString();
+  EXPECT_EQ(core.FindTable(0)->AsSparse()->CountStoredRows(), 0u);
+}
+
 TEST(PsServerCoreTest, CreatingATableAgainIsFineOnlyWithTheSameConfig) {
   ServerCore core(Opts(1));
   bool created = false, loaded = true;

@@ -192,6 +192,9 @@ TEST(PsTableTest, ConcurrentRequestsCreateExactlyTheLimitsRows) {
       }
     }
   });
+  // The rows really held, not only the counter the limit checks: a row created without being
+  // counted, or counted twice, fails one of these.
+  EXPECT_EQ(t->AsSparse()->CountStoredRows(), 100u);
   EXPECT_EQ(t->AsSparse()->RowCount(), 100u);
   EXPECT_EQ(created + refused, 320);
   EXPECT_GE(created, 100);

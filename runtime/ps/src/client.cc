@@ -1,3 +1,4 @@
+#include <grpc/support/time.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -27,6 +28,13 @@ struct Call {
   Req req;
   Resp resp;
 };
+
+// A gRPC deadline `after` from now on the monotonic clock, as the steady_clock deadlines it comes
+// from: a step of the wall clock moves neither.
+gpr_timespec MonotonicDeadline(Clock::duration after) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(after).count(), GPR_TIMESPAN));
+}
 
 // The raw (codec.h) methods.
 const std::string kDenseStream = "/fleet.ps.wire.ParameterServer/DenseStream";
@@ -106,8 +114,8 @@ class DenseStreams {
       void* tag = nullptr;
       bool ok = false;
       const auto next = cq_.AsyncNext(&tag, &ok, deadline == Clock::time_point::max()
-                                                     ? std::chrono::system_clock::time_point::max()
-                                                     : std::chrono::system_clock::now() + (deadline - Clock::now()));
+                                                     ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
+                                                     : MonotonicDeadline(deadline - Clock::now()));
       if (next == grpc::CompletionQueue::TIMEOUT) {
         // No answer in time: cancel those streams; their operations return and they are finished.
         for (auto& st : streams_) {
@@ -195,6 +203,8 @@ struct PsClient::Impl {
   uint64_t barrier_generation = 0;
   // DenseStreams not in use; one per thread calling at the same time. Last: they go first.
   std::mutex streams_mutex;
+  // Set by StopWorker (under streams_mutex): streams that come back from a call are closed, not kept.
+  bool streams_stopped = false;
   std::vector<std::unique_ptr<DenseStreams>> idle_streams;
 
   int servers() const { return static_cast<int>(stubs.size()); }
@@ -231,7 +241,7 @@ struct PsClient::Impl {
       calls[i] = std::make_unique<Pending>();
       Pending& p = *calls[i];
       p.call.server = build(i, &p.call.req);
-      p.call.ctx.set_deadline(std::chrono::system_clock::now() + timeout);
+      p.call.ctx.set_deadline(MonotonicDeadline(timeout));
       p.reader = start(static_cast<size_t>(p.call.server), &p.call.ctx, &p.call.req, &cq);
       p.reader->StartCall();
       p.reader->Finish(&p.call.resp, &p.status, reinterpret_cast<void*>(i));
@@ -361,8 +371,13 @@ struct PsClient::Impl {
                                                     out ? c.n * sizeof(float) : 0));
         },
         [this](int server, const Status& s) { return Answer(server, s); });
-    std::lock_guard lock(streams_mutex);
-    idle_streams.push_back(std::move(streams));
+    {
+      std::lock_guard lock(streams_mutex);
+      if (!streams_stopped) idle_streams.push_back(std::move(streams));
+    }
+    // After StopWorker (this call ran alongside it, or came after it) the streams are not kept:
+    // they are closed here, outside the lock.
+    streams.reset();
     return status;
   }
 
@@ -627,11 +642,15 @@ Status PsClient::Save(const std::string& dir) {
 }
 
 Status PsClient::StopWorker() {
+  std::vector<std::unique_ptr<DenseStreams>> idle;
   {
-    // Streams end first, so that a server whose trainers all stopped has none open to wait for.
+    // Streams end first, so that a server whose trainers all stopped has none open to wait for;
+    // those of calls still running on other threads end when they come back.
     std::lock_guard lock(impl_->streams_mutex);
-    impl_->idle_streams.clear();
+    impl_->streams_stopped = true;
+    idle.swap(impl_->idle_streams);
   }
+  idle.clear();
   return impl_->Run<wire::StopWorkerRequest, wire::StopWorkerResponse>(
       impl_->stubs.size(), impl_->options.rpc_timeout,
       [impl = impl_.get()](size_t server, grpc::ClientContext* ctx, const wire::StopWorkerRequest* req, grpc::CompletionQueue* cq) { return impl->stubs[server]->PrepareAsyncStopWorker(ctx, *req, cq); },

@@ -1,5 +1,6 @@
 #include "fleet/ps/fleet.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -33,10 +34,12 @@ Status Rows(const EnvMap& env, const std::string& name, uint64_t* out) {
   *out = 0;
   auto it = env.find(name);
   if (it == env.end() || it->second.empty()) return Status::Ok();
+  // Plain decimal digits only: strtoull alone would take " -1" (space, sign) as 2^64-1.
+  const bool digits = std::all_of(it->second.begin(), it->second.end(), [](char c) { return c >= '0' && c <= '9'; });
   char* end = nullptr;
   errno = 0;
-  const unsigned long long value = std::strtoull(it->second.c_str(), &end, 10);
-  if (end == it->second.c_str() || *end != '\0' || errno != 0 || value == 0 || it->second[0] == '-') {
+  const unsigned long long value = digits ? std::strtoull(it->second.c_str(), &end, 10) : 0;
+  if (!digits || *end != '\0' || errno != 0 || value == 0) {
     return InvalidArgument(name + " must be a positive number of rows, got '" + it->second + "'");
   }
   *out = value;

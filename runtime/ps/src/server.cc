@@ -77,7 +77,10 @@ void ServeDense(ServerCore& core, const codec::Dense& m, const ServerCore::Alloc
 // blocks a gRPC thread: a sync push's answer is written by whichever thread completes the step.
 class DenseStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit DenseStreamReactor(ServerCore* core) : core_(core) { StartRead(&request_); }
+  DenseStreamReactor(ServerCore* core, std::atomic<size_t>* open) : core_(core), open_(open) {
+    open_->fetch_add(1);
+    StartRead(&request_);
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) return Finish(grpc::Status::OK);  // the trainer closed the stream, or it broke
@@ -102,10 +105,14 @@ class DenseStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
     StartRead(&request_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    open_->fetch_sub(1);
+    delete this;
+  }
 
  private:
   ServerCore* core_;
+  std::atomic<size_t>* open_;  // the server's count of open streams
   grpc::ByteBuffer request_, answer_;
   std::optional<codec::Reader> reader_;
 };
@@ -113,6 +120,8 @@ class DenseStreamReactor final : public grpc::ServerBidiReactor<grpc::ByteBuffer
 class Service final : public Base {
  public:
   explicit Service(ServerCore* core) : core_(core) {}
+
+  std::atomic<size_t> open_dense_streams{0};
 
   grpc::ServerUnaryReactor* Info(grpc::CallbackServerContext* ctx, const wire::InfoRequest*,
                                  wire::InfoResponse* resp) override {
@@ -199,7 +208,7 @@ class Service final : public Base {
   }
 
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* DenseStream(grpc::CallbackServerContext*) override {
-    return new DenseStreamReactor(core_);
+    return new DenseStreamReactor(core_, &open_dense_streams);
   }
 
   grpc::ServerUnaryReactor* Barrier(grpc::CallbackServerContext* ctx, const wire::BarrierRequest* req,
@@ -303,6 +312,8 @@ bool PsServer::Wait(Clock::time_point deadline) {
   Shutdown();
   return true;
 }
+
+size_t PsServer::open_dense_streams() const { return impl_->service->open_dense_streams.load(); }
 
 void PsServer::Shutdown() {
   std::call_once(impl_->shutdown_once, [this] {

@@ -356,13 +356,14 @@ void ServerCore::PushSparse(uint32_t id, uint32_t trainer, uint32_t chunk_count,
                                 " needs " + std::to_string(n * dim * sizeof(float)) + " bytes of values, got " +
                                 std::to_string(values.size())));
   }
+  // (An empty push has no keys: an empty vector's data() may be null, which memcpy must not get.)
   std::vector<uint64_t> k(n);
-  std::memcpy(k.data(), keys.data(), keys.size());
+  if (n > 0) std::memcpy(k.data(), keys.data(), keys.size());
   SparseShard* shard = table->AsSparse();
   if (Status s = shard->CheckKeys(k.data(), n); !s.ok()) return done(s);
   if (table->config().mode != Mode::kSync) {
     std::vector<float> v(n * dim);
-    std::memcpy(v.data(), values.data(), values.size());
+    if (n > 0) std::memcpy(v.data(), values.data(), values.size());
     return done(shard->Update(k.data(), v.data(), n));
   }
 

@@ -488,6 +488,15 @@ size_t SparseShard::RowCount() const {
   return rows_;
 }
 
+size_t SparseShard::CountStoredRows() const {
+  size_t rows = 0;
+  for (int b = 0; b < kBuckets; ++b) {
+    std::lock_guard lock(buckets_[b].mutex);
+    rows += buckets_[b].index.size();
+  }
+  return rows;
+}
+
 void SparseShard::LoadRow(uint64_t key, const float* row) {
   std::lock_guard grow(grow_mutex_);
   Bucket& bucket = BucketOf(key);

@@ -107,6 +107,8 @@ class PsServer {
   // Blocks until every trainer stopped (then shuts down) or Shutdown(); false if `deadline` came first.
   bool Wait(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   void Shutdown();
+  // DenseStreams open to this server now (a stream counts until the server is done with it).
+  size_t open_dense_streams() const;
 
  private:
   PsServer() = default;

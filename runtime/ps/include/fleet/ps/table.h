@@ -106,7 +106,11 @@ class SparseShard final : public Table {
   // Sync and async: one optimizer step per row. Geo: adds the deltas. values: n x dim. Missing rows
   // are created first; past the row limit nothing at all is applied.
   Status Update(const uint64_t* keys, const float* values, size_t n);
+  // The rows counted as created (what the row limit is checked against).
   size_t RowCount() const;
+  // The rows the buckets hold, counted one by one (bucket by bucket, each under its lock): equal to
+  // RowCount() once no request is running. For checks; RowCount() is the cheap one.
+  size_t CountStoredRows() const;
   // The initial values of a row (what a first pull returns).
   static void InitialRow(const TableConfig& config, uint64_t key, float* out);
 
