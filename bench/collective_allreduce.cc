@@ -47,6 +47,7 @@
 #include <sys/socket.h>
 
 #include "fleet/collective/communicator.h"
+#include "fleet/launcher/host.h"
 
 namespace {
 
@@ -81,20 +82,9 @@ double Median(std::vector<double> v) {
 }
 
 std::vector<int> FreePorts(int n) {
-  std::vector<int> fds, ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
+  auto ports = fleet::launcher::FindFreePorts(n);
+  if (!ports.ok()) Die(ports.error());
+  return *ports;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "fleet/launcher/host.h"
 #include "fleet/ps/client.h"
 
 extern char** environ;
@@ -26,25 +27,19 @@ namespace fleet::ps::bench {
 
 using Clock = std::chrono::steady_clock;
 
-inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // Starts `count` fleet-ps-server processes of one job; returns their pids, fills endpoints.
 inline std::vector<pid_t> StartPsServers(const std::string& binary, int count, int trainers,
                                          std::vector<std::string>* endpoints) {
+  auto ports = fleet::launcher::FindFreePorts(count);
+  if (!ports.ok()) {
+    std::fprintf(stderr, "%s\n", ports.error().c_str());
+    return {};
+  }
   std::string list;
-  for (int i = 0; i < count; ++i) {
-    endpoints->push_back("127.0.0.1:" + std::to_string(FreePort()));
-    list += (i ? "," : "") + endpoints->back();
+  for (int port : *ports) {
+    endpoints->push_back("127.0.0.1:" + std::to_string(port));
+    list += (list.empty() ? "" : ",") + endpoints->back();
   }
   std::vector<pid_t> pids;
   for (int i = 0; i < count; ++i) {

@@ -2,17 +2,13 @@
 // function per rank on threads, deadlines.
 #pragma once
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
-
 #include <chrono>
 #include <functional>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "../common/test_process.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace fleet::collective::testing {
@@ -23,28 +19,8 @@ inline double SecondsSince(Clock::time_point start) {
   return std::chrono::duration<double>(Clock::now() - start).count();
 }
 
-// `n` distinct ports nothing listens on right now: bound to port 0 together, then released (the
-// kernel does not hand them out again at once).
-inline std::vector<int> FreePorts(int n) {
-  std::vector<int> fds;
-  std::vector<int> ports;
-  for (int i = 0; i < n; ++i) {
-    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    addr.sin_port = 0;
-    ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr);
-    socklen_t len = sizeof addr;
-    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-    fds.push_back(fd);
-    ports.push_back(ntohs(addr.sin_port));
-  }
-  for (int fd : fds) ::close(fd);
-  return ports;
-}
-
-inline int FreePort() { return FreePorts(1)[0]; }
+using fleet::test::FreePort;
+using fleet::test::FreePorts;
 
 inline std::vector<std::string> LoopbackEndpoints(int n) {
   std::vector<std::string> endpoints;

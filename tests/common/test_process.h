@@ -24,6 +24,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fleet/launcher/host.h"
+
 namespace fleet::test {
 
 // How a child process ended: exit code (128 + signal if killed), its output and how long it ran.
@@ -41,17 +43,20 @@ inline std::string ReadFile(const std::filesystem::path& path) {
   return s.str();
 }
 
-// A loopback TCP port that was free a moment ago.
+// `n` distinct TCP ports that were free a moment ago: fleetrun's own FindFreePorts (link
+// fleet::launcher). An empty list, and a test failure, when there are none.
+inline std::vector<int> FreePorts(int n) {
+  auto ports = fleet::launcher::FindFreePorts(n);
+  if (!ports.ok()) {
+    ADD_FAILURE() << ports.error();
+    return {};
+  }
+  return *ports;
+}
+
 inline int FreePort() {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
-  socklen_t len = sizeof(addr);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  const std::vector<int> ports = FreePorts(1);
+  return ports.empty() ? 0 : ports[0];
 }
 
 // Starts argv in `dir` with `env` added and stdout+stderr in `out`; returns the pid.
