@@ -86,8 +86,10 @@ Result<std::string> OneOf(const std::string& flag, const std::string& value, std
   return Error{"--" + flag + "=" + value + ": expected one of " + choices};
 }
 
+// A role; without a container (null) it has no template (runtime fleet's servers).
 Json Role(int replicas, const Json& container, const std::string& restart_policy) {
-  Json role = {{"replicas", replicas}, {"template", {{"spec", {{"containers", Json::array({container})}}}}}};
+  Json role = {{"replicas", replicas}};
+  if (!container.is_null()) role["template"] = {{"spec", {{"containers", Json::array({container})}}}};
   if (!restart_policy.empty()) role["restartPolicy"] = restart_policy;
   return role;
 }
@@ -150,14 +152,11 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
   }
 
   Json spec = {{"mode", ps ? "ps" : "collective"}, {"worker", Role(o.worker_num, worker, restart_policy)}};
-  if (ps && runtime == "fleet") {
-    // The operator provides the servers' fleet-ps-server container; the command is the trainers'.
-    spec["runtime"] = runtime;
-    spec["server"] = {{"replicas", o.server_num}};
-    if (!restart_policy.empty()) spec["server"]["restartPolicy"] = restart_policy;
-  } else if (ps) {
-    spec["server"] = Role(o.server_num, container, restart_policy);
-  }
+  // With runtime fleet the operator provides the servers' fleet-ps-server container; the command
+  // is the trainers'.
+  const bool fleet_servers = runtime == "fleet";
+  if (fleet_servers) spec["runtime"] = runtime;
+  if (ps) spec["server"] = Role(o.server_num, fleet_servers ? Json() : container, restart_policy);
   if (processes_per_pod > 1) spec["processesPerPod"] = processes_per_pod;
   if (!network.empty()) spec["network"] = network;
   if (o.backoff_limit) spec["runPolicy"] = {{"backoffLimit", *o.backoff_limit}};
