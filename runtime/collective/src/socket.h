@@ -6,31 +6,14 @@
 #include <cstddef>
 #include <string>
 
+#include "fleet/runtime/fd.h"
 #include "fleet/runtime/result.h"
 
 namespace fleet::collective::net {
 
 using Clock = std::chrono::steady_clock;
 
-// An owned file descriptor.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& other) noexcept : fd_(other.Release()) {}
-  Fd& operator=(Fd&& other) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() { Reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int Release();
-  void Reset();
-
- private:
-  int fd_ = -1;
-};
+using fleet::Fd;
 
 // Milliseconds left until `deadline` (0 when past), capped to what poll(2) takes.
 int MillisLeft(Clock::time_point deadline);

@@ -4,13 +4,13 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <mutex>
 #include <sstream>
 #include <thread>
 #include <unordered_map>
 
+#include "bulk.h"
 #include "codec.h"
 #include "fleet/ps/client.h"
 #include "wire.h"
@@ -36,152 +36,8 @@ gpr_timespec MonotonicDeadline(Clock::duration after) {
                       gpr_time_from_nanos(std::chrono::duration_cast<std::chrono::nanoseconds>(after).count(), GPR_TIMESPAN));
 }
 
-// The raw (codec.h) methods.
-const std::string kDenseStream = "/fleet.ps.wire.ParameterServer/DenseStream";
+// The raw (codec.h) method.
 const std::string kPullSparse = "/fleet.ps.wire.ParameterServer/PullSparse";
-
-// A calling thread's DenseStreams to the servers, on a completion queue that thread drives itself
-// (a completion costs no thread hand-off), kept between calls in PsClient's pool: a dense push or
-// pull is then one message each way on an open stream instead of a call (call setup, headers and
-// trailers, on both ends, were most of the CPU of a small table's step). Up to kPerServer streams
-// per server, each with one request in flight, opened on first use; a stream that ends is finished
-// and dropped, and the next call opens a new one.
-class DenseStreams {
- public:
-  static constexpr size_t kPerServer = 4;
-
-  explicit DenseStreams(size_t servers) : streams_(servers * kPerServer) {}
-  DenseStreams(const DenseStreams&) = delete;
-  DenseStreams& operator=(const DenseStreams&) = delete;
-
-  // Cancels the open streams (the servers see them end) and waits for their operations.
-  ~DenseStreams() {
-    for (auto& st : streams_) {
-      if (!st) continue;
-      st->ctx.TryCancel();
-      st->rw->Finish(&st->status, Tag(st.get(), kFinish));
-    }
-    cq_.Shutdown();
-    void* tag = nullptr;
-    bool ok = false;
-    while (cq_.Next(&tag, &ok)) {
-    }
-  }
-
-  // Sends `count` requests, request i to server server_of(i) (build(i) makes it; its values must
-  // stay until Run returns), and hands each answer to consume(i, answer) once its request is fully
-  // sent too (so an answer may go into the buffer its request came from). A server's requests go in
-  // order over its streams. Returns the first failure: an answer's (the stream goes on), or a
-  // stream's end, named by annotate(server, status); after a failure no more requests start.
-  template <typename Build, typename Consume>
-  Status Run(size_t count, const std::function<int(size_t)>& server_of, std::chrono::milliseconds timeout,
-             const std::vector<std::unique_ptr<grpc::GenericStub>>& stubs, Build build, Consume consume,
-             const std::function<Status(int, const Status&)>& annotate) {
-    std::vector<std::deque<size_t>> queue(stubs.size());
-    for (size_t i = 0; i < count; ++i) queue[static_cast<size_t>(server_of(i))].push_back(i);
-    Status first_error;
-    auto launch = [&](size_t slot) {
-      const size_t server = slot / kPerServer;
-      if (queue[server].empty() || !first_error.ok()) return;
-      std::unique_ptr<Stream>& st = streams_[slot];
-      if (!st) {
-        st = std::make_unique<Stream>();
-        st->server = static_cast<int>(server);
-        // The headers go out with the first request: no operation, no round trip of their own.
-        st->ctx.set_initial_metadata_corked(true);
-        st->rw = stubs[server]->PrepareCall(&st->ctx, kDenseStream, &cq_);
-        st->rw->StartCall(nullptr);
-      }
-      st->request_index = queue[server].front();
-      queue[server].pop_front();
-      st->request = build(st->request_index);
-      st->written = st->answered = false;
-      st->deadline = Clock::now() + timeout;
-      st->rw->Write(st->request, Tag(st.get(), kWrite));
-      st->rw->Read(&st->answer, Tag(st.get(), kRead));
-      st->pending = 2;
-    };
-    for (size_t slot = 0; slot < streams_.size(); ++slot) launch(slot);
-    for (;;) {
-      Clock::time_point deadline = Clock::time_point::max();
-      bool busy = false;
-      for (const auto& st : streams_) {
-        if (!st || st->pending == 0) continue;
-        busy = true;
-        if (!st->ended) deadline = std::min(deadline, st->deadline);
-      }
-      if (!busy) break;
-      void* tag = nullptr;
-      bool ok = false;
-      const auto next = cq_.AsyncNext(&tag, &ok, deadline == Clock::time_point::max()
-                                                     ? gpr_inf_future(GPR_CLOCK_MONOTONIC)
-                                                     : MonotonicDeadline(deadline - Clock::now()));
-      if (next == grpc::CompletionQueue::TIMEOUT) {
-        // No answer in time: cancel those streams; their operations return and they are finished.
-        for (auto& st : streams_) {
-          if (st && st->pending > 0 && !st->ended && st->deadline <= Clock::now()) {
-            st->expired = st->ended = true;
-            st->ctx.TryCancel();
-          }
-        }
-        continue;
-      }
-      if (next != grpc::CompletionQueue::GOT_EVENT) break;  // not reached: the queue is shut down only at the end
-      Stream* st = reinterpret_cast<Stream*>(reinterpret_cast<uintptr_t>(tag) & ~uintptr_t{kKinds});
-      const auto kind = static_cast<int>(reinterpret_cast<uintptr_t>(tag) & kKinds);
-      const size_t slot = static_cast<size_t>(st->server) * kPerServer;
-      size_t at = slot;
-      while (streams_[at].get() != st) ++at;
-      --st->pending;
-      if (kind == kFinish) {
-        Status why = st->expired ? Status(Code::kDeadlineExceeded, "Deadline Exceeded") : FromGrpc(st->status);
-        if (why.ok()) why = Unavailable("the server ended the dense stream");
-        if (first_error.ok()) first_error = annotate(st->server, why);
-        streams_[at].reset();
-        continue;
-      }
-      if (!ok) st->ended = true;
-      if (st->ended) {
-        // Finish once nothing else is outstanding: it brings the reason the stream ended.
-        if (st->pending == 0) {
-          st->rw->Finish(&st->status, Tag(st, kFinish));
-          st->pending = 1;
-        }
-        continue;
-      }
-      (kind == kWrite ? st->written : st->answered) = true;
-      if (!st->written || !st->answered) continue;
-      Status result = consume(st->request_index, st->answer);
-      st->answer.Clear();
-      st->request.Clear();
-      if (!result.ok() && first_error.ok()) first_error = result;
-      launch(at);
-    }
-    return first_error;
-  }
-
- private:
-  enum : int { kWrite = 1, kRead = 2, kFinish = 3, kKinds = 3 };
-  struct Stream {
-    grpc::ClientContext ctx;
-    std::unique_ptr<grpc::GenericClientAsyncReaderWriter> rw;
-    int server = 0;
-    grpc::ByteBuffer request, answer;
-    size_t request_index = 0;
-    Clock::time_point deadline;  // of the answer to the request in flight
-    int pending = 0;             // operations not returned yet
-    bool written = false, answered = false;
-    bool ended = false;          // an operation failed (or timed out): finish and drop the stream
-    bool expired = false;
-    grpc::Status status;         // what Finish says
-  };
-  static void* Tag(Stream* st, int kind) {
-    return reinterpret_cast<void*>(reinterpret_cast<uintptr_t>(st) | static_cast<uintptr_t>(kind));
-  }
-
-  grpc::CompletionQueue cq_;
-  std::vector<std::unique_ptr<Stream>> streams_;  // server s's streams at [s * kPerServer, (s + 1) * kPerServer)
-};
 
 std::string Bytes(const void* data, size_t n) { return std::string(static_cast<const char*>(data), n); }
 
@@ -201,11 +57,12 @@ struct PsClient::Impl {
   std::map<uint32_t, TableConfig> tables;
   std::mutex barrier_mutex;
   uint64_t barrier_generation = 0;
-  // DenseStreams not in use; one per thread calling at the same time. Last: they go first.
-  std::mutex streams_mutex;
-  // Set by StopWorker (under streams_mutex): streams that come back from a call are closed, not kept.
-  bool streams_stopped = false;
-  std::vector<std::unique_ptr<DenseStreams>> idle_streams;
+  // Dense connections not in use (bulk.h); one set per thread calling at the same time. Last: they
+  // go first.
+  std::mutex dense_mutex;
+  // Set by StopWorker (under dense_mutex): connections that come back from a call are closed, not kept.
+  bool dense_stopped = false;
+  std::vector<std::unique_ptr<bulk::Connections>> idle_dense;
 
   int servers() const { return static_cast<int>(stubs.size()); }
 
@@ -338,46 +195,48 @@ struct PsClient::Impl {
   }
 
   // A dense push (values), pull (out), or both, of the whole table, chunk by chunk over the calling
-  // thread's streams. Values go out from the caller's buffer and answers are copied into out (both
-  // outlive the streams' use of them: Run waits).
-  Status DenseStreamOp(uint32_t id, uint32_t op, const float* values, float* out, size_t n) {
+  // thread's dense connections. Values go out from the caller's buffer and answers are copied into
+  // out (both outlive the connections' use of them: Run waits).
+  Status DenseOp(uint32_t id, uint32_t op, const float* values, float* out, size_t n) {
     TableConfig config;
     if (Status s = DenseTable(id, n, &config); !s.ok()) return s;
     const std::vector<DenseChunk> chunks = DenseChunks(config);
     // A push waits for the other trainers in sync mode.
     const auto timeout = op != wire::DenseRequest::PULL && config.mode == Mode::kSync ? options.sync_timeout
                                                                                       : options.rpc_timeout;
-    std::unique_ptr<DenseStreams> streams;
+    std::unique_ptr<bulk::Connections> connections;
     {
-      std::lock_guard lock(streams_mutex);
-      if (!idle_streams.empty()) {
-        streams = std::move(idle_streams.back());
-        idle_streams.pop_back();
+      std::lock_guard lock(dense_mutex);
+      if (!idle_dense.empty()) {
+        connections = std::move(idle_dense.back());
+        idle_dense.pop_back();
       }
     }
-    if (!streams) streams = std::make_unique<DenseStreams>(generic.size());
+    if (!connections) connections = std::make_unique<bulk::Connections>(options.servers, options.max_message_bytes);
     const uint32_t trainer = static_cast<uint32_t>(options.trainer_id);
-    Status status = streams->Run(
-        chunks.size(), [&](size_t i) { return chunks[i].server; }, timeout, generic,
-        [&](size_t i) {
-          const DenseChunk& c = chunks[i];
-          const bool pushes = op != wire::DenseRequest::PULL;
-          return codec::DenseRequest(op, id, c.begin, pushes ? 0 : c.begin + c.n, trainer,
-                                     pushes ? values + c.begin : nullptr, pushes ? c.n : 0);
-        },
-        [&](size_t i, const grpc::ByteBuffer& answer) {
-          const DenseChunk& c = chunks[i];
-          return Answer(c.server, codec::ReadAnswer(answer, reinterpret_cast<char*>(out ? out + c.begin : nullptr),
-                                                    out ? c.n * sizeof(float) : 0));
-        },
-        [this](int server, const Status& s) { return Answer(server, s); });
+    const bool pushes = op != wire::DenseRequest::PULL;
+    bulk::Connections::Request request;
+    request.server_of = [&](size_t i) { return chunks[i].server; };
+    request.build = [&](size_t i) {
+      const DenseChunk& c = chunks[i];
+      return codec::DenseRequest(op, id, c.begin, pushes ? 0 : c.begin + c.n, trainer,
+                                 pushes ? values + c.begin : nullptr, pushes ? c.n : 0);
+    };
+    request.answer_bytes = [&](size_t i) { return out ? codec::kBytesField1Header + chunks[i].n * sizeof(float) : 0; };
+    request.consume = [&](size_t i, const grpc::ByteBuffer& answer) {
+      const DenseChunk& c = chunks[i];
+      return Answer(c.server, codec::ReadAnswer(answer, reinterpret_cast<char*>(out ? out + c.begin : nullptr),
+                                                out ? c.n * sizeof(float) : 0));
+    };
+    request.annotate = [this](int server, const Status& s) { return Answer(server, s); };
+    Status status = connections->Run(chunks.size(), timeout, request);
     {
-      std::lock_guard lock(streams_mutex);
-      if (!streams_stopped) idle_streams.push_back(std::move(streams));
+      std::lock_guard lock(dense_mutex);
+      if (!dense_stopped) idle_dense.push_back(std::move(connections));
     }
-    // After StopWorker (this call ran alongside it, or came after it) the streams are not kept:
-    // they are closed here, outside the lock.
-    streams.reset();
+    // After StopWorker (this call ran alongside it, or came after it) the connections are not
+    // kept: they are closed here, outside the lock.
+    connections.reset();
     return status;
   }
 
@@ -545,15 +404,15 @@ Status PsClient::InitDense(uint32_t table, const float* values, size_t n) {
 }
 
 Status PsClient::PushDense(uint32_t table, const float* values, size_t n) {
-  return impl_->DenseStreamOp(table, wire::DenseRequest::PUSH, values, nullptr, n);
+  return impl_->DenseOp(table, wire::DenseRequest::PUSH, values, nullptr, n);
 }
 
 Status PsClient::PullDense(uint32_t table, float* out, size_t n) {
-  return impl_->DenseStreamOp(table, wire::DenseRequest::PULL, nullptr, out, n);
+  return impl_->DenseOp(table, wire::DenseRequest::PULL, nullptr, out, n);
 }
 
 Status PsClient::PushPullDense(uint32_t table, const float* values, float* out, size_t n) {
-  return impl_->DenseStreamOp(table, wire::DenseRequest::PUSH_PULL, values, out, n);
+  return impl_->DenseOp(table, wire::DenseRequest::PUSH_PULL, values, out, n);
 }
 
 Status PsClient::PullSparse(uint32_t id, const uint64_t* keys, size_t n, float* out) {
@@ -642,13 +501,13 @@ Status PsClient::Save(const std::string& dir) {
 }
 
 Status PsClient::StopWorker() {
-  std::vector<std::unique_ptr<DenseStreams>> idle;
+  std::vector<std::unique_ptr<bulk::Connections>> idle;
   {
-    // Streams end first, so that a server whose trainers all stopped has none open to wait for;
-    // those of calls still running on other threads end when they come back.
-    std::lock_guard lock(impl_->streams_mutex);
-    impl_->streams_stopped = true;
-    idle.swap(impl_->idle_streams);
+    // Dense connections close first, so that a server whose trainers all stopped has none open to
+    // wait for; those of calls still running on other threads close when they come back.
+    std::lock_guard lock(impl_->dense_mutex);
+    impl_->dense_stopped = true;
+    idle.swap(impl_->idle_dense);
   }
   idle.clear();
   return impl_->Run<wire::StopWorkerRequest, wire::StopWorkerResponse>(

@@ -109,19 +109,22 @@ void PutVarintField(std::string* out, uint32_t field, uint64_t value) {
   PutVarint(out, value);
 }
 
-grpc::ByteBuffer BytesField1(size_t bytes, char** payload) {
+void PutBytesField1Header(char* at, size_t bytes) {
   // The length is written before the payload is, so it takes a fixed 5 bytes: the most protobuf's
   // parsers read for a length (up to 2^31; answers stay under the message limit).
-  constexpr size_t kHeader = 6;
-  grpc_slice s = grpc_slice_malloc_large(kHeader + bytes);  // never inlined: the payload pointer stays valid
-  char* data = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(s));
-  data[0] = 0x0a;  // field 1, length-delimited
+  at[0] = 0x0a;  // field 1, length-delimited
   uint64_t v = bytes;
-  for (size_t i = 1; i < kHeader; ++i) {
-    data[i] = static_cast<char>((v & 0x7f) | (i < kHeader - 1 ? 0x80 : 0));
+  for (size_t i = 1; i < kBytesField1Header; ++i) {
+    at[i] = static_cast<char>((v & 0x7f) | (i < kBytesField1Header - 1 ? 0x80 : 0));
     v >>= 7;
   }
-  *payload = data + kHeader;
+}
+
+grpc::ByteBuffer BytesField1(size_t bytes, char** payload) {
+  grpc_slice s = grpc_slice_malloc_large(kBytesField1Header + bytes);  // never inlined: the payload pointer stays valid
+  char* data = reinterpret_cast<char*>(GRPC_SLICE_START_PTR(s));
+  PutBytesField1Header(data, bytes);
+  *payload = data + kBytesField1Header;
   grpc::Slice slice(s, grpc::Slice::STEAL_REF);
   return grpc::ByteBuffer(&slice, 1);
 }

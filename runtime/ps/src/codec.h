@@ -74,6 +74,9 @@ Status ParsePullSparse(Reader& reader, PullSparse* out);
 // varint is padded to 5 bytes, which protobuf parsers accept). The answer of a good pull
 // (PullDenseResponse, PullSparseResponse, DenseAnswer).
 grpc::ByteBuffer BytesField1(size_t bytes, char** payload);
+// The same message's bytes before the payload (field 1's tag and padded length), written at `at`.
+inline constexpr size_t kBytesField1Header = 6;
+void PutBytesField1Header(char* at, size_t bytes);
 // Reads an answer: a DenseAnswer's failure (code, error) as that status; otherwise copies field 1
 // (the values) into out, which holds exactly `bytes` bytes. Also reads PullDenseResponse and
 // PullSparseResponse, which have field 1 only.

@@ -9,6 +9,7 @@
 #include <optional>
 #include <thread>
 
+#include "bulk.h"
 #include "codec.h"
 #include "fleet/ps/server.h"
 #include "wire.h"
@@ -49,10 +50,8 @@ ServerCore::Allocate AnswerInto(grpc::ByteBuffer* answer) {
   };
 }
 
-// One dense request, whichever method brought it: a push (answered when applied: at once, or for a
-// sync table when the step completes, from the thread that completes it), a pull, or a push and then
-// a pull of the range it pushed. Pulled values go where `out` says. The pushed values are read from
-// the request's slices, which must stay until `done`.
+}  // namespace
+
 void ServeDense(ServerCore& core, const codec::Dense& m, const ServerCore::Allocate& out, Done done) {
   Status s = CheckTableId(m.table);
   if (s.ok() && m.trainer > UINT32_MAX) {
@@ -72,6 +71,8 @@ void ServeDense(ServerCore& core, const codec::Dense& m, const ServerCore::Alloc
                    done(pushed.ok() ? core.PullDense(table, begin, end, out) : pushed);
                  });
 }
+
+namespace {
 
 // A trainer's DenseStream: reads a request, serves it, writes its answer, reads the next. Nothing
 // blocks a gRPC thread: a sync push's answer is written by whichever thread completes the step.
@@ -248,6 +249,7 @@ class Service final : public Base {
 
 struct PsServer::Impl {
   std::unique_ptr<Service> service;
+  std::unique_ptr<bulk::Acceptor> acceptor;  // the port: dense connections, and gRPC's
   std::unique_ptr<grpc::Server> server;
   std::mutex mutex;
   std::condition_variable wake;
@@ -274,25 +276,27 @@ Status PsServer::Start(const ServerOptions& options, std::unique_ptr<PsServer>* 
   ps->impl_ = std::make_unique<Impl>();
   Impl& impl = *ps->impl_;
   impl.service = std::make_unique<Service>(ps->core_.get());
+  // The server accepts connections itself (bulk.h): dense ones it serves, the others go to gRPC,
+  // which has no port of its own.
+  if (Status s = bulk::Acceptor::Listen(options.bind_address, &impl.acceptor); !s.ok()) {
+    return Unavailable("the parameter server cannot listen on " + options.bind_address + " (" + s.message() +
+                       "; address in use, or not an address of this host?)");
+  }
+  ps->port_ = impl.acceptor->port();
   grpc::ServerBuilder builder;
-  builder.AddListeningPort(options.bind_address, grpc::InsecureServerCredentials(), &ps->port_);
   builder.RegisterService(impl.service.get());
   // Requests and answers stay under the limit; a little room for the fields around the payload.
-  const int limit = static_cast<int>(std::min<size_t>(options.max_message_bytes + (64u << 10), INT32_MAX));
+  const int limit = static_cast<int>(std::min<size_t>(bulk::FrameLimit(options.max_message_bytes), INT32_MAX));
   builder.SetMaxReceiveMessageSize(limit);
   builder.SetMaxSendMessageSize(limit);
-  // gRPC sets SO_REUSEPORT by default: a second server on the same port would start "fine".
-  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   struct BuilderArgs {
     grpc::ServerBuilder& builder;
     void SetInt(const char* name, int value) { builder.AddChannelArgument(name, value); }
   } transfer{builder};
   SetTransferArgs(transfer, options.max_message_bytes);
   impl.server = builder.BuildAndStart();
-  if (!impl.server || ps->port_ == 0) {
-    return Unavailable("the parameter server cannot listen on " + options.bind_address +
-                       " (address in use, or not an address of this host?)");
-  }
+  if (!impl.server) return Internal("the gRPC server did not start");
+  impl.acceptor->Start(ps->core_.get(), impl.server.get(), options.max_message_bytes);
   // Fails sync steps and barriers that wait too long (a trainer died without a word).
   impl.watchdog = std::thread([core = ps->core_.get(), &impl] {
     std::unique_lock lock(impl.mutex);
@@ -313,13 +317,17 @@ bool PsServer::Wait(Clock::time_point deadline) {
   return true;
 }
 
-size_t PsServer::open_dense_streams() const { return impl_->service->open_dense_streams.load(); }
+size_t PsServer::open_dense_streams() const {
+  return impl_->service->open_dense_streams.load() + impl_->acceptor->open_connections();
+}
 
 void PsServer::Shutdown() {
   std::call_once(impl_->shutdown_once, [this] {
     if (!impl_->server) return;  // it never started
     // Answer every waiting call first: the server's shutdown waits for them.
     core_->AbortWaiters(Unavailable("the parameter server is shutting down"));
+    // No new connections; dense ones close (the acceptor hands nothing to gRPC after this).
+    impl_->acceptor->Shutdown();
     // Calls still running get a moment; idle client connections (a trainer that stopped but lives on)
     // would otherwise hold the shutdown for the whole deadline.
     impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(250));
