@@ -31,8 +31,12 @@ using Clock = std::chrono::steady_clock;
 
 // A connection that has not said which protocol it speaks within this long is closed.
 constexpr auto kClassifyTimeout = std::chrono::seconds(10);
-// Connections served at once (each dense one is a thread); more are closed as they come.
-constexpr size_t kMaxConnections = 4096;
+// Connections still to say which they are; more are closed as they come.
+constexpr size_t kMaxPending = 1024;
+// Dense connections served at once (a thread each); more are refused with RESOURCE_EXHAUSTED.
+constexpr size_t kMaxDenseConnections = 4096;
+// A dense connection on which nothing moves for this long is closed.
+constexpr auto kDenseIdleTimeout = std::chrono::minutes(15);
 
 std::string ErrnoText() { return std::strerror(errno); }
 
@@ -159,65 +163,143 @@ bool WriteMessage(int fd, const grpc::ByteBuffer& message) {
 // ---------------------------------------------------------------------------------------------
 // The server's side.
 
+namespace {
+
+// What a new connection is, from its first bytes.
+enum class Kind { kUndecided, kDense, kGrpc, kNone };
+
+constexpr char kHttp2Preface[] = "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n";
+constexpr size_t kHttp2PrefaceBytes = sizeof(kHttp2Preface) - 1;
+
+// Peeks without blocking: the bytes stay for whoever serves the connection. Garbage is kNone
+// (closed here: gRPC would wait on it with no deadline).
+Kind Classify(int fd) {
+  char head[kHttp2PrefaceBytes];
+  ssize_t n;
+  do {
+    n = ::recv(fd, head, sizeof(head), MSG_PEEK | MSG_DONTWAIT);
+  } while (n < 0 && errno == EINTR);
+  if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return Kind::kUndecided;
+  if (n <= 0) return Kind::kNone;
+  const auto got = static_cast<size_t>(n);
+  if (std::memcmp(head, kPreface, std::min(got, kPrefaceBytes)) == 0) {
+    return got >= kPrefaceBytes ? Kind::kDense : Kind::kUndecided;
+  }
+  if (std::memcmp(head, kHttp2Preface, std::min(got, kHttp2PrefaceBytes)) == 0) {
+    return got >= kHttp2PrefaceBytes ? Kind::kGrpc : Kind::kUndecided;
+  }
+  return Kind::kNone;
+}
+
+// Keepalive finds trainers whose host died without closing (about 2 minutes); the timeouts end
+// peers that stay connected but stop sending or reading. A trainer whose idle connection was
+// closed opens a new one on its next call.
+void SetDenseTimeouts(int fd) {
+  int on = 1, idle = 60, interval = 10, count = 6;
+  ::setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  ::setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &count, sizeof(count));
+  timeval limit{std::chrono::duration_cast<std::chrono::seconds>(kDenseIdleTimeout).count(), 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
+  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &limit, sizeof(limit));
+}
+
+// After an answer that ends the connection: the peer may still be sending the request, and closing
+// a socket with unread bytes resets the connection, which can destroy the answer before the peer
+// reads it. So: no more writes, read what comes (bounded), then close.
+void LingerAfterError(int fd, size_t limit) {
+  ::shutdown(fd, SHUT_WR);
+  timeval second{1, 0};
+  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &second, sizeof(second));
+  char sink[64 << 10];
+  for (size_t total = 0; total <= limit;) {
+    const ssize_t n = ::recv(fd, sink, sizeof(sink), 0);
+    if (n <= 0) break;
+    total += static_cast<size_t>(n);
+  }
+}
+
+}  // namespace
+
 struct Acceptor::Impl {
-  Fd listener;
-  Fd wake;  // an eventfd: Shutdown wakes the accept loop with it
+  std::vector<Fd> listeners;  // one per address the bind address resolves to, all on one port
+  Fd wake;                    // an eventfd: Shutdown wakes the accept loop with it
   ServerCore* core = nullptr;
   grpc::Server* grpc_server = nullptr;
   size_t frame_limit = 0;
   std::thread accept_thread;
 
-  struct Conn {
-    int fd = -1;  // -1 once closed or handed to gRPC (guarded by mutex)
+  struct Dense {
+    int fd = -1;  // -1 once closed (guarded by mutex)
     std::thread thread;
     bool finished = false;
   };
   mutable std::mutex mutex;
-  std::list<Conn> conns;
+  std::list<Dense> dense;  // the dense connections' threads, reaped as new ones come
   bool stopping = false;
   std::atomic<size_t> dense_open{0};
 
   void AcceptLoop();
-  void Handle(Conn* conn);
-  bool IsDense(int fd);
+  void StartDense(int fd);
   void ServeDenseConnection(int fd);
-  void Release(Conn* conn, bool close_it);
 };
 
 Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* out) {
-  Addresses addresses;
-  if (Status s = Resolve(address, &addresses); !s.ok()) return s;
-  std::string why = "no address";
-  for (addrinfo* a = addresses.list; a; a = a->ai_next) {
-    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol));
-    if (!fd.valid()) {
-      why = ErrnoText();
-      continue;
+  std::string host, port;
+  if (Status s = SplitHostPort(address, &host, &port); !s.ok()) return s;
+  Addresses addresses, ipv4;
+  Status resolved = Resolve(address, &addresses);
+  addrinfo* list = addresses.list;
+  // "[::]" on a host without IPv6 serves IPv4's wildcard instead (as gRPC's listener does).
+  if (resolved.ok() && host == "::" && list && list->ai_family == AF_INET6) {
+    Fd probe(::socket(AF_INET6, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (!probe.valid() && errno == EAFNOSUPPORT) {
+      resolved = Resolve("0.0.0.0:" + port, &ipv4);
+      list = ipv4.list;
     }
+  }
+  if (!resolved.ok()) return resolved;
+  auto impl = std::make_unique<Impl>();
+  int bound_port = std::stoi(port);
+  std::string why;
+  for (addrinfo* a = list; a; a = a->ai_next) {
+    bool seen = false;  // /etc/hosts may name an address twice
+    for (addrinfo* b = list; b != a; b = b->ai_next) {
+      seen = seen || (b->ai_addrlen == a->ai_addrlen && std::memcmp(b->ai_addr, a->ai_addr, a->ai_addrlen) == 0);
+    }
+    if (seen) continue;
+    // Every address on one port: port 0 takes the one the first bind picked.
+    if (a->ai_family == AF_INET) reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(static_cast<uint16_t>(bound_port));
+    if (a->ai_family == AF_INET6) reinterpret_cast<sockaddr_in6*>(a->ai_addr)->sin6_port = htons(static_cast<uint16_t>(bound_port));
+    Fd fd(::socket(a->ai_family, a->ai_socktype | SOCK_NONBLOCK | SOCK_CLOEXEC, a->ai_protocol));
     int one = 1, zero = 0;
-    // SO_REUSEADDR (restart while old connections linger in TIME_WAIT), but not SO_REUSEPORT: a
-    // second server on the same port must fail, not share it.
-    ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    // "[::]" serves IPv4 too, as gRPC's listener did.
-    if (a->ai_family == AF_INET6) ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-    if (::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), SOMAXCONN) != 0) {
+    if (fd.valid()) {
+      // SO_REUSEADDR (restart while old connections linger in TIME_WAIT), but not SO_REUSEPORT: a
+      // second server on the same port must fail, not share it.
+      ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+      // "[::]" serves IPv4 too.
+      if (a->ai_family == AF_INET6) ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
+    }
+    if (!fd.valid() || ::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), SOMAXCONN) != 0) {
       why = ErrnoText();
-      continue;
+      break;
     }
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
     ::getsockname(fd.get(), reinterpret_cast<sockaddr*>(&bound), &len);
-    std::unique_ptr<Acceptor> acceptor(new Acceptor());
-    acceptor->port_ = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
-                                                        : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
-    acceptor->impl_ = std::make_unique<Impl>();
-    acceptor->impl_->listener = std::move(fd);
-    acceptor->impl_->wake = Fd(::eventfd(0, EFD_CLOEXEC));
-    if (!acceptor->impl_->wake.valid()) return Internal("eventfd: " + ErrnoText());
-    *out = std::move(acceptor);
-    return Status::Ok();
+    bound_port = ntohs(bound.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&bound)->sin6_port
+                                                   : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
+    impl->listeners.push_back(std::move(fd));
   }
-  return Unavailable("cannot listen on " + address + ": " + why);
+  if (!why.empty() || impl->listeners.empty()) return Unavailable("cannot listen on " + address + ": " + why);
+  impl->wake = Fd(::eventfd(0, EFD_CLOEXEC));
+  if (!impl->wake.valid()) return Internal("eventfd: " + ErrnoText());
+  std::unique_ptr<Acceptor> acceptor(new Acceptor());
+  acceptor->port_ = bound_port;
+  acceptor->impl_ = std::move(impl);
+  *out = std::move(acceptor);
+  return Status::Ok();
 }
 
 void Acceptor::Start(ServerCore* core, grpc::Server* grpc_server, size_t max_message_bytes) {
@@ -238,103 +320,146 @@ void Acceptor::Shutdown() {
   const uint64_t one = 1;
   [[maybe_unused]] ssize_t n = ::write(impl_->wake.get(), &one, sizeof(one));
   impl_->accept_thread.join();
+  impl_->listeners.clear();  // new connections are refused from here on
   {
-    // Wakes every connection thread's read; each closes its socket itself.
+    // Wakes every dense connection's thread; each closes its socket itself.
     std::lock_guard lock(impl_->mutex);
-    for (Impl::Conn& c : impl_->conns) {
+    for (Impl::Dense& c : impl_->dense) {
       if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
     }
   }
-  for (Impl::Conn& c : impl_->conns) c.thread.join();
-  impl_->conns.clear();
+  for (Impl::Dense& c : impl_->dense) c.thread.join();
+  impl_->dense.clear();
 }
 
 Acceptor::~Acceptor() { Shutdown(); }
 
+// Accepts, and sorts new connections by their first bytes in this one thread (a peer that says
+// nothing costs a descriptor for kClassifyTimeout, not a thread): gRPC's go to gRPC, dense ones
+// get a thread each.
 void Acceptor::Impl::AcceptLoop() {
+  struct Pending {
+    int fd;
+    Clock::time_point deadline;
+    Clock::time_point recheck;  // a preface that came in part: look again then, not at every wake-up
+  };
+  std::vector<Pending> pending;
+  std::vector<pollfd> fds;
+  std::vector<size_t> polled;  // the pending connections in fds, in order
   for (;;) {
-    pollfd fds[2] = {{listener.get(), POLLIN, 0}, {wake.get(), POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) continue;  // EINTR
-    if (fds[1].revents != 0) return;
-    const int fd = ::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) {
-      // Out of descriptors (EMFILE, ENFILE) or memory: the connection waits in the backlog; try
-      // again shortly instead of spinning. Others (a client that gave up) need nothing.
-      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    fds.clear();
+    polled.clear();
+    fds.push_back({wake.get(), POLLIN, 0});
+    for (const Fd& l : listeners) fds.push_back({l.get(), POLLIN, 0});
+    const size_t first_pending = fds.size();
+    Clock::time_point next = Clock::time_point::max();
+    const Clock::time_point now = Clock::now();
+    for (size_t i = 0; i < pending.size(); ++i) {
+      const Pending& p = pending[i];
+      if (p.recheck <= now) {
+        fds.push_back({p.fd, POLLIN, 0});
+        polled.push_back(i);
       }
+      next = std::min({next, p.deadline, p.recheck <= now ? Clock::time_point::max() : p.recheck});
+    }
+    const auto wait = next == Clock::time_point::max()
+                          ? -1
+                          : std::clamp<int64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(next - now).count() + 1, 0, INT32_MAX);
+    if (::poll(fds.data(), fds.size(), static_cast<int>(wait)) < 0 && errno != EINTR) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    std::lock_guard lock(mutex);
-    for (auto it = conns.begin(); it != conns.end();) {
-      if (!it->finished) {
-        ++it;
-        continue;
+    if (fds[0].revents != 0) break;
+    const Clock::time_point later = Clock::now();
+    std::vector<bool> woke(pending.size(), false);
+    for (size_t k = 0; k < polled.size(); ++k) woke[polled[k]] = fds[first_pending + k].revents != 0;
+    size_t kept = 0;
+    for (size_t i = 0; i < pending.size(); ++i) {
+      Pending p = pending[i];
+      const bool look = woke[i] || (p.recheck > now && p.recheck <= later);
+      Kind kind = look ? Classify(p.fd) : Kind::kUndecided;
+      if (kind == Kind::kUndecided && later >= p.deadline) kind = Kind::kNone;
+      if (kind == Kind::kUndecided) {
+        if (look) p.recheck = later + std::chrono::milliseconds(20);
+        pending[kept++] = p;
+      } else if (kind == Kind::kGrpc && ::fcntl(p.fd, F_SETFL, ::fcntl(p.fd, F_GETFL) | O_NONBLOCK) == 0) {
+        // gRPC reads it without blocking. Shutdown joins this thread before gRPC shuts down.
+        grpc::AddInsecureChannelFromFd(grpc_server, p.fd);
+      } else if (kind == Kind::kDense) {
+        StartDense(p.fd);
+      } else {
+        ::close(p.fd);
       }
-      it->thread.join();
-      it = conns.erase(it);
     }
-    if (conns.size() >= kMaxConnections) {
-      ::close(fd);
-      continue;
+    pending.resize(kept);
+    for (size_t l = 1; l < first_pending; ++l) {
+      if (fds[l].revents == 0) continue;
+      for (;;) {
+        const int fd = ::accept4(fds[l].fd, nullptr, nullptr, SOCK_CLOEXEC);
+        if (fd < 0) {
+          // Out of descriptors or memory: the connection waits in the backlog; try again shortly
+          // instead of spinning. Others (EAGAIN: none left; a client that gave up) need nothing.
+          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+            std::this_thread::sleep_for(std::chrono::milliseconds(10));
+          }
+          break;
+        }
+        if (pending.size() >= kMaxPending) {
+          ::close(fd);
+          continue;
+        }
+        SetNoDelay(fd);
+        pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min()});
+      }
     }
-    Conn& conn = conns.emplace_back();
-    conn.fd = fd;
-    conn.thread = std::thread([this, c = &conn] { Handle(c); });
   }
+  for (const Pending& p : pending) ::close(p.fd);
 }
 
-// Gives up the thread's claim on the connection: closes it (or not, when gRPC has it now).
-void Acceptor::Impl::Release(Conn* conn, bool close_it) {
+// A thread for a dense connection, unless there are too many: then (or when no thread can be
+// made) the trainer is told why, and the connection is closed.
+void Acceptor::Impl::StartDense(int fd) {
   std::lock_guard lock(mutex);
-  if (close_it) ::close(conn->fd);
-  conn->fd = -1;
-  conn->finished = true;
-}
-
-void Acceptor::Impl::Handle(Conn* conn) {
-  const int fd = conn->fd;
-  SetNoDelay(fd);
-  if (!IsDense(fd)) {
-    // gRPC's (or garbage, which gRPC refuses and closes). gRPC reads it without blocking.
-    std::lock_guard lock(mutex);
-    conn->finished = true;
-    if (stopping || ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK) != 0) {
-      ::close(fd);
-    } else {
-      // Safe outside a gRPC call: Shutdown joins this thread before the gRPC server shuts down.
-      grpc::AddInsecureChannelFromFd(grpc_server, fd);
+  for (auto it = dense.begin(); it != dense.end();) {
+    if (!it->finished) {
+      ++it;
+      continue;
     }
-    conn->fd = -1;
-    return;
+    it->thread.join();
+    it = dense.erase(it);
   }
-  char preface[kPrefaceBytes];
-  if (ReadAll(fd, preface, kPrefaceBytes)) {
-    dense_open.fetch_add(1);
-    ServeDenseConnection(fd);
-    dense_open.fetch_sub(1);
+  Status refused;
+  if (dense.size() >= kMaxDenseConnections) {
+    refused = ResourceExhausted("the parameter server serves " + std::to_string(kMaxDenseConnections) +
+                                " dense connections already");
+  } else {
+    try {
+      Dense& conn = dense.emplace_back();
+      conn.fd = fd;
+      conn.thread = std::thread([this, c = &conn] {
+        char preface[kPrefaceBytes];
+        SetDenseTimeouts(c->fd);
+        if (ReadAll(c->fd, preface, kPrefaceBytes)) {
+          dense_open.fetch_add(1);
+          ServeDenseConnection(c->fd);
+          dense_open.fetch_sub(1);
+        }
+        std::lock_guard done(mutex);
+        ::close(c->fd);
+        c->fd = -1;
+        c->finished = true;
+      });
+      return;
+    } catch (const std::exception& e) {  // no thread (a pids limit) or no memory
+      dense.pop_back();
+      refused = ResourceExhausted(std::string("the parameter server cannot serve another dense connection: ") + e.what());
+    }
   }
-  Release(conn, true);
-}
-
-// A gRPC client sends its own preface at once, so the first bytes decide; a dense client's preface
-// may arrive in pieces. The bytes stay in the socket for whoever serves it.
-bool Acceptor::Impl::IsDense(int fd) {
-  timeval limit{std::chrono::duration_cast<std::chrono::seconds>(kClassifyTimeout).count(), 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &limit, sizeof(limit));
-  char head[kPrefaceBytes];
-  ssize_t n;
-  do {
-    n = ::recv(fd, head, sizeof(head), MSG_PEEK);
-  } while (n < 0 && errno == EINTR);
-  bool dense = n > 0 && std::memcmp(head, kPreface, static_cast<size_t>(n)) == 0;
-  if (dense && static_cast<size_t>(n) < kPrefaceBytes) {
-    n = ::recv(fd, head, sizeof(head), MSG_PEEK | MSG_WAITALL);
-    dense = n == static_cast<ssize_t>(kPrefaceBytes) && std::memcmp(head, kPreface, kPrefaceBytes) == 0;
-  }
-  timeval none{0, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &none, sizeof(none));
-  return dense;
+  // The answer is small: it goes into the new socket's empty buffer without waiting.
+  ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL) | O_NONBLOCK);
+  WriteMessage(fd, codec::FailedAnswer(refused));
+  ::shutdown(fd, SHUT_WR);
+  ::close(fd);
 }
 
 // Request, apply, answer, until the trainer closes the connection. The thread waits for a sync
@@ -344,23 +469,28 @@ void Acceptor::Impl::ServeDenseConnection(int fd) {
     char header[kFrameHeaderBytes];
     if (!ReadAll(fd, header, kFrameHeaderBytes)) return;
     const size_t length = FrameLength(header);
+    Status refused;
     if (header[0] != 0) {
-      WriteMessage(fd, codec::FailedAnswer(InvalidArgument("a dense frame must start with a zero byte (no compression)")));
-      return;
+      refused = InvalidArgument("a dense frame must start with a zero byte (no compression)");
+    } else if (length > frame_limit) {
+      refused = ResourceExhausted("a dense request of " + std::to_string(length) + " bytes is over the server's limit of " +
+                                  std::to_string(frame_limit));
     }
-    if (length > frame_limit) {
-      WriteMessage(fd, codec::FailedAnswer(ResourceExhausted("a dense request of " + std::to_string(length) +
-                                                             " bytes is over the server's limit of " +
-                                                             std::to_string(frame_limit))));
-      return;
+    std::unique_ptr<char[]> body;
+    if (refused.ok()) {
+      body.reset(new (std::nothrow) char[length]);
+      if (!body) refused = ResourceExhausted("the parameter server has no memory for a request of " + std::to_string(length) + " bytes");
     }
-    std::unique_ptr<char[]> body(new char[length]);
-    if (!ReadAll(fd, body.get(), length)) return;
-    grpc::Slice slice(body.get(), length, grpc::Slice::STATIC_SLICE);
-    codec::Reader reader(grpc::ByteBuffer(&slice, 1));
     codec::Dense m;
-    if (Status s = codec::ParseDense(reader, &m); !s.ok()) {
-      WriteMessage(fd, codec::FailedAnswer(s));
+    if (refused.ok()) {
+      if (!ReadAll(fd, body.get(), length)) return;
+      grpc::Slice slice(body.get(), length, grpc::Slice::STATIC_SLICE);
+      codec::Reader reader(grpc::ByteBuffer(&slice, 1));
+      refused = codec::ParseDense(reader, &m);
+    }
+    if (!refused.ok()) {
+      WriteMessage(fd, codec::FailedAnswer(refused));
+      LingerAfterError(fd, frame_limit);
       return;
     }
     // A pull's answer: frame header, field header and values in one buffer, filled by the core.
@@ -416,6 +546,7 @@ struct Connections::Conn {
   size_t in_capacity = 0, in_got = 0;
   Clock::time_point deadline;
   bool busy = false;
+  int send_error = 0;  // the send failed (errno); the answer may still have come
 
   bool sent() const { return out_first == out.size(); }
   // Whole answer read?
@@ -448,8 +579,12 @@ Status ConnectTo(const std::string& endpoint, Clock::time_point deadline, Fd* ou
         continue;
       }
       pollfd p{fd.get(), POLLOUT, 0};
-      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-      if (::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX))) != 1) {
+      int ready;
+      do {
+        const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+        ready = ::poll(&p, 1, static_cast<int>(std::clamp<int64_t>(left, 0, INT32_MAX)));
+      } while (ready < 0 && errno == EINTR);
+      if (ready != 1) {
         why = "no connection within the deadline";
         continue;
       }
@@ -469,6 +604,33 @@ Status ConnectTo(const std::string& endpoint, Clock::time_point deadline, Fd* ou
 }
 
 }  // namespace
+
+Status CheckAddress(const std::string& address) {
+  std::string host, port;
+  return SplitHostPort(address, &host, &port);
+}
+
+// Kept connections the server closed while they were idle (it closes idle ones after
+// kDenseIdleTimeout, and a restarted server's old ones are gone): readable or hung up with no
+// request in flight. Dropped here, before a request goes out on them; one poll for all, and only
+// after a pause (a training loop's back-to-back calls skip it).
+void Connections::DropClosed() {
+  const Clock::time_point now = Clock::now();
+  const bool paused = now - last_run_ > std::chrono::seconds(1);
+  last_run_ = now;
+  if (!paused) return;
+  std::vector<pollfd> fds;
+  std::vector<size_t> slots;
+  for (size_t slot = 0; slot < conns_.size(); ++slot) {
+    if (!conns_[slot]) continue;
+    fds.push_back({conns_[slot]->socket.get(), POLLIN | POLLRDHUP, 0});
+    slots.push_back(slot);
+  }
+  if (fds.empty() || ::poll(fds.data(), fds.size(), 0) <= 0) return;
+  for (size_t k = 0; k < fds.size(); ++k) {
+    if (fds[k].revents != 0) conns_[slots[k]].reset();
+  }
+}
 
 Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const Request& request) {
   std::vector<std::deque<size_t>> queue(servers_.size());
@@ -502,6 +664,7 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
     if (c->fresh) c->out.front() = {c->header, kPrefaceBytes + kFrameHeaderBytes};
     c->fresh = false;
     c->out_first = 0;
+    c->send_error = 0;
     const size_t expect = kFrameHeaderBytes + std::min(request.answer_bytes(c->index), frame_limit_);
     if (c->in_capacity < expect || c->in_capacity > 2 * expect + 4096) {
       c->in_capacity = std::max<size_t>(expect, 256);
@@ -511,6 +674,64 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
     c->deadline = deadline;
     c->busy = true;
   };
+  // Sends more of the slot's request, or reads more of its answer; a whole answer is consumed and
+  // the slot's next request launched.
+  auto progress = [&](size_t slot) {
+    Conn& c = *conns_[slot];
+    if (!c.sent()) {
+      const ssize_t n = SendSome(c.socket.get(), c.out, c.out_first);
+      if (n > 0) {
+        Advance(c.out, &c.out_first, static_cast<size_t>(n));
+      } else if (errno != EAGAIN) {
+        // The server may have answered and closed (a request it refuses without reading): read
+        // that answer rather than report the broken send.
+        c.send_error = errno;
+        c.out_first = c.out.size();
+      }
+      return;
+    }
+    auto broke = [&](const std::string& what) {
+      fail(slot, Unavailable(c.send_error != 0 ? "the dense connection broke: " + std::string(std::strerror(c.send_error)) : what));
+    };
+    // Read what is there; grow the buffer once the header says the answer is longer than hinted.
+    if (c.in_got >= kFrameHeaderBytes) {
+      const size_t whole = kFrameHeaderBytes + FrameLength(c.in.get());
+      if (whole > c.in_capacity) {
+        std::unique_ptr<char[]> bigger(new char[whole]);
+        std::memcpy(bigger.get(), c.in.get(), c.in_got);
+        c.in = std::move(bigger);
+        c.in_capacity = whole;
+      }
+    }
+    const size_t want = c.in_got < kFrameHeaderBytes ? c.in_capacity - c.in_got
+                                                     : kFrameHeaderBytes + FrameLength(c.in.get()) - c.in_got;
+    ssize_t n;
+    do {
+      n = ::recv(c.socket.get(), c.in.get() + c.in_got, want, 0);
+    } while (n < 0 && errno == EINTR);
+    if (n == 0) return broke("the server closed the dense connection");
+    if (n < 0) {
+      if (errno != EAGAIN) broke("the dense connection broke: " + ErrnoText());
+      return;
+    }
+    c.in_got += static_cast<size_t>(n);
+    if (c.in_got < kFrameHeaderBytes) return;
+    const size_t length = FrameLength(c.in.get());
+    if (c.in[0] != 0 || length > frame_limit_) {
+      return fail(slot, Internal("the server sent a malformed frame (" + std::to_string(length) + " bytes)"));
+    }
+    if (c.in_got > kFrameHeaderBytes + length) return fail(slot, Internal("the server sent more than one answer"));
+    if (!c.answered()) return;
+    grpc::Slice slice(c.in.get() + kFrameHeaderBytes, length, grpc::Slice::STATIC_SLICE);
+    const Status result = request.consume(c.index, grpc::ByteBuffer(&slice, 1));
+    c.busy = false;
+    c.slices.clear();
+    if (!result.ok() && first_error.ok()) first_error = result;
+    // The server may close a connection after a failed answer; a new one costs little.
+    if (!result.ok() || c.send_error != 0) conns_[slot].reset();
+    launch(slot);
+  };
+  DropClosed();
   for (size_t slot = 0; slot < conns_.size(); ++slot) launch(slot);
 
   std::vector<pollfd> fds;
@@ -533,67 +754,15 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
       for (size_t slot : slots) fail(slot, Internal("poll: " + ErrnoText()));
       break;
     }
-    const Clock::time_point now = Clock::now();
     for (size_t k = 0; k < fds.size(); ++k) {
-      const size_t slot = slots[k];
-      Conn& c = *conns_[slot];
-      if (fds[k].revents == 0) {
-        if (now >= c.deadline) {
-          fail(slot, Status(Code::kDeadlineExceeded, "no answer within " + std::to_string(timeout.count()) + " ms"));
-        }
-        continue;
+      if (fds[k].revents != 0) progress(slots[k]);
+    }
+    // Late answers fail even while bytes still trickle in.
+    const Clock::time_point now = Clock::now();
+    for (size_t slot : slots) {
+      if (conns_[slot] && conns_[slot]->busy && now >= conns_[slot]->deadline) {
+        fail(slot, Status(Code::kDeadlineExceeded, "no answer within " + std::to_string(timeout.count()) + " ms"));
       }
-      if (!c.sent()) {
-        const ssize_t n = SendSome(c.socket.get(), c.out, c.out_first);
-        if (n < 0 && errno != EAGAIN) {
-          fail(slot, Unavailable("the dense connection broke: " + ErrnoText()));
-        } else if (n > 0) {
-          Advance(c.out, &c.out_first, static_cast<size_t>(n));
-        }
-        continue;
-      }
-      // Read what is there; grow the buffer once the header says the answer is longer than hinted.
-      if (c.in_got >= kFrameHeaderBytes) {
-        const size_t whole = kFrameHeaderBytes + FrameLength(c.in.get());
-        if (whole > c.in_capacity) {
-          std::unique_ptr<char[]> bigger(new char[whole]);
-          std::memcpy(bigger.get(), c.in.get(), c.in_got);
-          c.in = std::move(bigger);
-          c.in_capacity = whole;
-        }
-      }
-      const size_t want = c.in_got < kFrameHeaderBytes ? c.in_capacity - c.in_got
-                                                       : kFrameHeaderBytes + FrameLength(c.in.get()) - c.in_got;
-      ssize_t n;
-      do {
-        n = ::recv(c.socket.get(), c.in.get() + c.in_got, want, 0);
-      } while (n < 0 && errno == EINTR);
-      if (n == 0) {
-        fail(slot, Unavailable("the server closed the dense connection"));
-        continue;
-      }
-      if (n < 0) {
-        if (errno != EAGAIN) fail(slot, Unavailable("the dense connection broke: " + ErrnoText()));
-        continue;
-      }
-      c.in_got += static_cast<size_t>(n);
-      if (c.in_got < kFrameHeaderBytes) continue;
-      const size_t length = FrameLength(c.in.get());
-      if (c.in[0] != 0 || length > frame_limit_) {
-        fail(slot, Internal("the server sent a malformed frame (" + std::to_string(length) + " bytes)"));
-        continue;
-      }
-      if (c.in_got > kFrameHeaderBytes + length) {
-        fail(slot, Internal("the server sent more than one answer"));
-        continue;
-      }
-      if (!c.answered()) continue;
-      grpc::Slice slice(c.in.get() + kFrameHeaderBytes, length, grpc::Slice::STATIC_SLICE);
-      const Status result = request.consume(c.index, grpc::ByteBuffer(&slice, 1));
-      c.busy = false;
-      c.slices.clear();
-      if (!result.ok() && first_error.ok()) first_error = result;
-      launch(slot);
     }
   }
   // Idle connections keep no large buffer.

@@ -49,6 +49,9 @@ inline constexpr char kPreface[] = "FLEET-PS-DENSE/1";
 inline constexpr size_t kPrefaceBytes = sizeof(kPreface) - 1;
 inline constexpr size_t kFrameHeaderBytes = 5;
 
+// "host:port" or "[v6]:port" (what dense connections connect to).
+Status CheckAddress(const std::string& address);
+
 // The largest frame either end accepts: a message under the limit, and the fields around it.
 inline size_t FrameLimit(size_t max_message_bytes) { return max_message_bytes + (64u << 10); }
 
@@ -106,6 +109,8 @@ class Connections {
 
  private:
   struct Conn;
+  void DropClosed();
+  std::chrono::steady_clock::time_point last_run_;
   std::vector<std::string> servers_;
   size_t frame_limit_;
   std::vector<std::unique_ptr<Conn>> conns_;  // server s's at [s * kPerServer, (s + 1) * kPerServer)

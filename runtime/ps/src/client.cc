@@ -300,8 +300,13 @@ Status PsClient::Connect(const ClientOptions& options, std::unique_ptr<PsClient>
     return InvalidArgument("trainer id " + std::to_string(options.trainer_id) + " of " +
                            std::to_string(options.trainers) + " trainers");
   }
-  if (options.chunk_bytes == 0 || options.chunk_bytes + (64u << 10) > options.max_message_bytes) {
-    return InvalidArgument("chunk_bytes must be positive and leave 64 KiB under max_message_bytes");
+  if (options.chunk_bytes == 0 || options.chunk_bytes + (64u << 10) > options.max_message_bytes ||
+      options.max_message_bytes > kMaxMessageBytesLimit) {
+    return InvalidArgument("chunk_bytes must be positive and leave 64 KiB under max_message_bytes, which is at most " +
+                           std::to_string(kMaxMessageBytesLimit));
+  }
+  for (const std::string& endpoint : options.servers) {
+    if (Status s = bulk::CheckAddress(endpoint); !s.ok()) return InvalidArgument("pserver endpoint " + s.message());
   }
   TuneProcessOnce();
   std::unique_ptr<PsClient> client(new PsClient());

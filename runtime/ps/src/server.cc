@@ -1,6 +1,6 @@
-// PsServer: ServerCore behind gRPC's callback API. Handlers never block a gRPC thread: calls that
-// wait for other trainers (sync pushes, barriers) keep their reactor and are finished by whichever
-// call completes the step.
+// PsServer: ServerCore behind its port: dense connections (bulk.h) and gRPC's callback API. gRPC
+// handlers never block a gRPC thread: calls that wait for other trainers (sync pushes, barriers)
+// keep their reactor and are finished by whichever call completes the step.
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
@@ -264,6 +264,9 @@ Status PsServer::Start(const ServerOptions& options, std::unique_ptr<PsServer>* 
                            std::to_string(options.server_count) + " servers");
   }
   if (options.trainers < 1) return InvalidArgument("a parameter server needs at least one trainer");
+  if (options.max_message_bytes == 0 || options.max_message_bytes > kMaxMessageBytesLimit) {
+    return InvalidArgument("max_message_bytes must be between 1 and " + std::to_string(kMaxMessageBytesLimit));
+  }
   TuneProcessOnce();
   std::unique_ptr<PsServer> ps(new PsServer());
   ps->core_ = std::make_unique<ServerCore>(options);

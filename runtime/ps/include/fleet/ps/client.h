@@ -3,9 +3,10 @@
 // PsClient speaks the protocol: each call addresses every server that holds part of the data,
 // concurrently, splitting transfers into chunks of at most chunk_bytes (dense: ranges; sparse:
 // runs of keys) so that no message passes the servers' limit. Dense pushes and pulls travel on
-// long-lived streams (DenseStream), one set per calling thread, kept until StopWorker. A push
-// means what the table's mode says on the server (sync: waits for the other trainers' step;
-// async: an optimizer step; geo: a delta added).
+// long-lived dense connections (plain TCP on the server's port, docs/runtime.md "Transport"), one
+// set per calling thread, kept until StopWorker; the rest goes over gRPC. A push means what the
+// table's mode says on the server (sync: waits for the other trainers' step; async: an optimizer
+// step; geo: a delta added).
 //
 // Worker is what a training script uses (Paddle's communicator): pull, compute, push, whatever the
 // mode. In sync and async mode it forwards to PsClient. In geo mode it keeps a local copy of each

@@ -1,5 +1,5 @@
 // The parameter server: a table registry with the sync/async/geo update rules (ServerCore, no RPC
-// in it), and PsServer, which serves a core over gRPC on one address.
+// in it), and PsServer, which serves a core on one address: dense connections and gRPC.
 //
 // Update rules per table mode:
 //   async  a push is applied (optimizer step) when it arrives;
@@ -28,6 +28,8 @@ namespace fleet::ps {
 
 // 64 MiB: the largest request or response a server accepts or produces.
 inline constexpr size_t kDefaultMaxMessageBytes = 64u << 20;
+// The most max_message_bytes may be (frames and gRPC messages carry 31-bit lengths).
+inline constexpr size_t kMaxMessageBytesLimit = 1u << 30;
 
 struct ServerOptions {
   std::string bind_address;  // "host:port": POD_IP:PADDLE_PORT; port 0 picks a free port (tests)
@@ -107,7 +109,8 @@ class PsServer {
   // Blocks until every trainer stopped (then shuts down) or Shutdown(); false if `deadline` came first.
   bool Wait(std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max());
   void Shutdown();
-  // DenseStreams open to this server now (a stream counts until the server is done with it).
+  // Dense connections and gRPC DenseStreams open to this server now (each counts until the server
+  // is done with it).
   size_t open_dense_streams() const;
 
  private:
