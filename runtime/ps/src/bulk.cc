@@ -207,13 +207,15 @@ void SetDenseTimeouts(int fd) {
 
 // After an answer that ends the connection: the peer may still be sending the request, and closing
 // a socket with unread bytes resets the connection, which can destroy the answer before the peer
-// reads it. So: no more writes, read what comes (bounded), then close.
+// reads it. So: no more writes, read what comes (up to `limit` bytes, for a second at most), then
+// close.
 void LingerAfterError(int fd, size_t limit) {
   ::shutdown(fd, SHUT_WR);
   timeval second{1, 0};
   ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &second, sizeof(second));
+  const Clock::time_point give_up = Clock::now() + std::chrono::seconds(1);
   char sink[64 << 10];
-  for (size_t total = 0; total <= limit;) {
+  for (size_t total = 0; total <= limit && Clock::now() < give_up;) {
     const ssize_t n = ::recv(fd, sink, sizeof(sink), 0);
     if (n <= 0) break;
     total += static_cast<size_t>(n);
@@ -433,15 +435,20 @@ void Acceptor::Impl::StartDense(int fd) {
     refused = ResourceExhausted("the parameter server serves " + std::to_string(kMaxDenseConnections) +
                                 " dense connections already");
   } else {
+    bool added = false;
     try {
       Dense& conn = dense.emplace_back();
+      added = true;
       conn.fd = fd;
       conn.thread = std::thread([this, c = &conn] {
         char preface[kPrefaceBytes];
         SetDenseTimeouts(c->fd);
         if (ReadAll(c->fd, preface, kPrefaceBytes)) {
           dense_open.fetch_add(1);
-          ServeDenseConnection(c->fd);
+          try {
+            ServeDenseConnection(c->fd);
+          } catch (const std::bad_alloc&) {  // an answer the server has no memory for: this connection ends
+          }
           dense_open.fetch_sub(1);
         }
         std::lock_guard done(mutex);
@@ -451,7 +458,7 @@ void Acceptor::Impl::StartDense(int fd) {
       });
       return;
     } catch (const std::exception& e) {  // no thread (a pids limit) or no memory
-      dense.pop_back();
+      if (added) dense.pop_back();
       refused = ResourceExhausted(std::string("the parameter server cannot serve another dense connection: ") + e.what());
     }
   }
