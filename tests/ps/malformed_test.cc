@@ -15,32 +15,15 @@
 
 #include "fleet_ps.grpc.pb.h"
 #include "ps_test_util.h"
+#include "wire_test_util.h"
 
 namespace fleet::ps {
 namespace {
 
 using testing::Cluster;
+using testing::InfoWorks;
+using testing::RawStub;
 using testing::StartCluster;
-
-std::unique_ptr<wire::ParameterServer::Stub> RawStub(const std::string& endpoint, int send_limit = -1) {
-  grpc::ChannelArguments args;
-  args.SetMaxSendMessageSize(send_limit);
-  args.SetMaxReceiveMessageSize(-1);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  return wire::ParameterServer::NewStub(grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args));
-}
-
-// The server answers Info: it is alive and serving.
-void ExpectAlive(const std::string& endpoint) {
-  auto stub = RawStub(endpoint);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  wire::InfoRequest req;
-  wire::InfoResponse resp;
-  grpc::Status s = stub->Info(&ctx, req, &resp);
-  EXPECT_TRUE(s.ok()) << s.error_message();
-  EXPECT_EQ(resp.trainers(), 2u);
-}
 
 void SendRaw(const std::string& endpoint, const std::string& bytes) {
   const auto colon = endpoint.rfind(':');
@@ -96,7 +79,7 @@ TEST_F(PsMalformedTest, GarbageOnTheSocketClosesThatConnectionOnly) {
   SendRaw(endpoint_, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");  // a preface, then nothing sensible
   SendRaw(endpoint_, std::string("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n") + "\x00\xff\xff\x01\x00\x00\x00\x00\x01" + noise);
   SendRaw(endpoint_, "");
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 TEST_F(PsMalformedTest, AnUndecodableMessageIsAnError) {
@@ -125,7 +108,7 @@ TEST_F(PsMalformedTest, AnUndecodableMessageIsAnError) {
     cv.wait(lock, [&] { return done; });
     EXPECT_FALSE(status.ok()) << method;
   }
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 TEST_F(PsMalformedTest, AnOversizedMessageIsRefused) {
@@ -161,7 +144,7 @@ TEST_F(PsMalformedTest, AnOversizedMessageIsRefused) {
   wire::DenseAnswer answer;
   EXPECT_FALSE(stream->Read(&answer));
   EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 TEST_F(PsMalformedTest, ADenseStreamAnswersEveryBadRequestWithItsCodeAndGoesOn) {
@@ -215,7 +198,7 @@ TEST_F(PsMalformedTest, ADenseStreamAnswersEveryBadRequestWithItsCodeAndGoesOn) 
   EXPECT_EQ(answer.values().size(), 8u);
   stream->WritesDone();
   EXPECT_TRUE(stream->Finish().ok());
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 TEST_F(PsMalformedTest, PlainProtobufClientsReadTheHandWrittenAnswers) {
@@ -305,7 +288,7 @@ TEST_F(PsMalformedTest, RequestsWithBadFieldsGetTheRightCode) {
     EXPECT_EQ(c.status.error_code(), c.code) << c.what << ": " << c.status.error_message();
     EXPECT_FALSE(c.status.error_message().empty()) << c.what;
   }
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 TEST_F(PsMalformedTest, ManyBadRequestsAtOnceLeaveTheServerServing) {
@@ -332,7 +315,7 @@ TEST_F(PsMalformedTest, ManyBadRequestsAtOnceLeaveTheServerServing) {
     });
   }
   for (auto& t : threads) t.join();
-  ExpectAlive(endpoint_);
+  EXPECT_TRUE(InfoWorks(endpoint_, 2));
 }
 
 }  // namespace

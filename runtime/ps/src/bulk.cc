@@ -323,13 +323,22 @@ void Acceptor::Shutdown() {
   [[maybe_unused]] ssize_t n = ::write(impl_->wake.get(), &one, sizeof(one));
   impl_->accept_thread.join();
   impl_->listeners.clear();  // new connections are refused from here on
-  {
-    // Wakes every dense connection's thread; each closes its socket itself.
+  // Wakes the dense connections' threads waiting for a request; one still answering (a sync push
+  // that shutdown failed) gets a moment to write its answer, then its socket closes too. Each
+  // thread closes its socket itself.
+  auto shut = [&](int how) {
     std::lock_guard lock(impl_->mutex);
+    size_t open = 0;
     for (Impl::Dense& c : impl_->dense) {
-      if (c.fd >= 0) ::shutdown(c.fd, SHUT_RDWR);
+      if (c.fd >= 0) ::shutdown(c.fd, how);
+      open += c.fd >= 0;
     }
-  }
+    return open;
+  };
+  shut(SHUT_RD);
+  const Clock::time_point grace = Clock::now() + std::chrono::milliseconds(250);
+  while (shut(SHUT_RD) > 0 && Clock::now() < grace) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  shut(SHUT_RDWR);
   for (Impl::Dense& c : impl_->dense) c.thread.join();
   impl_->dense.clear();
 }
@@ -359,7 +368,7 @@ void Acceptor::Impl::AcceptLoop() {
     for (size_t i = 0; i < pending.size(); ++i) {
       const Pending& p = pending[i];
       if (p.recheck <= now) {
-        fds.push_back({p.fd, POLLIN, 0});
+        fds.push_back({p.fd, POLLIN | POLLRDHUP, 0});
         polled.push_back(i);
       }
       next = std::min({next, p.deadline, p.recheck <= now ? Clock::time_point::max() : p.recheck});
@@ -373,14 +382,15 @@ void Acceptor::Impl::AcceptLoop() {
     }
     if (fds[0].revents != 0) break;
     const Clock::time_point later = Clock::now();
-    std::vector<bool> woke(pending.size(), false);
-    for (size_t k = 0; k < polled.size(); ++k) woke[polled[k]] = fds[first_pending + k].revents != 0;
+    std::vector<short> woke(pending.size(), 0);
+    for (size_t k = 0; k < polled.size(); ++k) woke[polled[k]] = fds[first_pending + k].revents;
     size_t kept = 0;
     for (size_t i = 0; i < pending.size(); ++i) {
       Pending p = pending[i];
-      const bool look = woke[i] || (p.recheck > now && p.recheck <= later);
+      const bool look = woke[i] != 0 || (p.recheck > now && p.recheck <= later);
       Kind kind = look ? Classify(p.fd) : Kind::kUndecided;
-      if (kind == Kind::kUndecided && later >= p.deadline) kind = Kind::kNone;
+      // Part of a preface, and then the peer closed (or time is up): it will never say more.
+      if (kind == Kind::kUndecided && (later >= p.deadline || (woke[i] & (POLLRDHUP | POLLHUP | POLLERR)))) kind = Kind::kNone;
       if (kind == Kind::kUndecided) {
         if (look) p.recheck = later + std::chrono::milliseconds(20);
         pending[kept++] = p;
