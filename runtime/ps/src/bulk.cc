@@ -31,10 +31,12 @@ using Clock = std::chrono::steady_clock;
 
 // A connection that has not said which protocol it speaks within this long is closed.
 constexpr auto kClassifyTimeout = std::chrono::seconds(10);
-// Connections still to say which they are; more are closed as they come.
+// Connections still to say which they are; past this, the oldest is closed for each new one.
 constexpr size_t kMaxPending = 1024;
 // Dense connections served at once (a thread each); more are refused with RESOURCE_EXHAUSTED.
 constexpr size_t kMaxDenseConnections = 4096;
+// A trainer gives up connecting to a server after this long (or the call's deadline, if sooner).
+constexpr auto kConnectTimeout = std::chrono::seconds(20);
 // A dense connection on which nothing moves for this long is closed.
 constexpr auto kDenseIdleTimeout = std::chrono::minutes(15);
 
@@ -75,6 +77,18 @@ Status Resolve(const std::string& address, Addresses* out) {
     return Unavailable("cannot resolve " + host + ": " + ::gai_strerror(rc));
   }
   return Status::Ok();
+}
+
+// The same address, whatever the port.
+bool SameHost(const addrinfo& a, const addrinfo& b) {
+  if (a.ai_family != b.ai_family) return false;
+  if (a.ai_family == AF_INET) {
+    return reinterpret_cast<const sockaddr_in*>(a.ai_addr)->sin_addr.s_addr ==
+           reinterpret_cast<const sockaddr_in*>(b.ai_addr)->sin_addr.s_addr;
+  }
+  const auto* x = reinterpret_cast<const sockaddr_in6*>(a.ai_addr);
+  const auto* y = reinterpret_cast<const sockaddr_in6*>(b.ai_addr);
+  return std::memcmp(&x->sin6_addr, &y->sin6_addr, sizeof(x->sin6_addr)) == 0 && x->sin6_scope_id == y->sin6_scope_id;
 }
 
 void SetNoDelay(int fd) {
@@ -267,9 +281,7 @@ Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* o
   std::string why;
   for (addrinfo* a = list; a; a = a->ai_next) {
     bool seen = false;  // /etc/hosts may name an address twice
-    for (addrinfo* b = list; b != a; b = b->ai_next) {
-      seen = seen || (b->ai_addrlen == a->ai_addrlen && std::memcmp(b->ai_addr, a->ai_addr, a->ai_addrlen) == 0);
-    }
+    for (addrinfo* b = list; b != a; b = b->ai_next) seen = seen || SameHost(*a, *b);
     if (seen) continue;
     // Every address on one port: port 0 takes the one the first bind picked.
     if (a->ai_family == AF_INET) reinterpret_cast<sockaddr_in*>(a->ai_addr)->sin_port = htons(static_cast<uint16_t>(bound_port));
@@ -284,8 +296,11 @@ Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* o
       if (a->ai_family == AF_INET6) ::setsockopt(fd.get(), IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
     }
     if (!fd.valid() || ::bind(fd.get(), a->ai_addr, a->ai_addrlen) != 0 || ::listen(fd.get(), SOMAXCONN) != 0) {
+      // An address this host cannot serve (IPv6 off for "localhost"'s ::1) is skipped, as gRPC's
+      // listener did; a port in use is not.
       why = ErrnoText();
-      break;
+      if (errno == EADDRNOTAVAIL || errno == EAFNOSUPPORT) continue;
+      return Unavailable("cannot listen on " + address + ": " + why);
     }
     sockaddr_storage bound{};
     socklen_t len = sizeof(bound);
@@ -294,7 +309,7 @@ Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* o
                                                    : reinterpret_cast<sockaddr_in*>(&bound)->sin_port);
     impl->listeners.push_back(std::move(fd));
   }
-  if (!why.empty() || impl->listeners.empty()) return Unavailable("cannot listen on " + address + ": " + why);
+  if (impl->listeners.empty()) return Unavailable("cannot listen on " + address + ": " + why);
   impl->wake = Fd(::eventfd(0, EFD_CLOEXEC));
   if (!impl->wake.valid()) return Internal("eventfd: " + ErrnoText());
   std::unique_ptr<Acceptor> acceptor(new Acceptor());
@@ -416,9 +431,9 @@ void Acceptor::Impl::AcceptLoop() {
           }
           break;
         }
-        if (pending.size() >= kMaxPending) {
-          ::close(fd);
-          continue;
+        if (pending.size() >= kMaxPending) {  // the oldest goes: peers that say nothing cannot lock others out
+          ::close(pending.front().fd);
+          pending.erase(pending.begin());
         }
         SetNoDelay(fd);
         pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min()});
@@ -455,10 +470,7 @@ void Acceptor::Impl::StartDense(int fd) {
         SetDenseTimeouts(c->fd);
         if (ReadAll(c->fd, preface, kPrefaceBytes)) {
           dense_open.fetch_add(1);
-          try {
-            ServeDenseConnection(c->fd);
-          } catch (const std::bad_alloc&) {  // an answer the server has no memory for: this connection ends
-          }
+          ServeDenseConnection(c->fd);
           dense_open.fetch_sub(1);
         }
         std::lock_guard done(mutex);
@@ -513,9 +525,12 @@ void Acceptor::Impl::ServeDenseConnection(int fd) {
     // A pull's answer: frame header, field header and values in one buffer, filled by the core.
     std::unique_ptr<char[]> answer;
     size_t answer_bytes = 0;
-    auto out = [&](size_t bytes) {
+    // No memory: nullptr, and the core fails the request (this may run on the thread that completes
+    // a sync step for every trainer: it must not throw).
+    auto out = [&](size_t bytes) -> char* {
       answer_bytes = kFrameHeaderBytes + codec::kBytesField1Header + bytes;
-      answer.reset(new char[answer_bytes]);
+      answer.reset(new (std::nothrow) char[answer_bytes]);
+      if (!answer) return nullptr;
       PutFrameHeader(answer.get(), answer_bytes - kFrameHeaderBytes);
       codec::PutBytesField1Header(answer.get() + kFrameHeaderBytes, bytes);
       return answer.get() + kFrameHeaderBytes + codec::kBytesField1Header;
@@ -564,6 +579,7 @@ struct Connections::Conn {
   Clock::time_point deadline;
   bool busy = false;
   int send_error = 0;  // the send failed (errno); the answer may still have come
+  Clock::time_point last_used = Clock::now();  // its last answer
 
   bool sent() const { return out_first == out.size(); }
   // Whole answer read?
@@ -629,17 +645,14 @@ Status CheckAddress(const std::string& address) {
 
 // Kept connections the server closed while they were idle (it closes idle ones after
 // kDenseIdleTimeout, and a restarted server's old ones are gone): readable or hung up with no
-// request in flight. Dropped here, before a request goes out on them; one poll for all, and only
-// after a pause (a training loop's back-to-back calls skip it).
+// request in flight. Dropped here, before a request goes out on them: those unused for a second or
+// more, in one poll (a training loop's back-to-back calls skip it).
 void Connections::DropClosed() {
   const Clock::time_point now = Clock::now();
-  const bool paused = now - last_run_ > std::chrono::seconds(1);
-  last_run_ = now;
-  if (!paused) return;
   std::vector<pollfd> fds;
   std::vector<size_t> slots;
   for (size_t slot = 0; slot < conns_.size(); ++slot) {
-    if (!conns_[slot]) continue;
+    if (!conns_[slot] || now - conns_[slot]->last_used < std::chrono::seconds(1)) continue;
     fds.push_back({conns_[slot]->socket.get(), POLLIN | POLLRDHUP, 0});
     slots.push_back(slot);
   }
@@ -664,7 +677,10 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
     std::unique_ptr<Conn>& c = conns_[slot];
     if (!c) {
       Fd socket;
-      if (Status s = ConnectTo(servers_[server], deadline, &socket); !s.ok()) return fail(slot, s);
+      // A server whose packets vanish would otherwise hold every other connection for the kernel's
+      // SYN retries, or the whole (sync) deadline.
+      const Clock::time_point connected_by = std::min(deadline, Clock::now() + kConnectTimeout);
+      if (Status s = ConnectTo(servers_[server], connected_by, &socket); !s.ok()) return fail(slot, s);
       c = std::make_unique<Conn>();
       c->socket = std::move(socket);
     }
@@ -699,11 +715,13 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
       const ssize_t n = SendSome(c.socket.get(), c.out, c.out_first);
       if (n > 0) {
         Advance(c.out, &c.out_first, static_cast<size_t>(n));
-      } else if (errno != EAGAIN) {
+      } else if (errno == EPIPE || errno == ECONNRESET) {
         // The server may have answered and closed (a request it refuses without reading): read
         // that answer rather than report the broken send.
         c.send_error = errno;
         c.out_first = c.out.size();
+      } else if (errno != EAGAIN) {
+        fail(slot, Unavailable("the dense connection broke: " + ErrnoText()));
       }
       return;
     }
@@ -743,6 +761,7 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
     const Status result = request.consume(c.index, grpc::ByteBuffer(&slice, 1));
     c.busy = false;
     c.slices.clear();
+    c.last_used = Clock::now();
     if (!result.ok() && first_error.ok()) first_error = result;
     // The server may close a connection after a failed answer; a new one costs little.
     if (!result.ok() || c.send_error != 0) conns_[slot].reset();

@@ -110,7 +110,6 @@ class Connections {
  private:
   struct Conn;
   void DropClosed();
-  std::chrono::steady_clock::time_point last_run_;
   std::vector<std::string> servers_;
   size_t frame_limit_;
   std::vector<std::unique_ptr<Conn>> conns_;  // server s's at [s * kPerServer, (s + 1) * kPerServer)

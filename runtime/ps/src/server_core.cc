@@ -215,7 +215,9 @@ Status ServerCore::PullDense(uint32_t id, uint64_t begin, uint64_t end, const Al
   }
   DenseShard* shard = table->AsDense();
   if (Status s = shard->CheckRange(begin, n); !s.ok()) return s;
-  return shard->PullBytes(begin, n, out(n * sizeof(float)));
+  char* answer = out(n * sizeof(float));
+  if (answer == nullptr) return ResourceExhausted("no memory for a dense answer of " + std::to_string(n) + " values");
+  return shard->PullBytes(begin, n, answer);
 }
 
 Status ServerCore::PullDense(uint32_t id, uint64_t begin, uint64_t end, std::string* values) {
@@ -325,7 +327,9 @@ Status ServerCore::PullSparse(uint32_t id, const std::vector<uint64_t>& keys, co
   }
   SparseShard* shard = table->AsSparse();
   if (Status s = shard->CheckKeys(keys.data(), keys.size()); !s.ok()) return s;
-  return shard->PullBytes(keys.data(), keys.size(), out(keys.size() * dim * sizeof(float)));
+  char* answer = out(keys.size() * dim * sizeof(float));
+  if (answer == nullptr) return ResourceExhausted("no memory for a sparse answer of " + std::to_string(keys.size()) + " rows");
+  return shard->PullBytes(keys.data(), keys.size(), answer);
 }
 
 Status ServerCore::PullSparse(uint32_t id, const std::string& keys, std::string* values) {

@@ -63,7 +63,8 @@ class ServerCore {
   // for other trainers (sync pushes, Barrier) answer through `done`, possibly from another
   // thread; the others answer through their return value.
   // Answers are written where `out(bytes)` says, once the request is known to be good (the gRPC
-  // layer hands out a slice of the answer message); the std::string forms are for tests.
+  // layer hands out a slice of the answer message; nullptr: no memory, the request fails with
+  // RESOURCE_EXHAUSTED); the std::string forms are for tests.
   using Allocate = std::function<char*(size_t bytes)>;
   Status CreateTable(const TableConfig& config, bool* created, bool* loaded);
   Status PullDense(uint32_t table, uint64_t begin, uint64_t end, const Allocate& out);
