@@ -47,17 +47,6 @@ std::string Phase(const Json& job) {
   return status.is_object() ? status.value("phase", "") : "";
 }
 
-// Where the last `lines` lines of `text` start (0 for all, with lines < 0).
-size_t TailStart(const std::string& text, int lines) {
-  if (lines < 0) return 0;
-  size_t pos = text.size();
-  if (pos > 0 && text[pos - 1] == '\n') --pos;   // the last line's own newline
-  for (int seen = 0; pos > 0; --pos) {
-    if (text[pos - 1] == '\n' && ++seen == lines) return pos;
-  }
-  return lines == 0 ? text.size() : 0;
-}
-
 std::string NameOf(const Json& obj) { return obj.value("metadata", Json::object()).value("name", ""); }
 
 // An error: its one line, and the exit status.
@@ -339,6 +328,20 @@ class Session {
     return containers.empty() ? "" : containers[0].value("name", "");
   }
 
+  // Which run of the container the pod status shows: its restart count and container ID.
+  static std::string ContainerRun(const Json& pod, const std::string& container) {
+    const Json status = pod.value("status", Json::object());
+    const Json statuses = status.is_object() ? status.value("containerStatuses", Json::array()) : Json::array();
+    if (!statuses.is_array()) return "";
+    for (const Json& s : statuses) {
+      if (!s.is_object() || s.value("name", Json()) != container) continue;
+      const Json restarts = s.value("restartCount", Json());
+      const Json id = s.value("containerID", Json());
+      return (restarts.is_number_integer() ? restarts.dump() : "") + "/" + (id.is_string() ? id.get<std::string>() : "");
+    }
+    return "";
+  }
+
   void EmitLog(const std::string& pod, const std::string& container, const std::string& text) {
     if (text.empty()) return;
     if (Machine()) {
@@ -368,12 +371,17 @@ class Session {
     return std::nullopt;
   }
 
-  // Re-reads the log every kLogPoll and prints what is new, until the pod ends. A pod replaced by
-  // a new one of the same name (a new run) is followed from its start.
+  // Follows the log as the API server streams it (follow=true: one request per container run,
+  // each byte sent once), until the pod ends. A restarted container, or a pod replaced by a new one
+  // of the same name (a new run), is followed from its start. A stream that breaks while its
+  // container runs is opened again from a little before the break: lines around it may repeat,
+  // none are lost.
   std::optional<Failure> Follow(const std::string& job_name, const std::string& pod_name) {
-    std::string uid, waiting_for;
-    size_t offset = 0;
-    bool first_read = true;
+    std::string uid, waiting_for, followed_run;
+    bool first = true;
+    constexpr Clock::time_point kNever = Clock::time_point::min();
+    Clock::time_point broke = kNever;  // when the stream of followed_run broke
+    const kube::CancelToken never;
     auto note_once = [&](const std::string& what) {
       if (what != waiting_for) Note() << "fleetctl: " << what << "\n" << std::flush;
       waiting_for = what;
@@ -401,26 +409,44 @@ class Session {
       if (pod_uid != uid) {
         if (!uid.empty()) note_once("pod " + pod_name + " was replaced (a new run); following the new one");
         uid = pod_uid;
-        offset = 0;
+        followed_run.clear();
+        broke = kNever;
       }
       const std::string phase = pod->value("status", Json::object()).value("phase", "");
       const std::string container = ContainerOf(*pod);
-      auto log = client_->GetLog(ns_, pod_name, container, -1);
-      if (log.ok()) {
-        std::string text = std::move(*log);
-        if (text.size() < offset) offset = 0;   // the log is not the one read before
-        const size_t from = first_read ? TailStart(text, cl_.logs.tail) : offset;
-        first_read = false;
-        EmitLog(pod_name, container, text.substr(from));
-        offset = text.size();
-        waiting_for.clear();
-      } else if (log.status().code() == Code::kBadRequest) {
-        note_once("pod " + pod_name + ": " + OneLine(log.status().message()));   // not started yet
-      } else if (log.status().code() != Code::kNotFound) {
-        return Failure{"pod " + pod_name + ": " + OneLine(log.status().message())};
+      const std::string run = pod_uid + "/" + ContainerRun(*pod, container);
+      int64_t tail = -1, since = 0;
+      if (first) {
+        tail = cl_.logs.tail;
+      } else if (run == followed_run && broke != kNever) {
+        since = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - broke).count() + 2;
+      } else if (run == followed_run) {
+        // Its stream ended: the container is done. Wait for the pod to end or the container to restart.
+        if (phase == "Succeeded" || phase == "Failed") return std::nullopt;
+        std::this_thread::sleep_for(kLogPoll);
+        continue;
       }
-      if (phase == "Succeeded" || phase == "Failed") return std::nullopt;   // its whole log is printed
-      std::this_thread::sleep_for(kLogPoll);
+      const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, tail, since, [&](std::string_view text) {
+        EmitLog(pod_name, container, std::string(text));
+        waiting_for.clear();
+        return true;
+      }, never);
+      if (followed.code() == Code::kBadRequest) {
+        note_once("pod " + pod_name + ": " + OneLine(followed.message()));  // not started yet
+        std::this_thread::sleep_for(kLogPoll);
+        continue;
+      }
+      if (followed.code() == Code::kNotFound) continue;  // the pod went: see above
+      first = false;
+      followed_run = run;
+      broke = kNever;
+      if (followed.code() == Code::kUnavailable) {
+        broke = Clock::now();
+        note_once("pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
+        std::this_thread::sleep_for(kLogPoll);
+      } else if (!followed.ok()) {
+        return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
+      }
     }
   }
 

@@ -268,6 +268,30 @@ class ApiClient final : public Client {
     return std::move(reply->body);
   }
 
+  ApiStatus FollowLog(const std::string& ns, const std::string& pod, const std::string& container, int64_t tail_lines,
+                      int64_t since_seconds, const std::function<bool(std::string_view text)>& on_text,
+                      const CancelToken& cancel) override {
+    Query query;
+    query.Add("container", container).Add("follow", "true");
+    if (tail_lines >= 0) query.Add("tailLines", std::to_string(tail_lines));
+    if (since_seconds > 0) query.Add("sinceSeconds", std::to_string(since_seconds));
+    const HttpRequest request{"GET", ObjectPath(Resource::Pods(), Namespace(ns, Json()), pod) + "/log" + query.str()};
+    const std::string what = "follow " + request.target;
+    // A training container may print nothing for a long time; the connection is still checked by
+    // TCP, and a day without output ends the stream (the caller may follow again).
+    auto opened = OpenStream(request, what, std::chrono::hours(24), cancel);
+    if (!opened.ok()) return opened.status();
+    std::string chunk;
+    for (bool eof = false; !eof;) {
+      chunk.clear();
+      ApiStatus read = (*opened)->Read(&chunk, 64 << 10, Clock::time_point::max(), &cancel, &eof);
+      if (read.code() == Code::kCancelled) return ApiStatus(Code::kCancelled, what + ": cancelled");
+      if (!read.ok()) return ApiStatus(read.code(), what + ": " + read.message());
+      if (!chunk.empty() && !on_text(chunk)) return ApiStatus();
+    }
+    return ApiStatus();
+  }
+
   ApiStatus ListPages(const Resource& r, const std::string& ns, const ListOptions& options,
                       const std::function<bool(std::string_view page)>& on_page) override {
     std::string next;
@@ -474,6 +498,23 @@ class ApiClient final : public Client {
     const auto idle = std::chrono::duration_cast<milliseconds>(
         std::chrono::seconds(options.timeout_seconds > 0 ? options.timeout_seconds : 3600) + kWatchIdleGrace);
 
+    auto opened = OpenStream(request, what, idle, cancel);
+    if (!opened.ok()) return opened.status();
+    HttpStream& stream = **opened;
+    if (!IsJsonContentType(stream.head().content_type)) {
+      return ApiStatus(Code::kMalformed,
+                       what + ": answered with Content-Type \"" + stream.head().content_type + "\", expected application/json");
+    }
+    bool stop = false;
+    ApiStatus status = StreamLines(stream, on_line, cancel, &stop);
+    if (status.code() == Code::kCancelled) return ApiStatus(Code::kCancelled, what + ": cancelled");
+    return status;
+  }
+
+  // A streamed GET (a watch, a followed log) whose answer is 200; any other answer is its status
+  // (a 401 re-reads the token file once and tries again).
+  StatusOr<std::unique_ptr<HttpStream>> OpenStream(const HttpRequest& request, const std::string& what,
+                                                   milliseconds idle, const CancelToken& cancel) {
     bool token_retried = false;
     while (true) {
       if (cancel.cancelled()) return ApiStatus(Code::kCancelled, what + ": cancelled");
@@ -481,28 +522,18 @@ class ApiClient final : public Client {
       const std::string token = tokens_.Current();
       auto opened = transport_->Open(request, token, Clock::now() + options_.request_timeout, &cancel, idle);
       if (!opened.ok()) return opened.status();
-      HttpStream& stream = **opened;
-      const internal::HttpHead& head = stream.head();
-      if (head.status != 200) {
-        auto body = internal::ReadAll(stream, what, options_.max_response_bytes,
-                                      Clock::now() + options_.request_timeout, &cancel);
-        if (!body.ok()) return body.status();
-        ApiStatus status = StatusFromResponse(head.status, *body, head.retry_after);
-        if (status.code() == Code::kUnauthorized && !token_retried && tokens_.ReloadAfterUnauthorized(token)) {
-          token_retried = true;
-          continue;
-        }
-        return status.ok() ? ApiStatus(Code::kMalformed, what + ": unexpected HTTP status " + std::to_string(head.status))
-                           : status;
+      const internal::HttpHead& head = (*opened)->head();
+      if (head.status == 200) return opened;
+      auto body = internal::ReadAll(**opened, what, options_.max_response_bytes,
+                                    Clock::now() + options_.request_timeout, &cancel);
+      if (!body.ok()) return body.status();
+      ApiStatus status = StatusFromResponse(head.status, *body, head.retry_after);
+      if (status.code() == Code::kUnauthorized && !token_retried && tokens_.ReloadAfterUnauthorized(token)) {
+        token_retried = true;
+        continue;
       }
-      if (!IsJsonContentType(head.content_type)) {
-        return ApiStatus(Code::kMalformed,
-                         what + ": answered with Content-Type \"" + head.content_type + "\", expected application/json");
-      }
-      bool stop = false;
-      ApiStatus status = StreamLines(stream, on_line, cancel, &stop);
-      if (status.code() == Code::kCancelled) return ApiStatus(Code::kCancelled, what + ": cancelled");
-      return status;
+      return status.ok() ? ApiStatus(Code::kMalformed, what + ": unexpected HTTP status " + std::to_string(head.status))
+                         : status;
     }
   }
 
@@ -560,6 +591,15 @@ std::shared_ptr<Client> NewApiClient(ClusterConfig config, ClientOptions options
 }
 
 }  // namespace internal
+
+ApiStatus Client::FollowLog(const std::string& ns, const std::string& pod, const std::string& container,
+                            int64_t tail_lines, int64_t, const std::function<bool(std::string_view text)>& on_text,
+                            const CancelToken&) {
+  auto log = GetLog(ns, pod, container, tail_lines);
+  if (!log.ok()) return log.status();
+  on_text(*log);
+  return ApiStatus();
+}
 
 StatusOr<Json> Client::GetPath(const std::string& path) {
   return ApiStatus(Code::kBadRequest, "GetPath(" + path + ") is not supported by this client");

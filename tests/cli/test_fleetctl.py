@@ -241,26 +241,53 @@ class TestFleetctl(FleetctlTest):
         self.fails('has no role "heter" (its roles: server, worker)', "logs", "logged", "--role=heter")
         self.fails("pod logged-worker-7 does not exist", "logs", "logged", "--rank=7")
 
-    def test_logs_follow_until_the_pod_ends(self):
-        self.submit_running("followed", workers=1)
-        c = self.cluster
-        c.append_log("default", "followed-worker-0", "epoch 0\nepoch 1\n", container="paddle")
-        proc = subprocess.Popen([FLEETCTL, "--kubeconfig", c.kubeconfig, "logs", "followed", "-f", "--tail=1"],
+    def follow_logs(self, *args):
+        """`fleetctl logs ARGS -f` in the background: the lines it printed so far, and a function that
+        waits for it to exit 0."""
+        proc = subprocess.Popen([FLEETCTL, "--kubeconfig", self.cluster.kubeconfig, "logs", *args, "-f"],
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.addCleanup(lambda: proc.poll() is None and proc.kill())
         out = []
         reader = threading.Thread(target=lambda: out.extend(iter(proc.stdout.readline, "")), daemon=True)
         reader.start()
+
+        def finish():
+            self.assertEqual(proc.wait(20), 0, proc.stderr.read())
+            reader.join(5)
+            proc.stdout.close()
+            proc.stderr.close()
+        return out, finish
+
+    def test_logs_follow_until_the_pod_ends(self):
+        self.submit_running("followed", workers=1)
+        c = self.cluster
+        c.append_log("default", "followed-worker-0", "epoch 0\nepoch 1\n", container="paddle")
+        out, finish = self.follow_logs("followed", "--tail=1")
         wait_for("the last line so far", lambda: out == ["epoch 1\n"])
         c.append_log("default", "followed-worker-0", "epoch 2\n", container="paddle")
         wait_for("the new line", lambda: out == ["epoch 1\n", "epoch 2\n"])
         c.append_log("default", "followed-worker-0", "done\n", container="paddle")
         c.pod_action("default", "followed-worker-0", {"action": "succeed"})
-        self.assertEqual(proc.wait(20), 0, proc.stderr.read())
-        reader.join(5)
-        proc.stdout.close()
-        proc.stderr.close()
+        finish()
         self.assertEqual(out, ["epoch 1\n", "epoch 2\n", "done\n"])
+
+    def test_logs_follow_streams_the_log_once(self):
+        # One follow=true request for the container's run, not a re-read of the whole log per poll.
+        self.submit_running("streamed", workers=1)
+        c = self.cluster
+        pod = "streamed-worker-0"
+        c.append_log("default", pod, "line 1\n", container="paddle")
+        c.clear_requests()
+        out, finish = self.follow_logs("streamed")
+        wait_for("the first line", lambda: out == ["line 1\n"])
+        for i in range(2, 6):
+            c.append_log("default", pod, "line %d\n" % i, container="paddle")
+            wait_for("line %d" % i, lambda: len(out) == i)
+        c.pod_action("default", pod, {"action": "succeed"})
+        finish()
+        self.assertEqual(out, ["line %d\n" % i for i in range(1, 6)])
+        logs = [r for r in c.requests() if r["path"].endswith("/pods/%s/log" % pod)]
+        self.assertEqual([r["query"] for r in logs], ["container=paddle&follow=true"])
 
     # ---- stop, resume, delete -----------------------------------------------------------------------
     def test_stop_and_resume(self):

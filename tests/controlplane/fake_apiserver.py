@@ -3092,6 +3092,7 @@ class Handler(BaseHTTPRequestHandler):
             else:
                 lines = list(store.logs.get(key, []))
             seen = len(lines)  # counted with the snapshot: a line appended after it must be followed
+            restarts = (cs or {}).get("restartCount", 0)  # a followed log ends with its container's run
         if since is not None:
             cutoff = time.time() - since
             lines = [x for x in lines if x[0] >= cutoff]
@@ -3121,8 +3122,11 @@ class Handler(BaseHTTPRequestHandler):
                     cur = store.logs.get(key, []) if pod is not None and pod["metadata"]["uid"] == uid else []
                     new = cur[seen:] if len(cur) >= seen else []
                     seen = len(cur)
+                    now_cs = next((s for s in (pod or {}).get("status", {}).get("containerStatuses") or []
+                                   if s["name"] == cname), {}) if pod is not None else {}
                     done = pod is None or pod["metadata"]["uid"] != uid or \
-                        pod["status"].get("phase") in ("Succeeded", "Failed")
+                        pod["status"].get("phase") in ("Succeeded", "Failed") or \
+                        now_cs.get("restartCount", 0) != restarts
                     if not new and not done:
                         if not store.changed.wait(0.5) and self._client_gone():
                             break

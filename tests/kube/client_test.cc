@@ -308,6 +308,49 @@ TEST_P(ClientTest, GetLogReturnsThePodsLogAndItsTail) {
   EXPECT_EQ(client->GetLog("default", "logger", "sidecar").status().code(), Code::kBadRequest);
 }
 
+TEST_P(ClientTest, FollowLogStreamsWhatTheContainerWritesUntilThePodEnds) {
+  auto client = NewClient();
+  ASSERT_TRUE(client->Create(Resource::Pods(), "default", Pod("follower")).ok());
+  CancelToken cancel;
+  // Not started yet: the API server's reason, at once.
+  EXPECT_EQ(client->FollowLog("default", "follower", "main", -1, 0, [](std::string_view) { return true; }, cancel).code(),
+            Code::kBadRequest);
+  fake_.Control("namespaces/default/pods/follower", {{"action", "run"}});
+  fake_.Control("namespaces/default/pods/follower/log", {{"text", "epoch 1\nepoch 2\n"}});
+  std::mutex mu;
+  std::string seen;
+  ApiStatus followed;
+  std::thread follower([&] {
+    followed = client->FollowLog("default", "follower", "main", 1, 0, [&](std::string_view text) {
+      std::lock_guard lock(mu);
+      seen += text;
+      return true;
+    }, cancel);
+  });
+  auto saw = [&](const std::string& want) {
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    while (Clock::now() < deadline) {
+      {
+        std::lock_guard lock(mu);
+        if (seen == want) return true;
+      }
+      std::this_thread::sleep_for(milliseconds(10));
+    }
+    std::lock_guard lock(mu);
+    return seen == want;
+  };
+  EXPECT_TRUE(saw("epoch 2\n")) << seen;  // the tail, then what comes
+  fake_.Control("namespaces/default/pods/follower/log", {{"text", "epoch 3\n"}});
+  EXPECT_TRUE(saw("epoch 2\nepoch 3\n")) << seen;
+  fake_.Control("namespaces/default/pods/follower", {{"action", "succeed"}});
+  follower.join();
+  EXPECT_TRUE(followed.ok()) << followed.ToString();
+  // A handler that has seen enough ends the stream early, with OK.
+  int calls = 0;
+  EXPECT_TRUE(client->FollowLog("default", "follower", "main", -1, 0, [&](std::string_view) { return ++calls < 1; }, cancel).ok());
+  EXPECT_EQ(calls, 1);
+}
+
 TEST_P(ClientTest, BadArgumentsFailLocally) {
   auto client = NewClient();
   EXPECT_EQ(client->Get(Resource::Pods(), "default", "").status().code(), Code::kBadRequest);

@@ -150,6 +150,14 @@ class Client {
   virtual StatusOr<Json> GetPath(const std::string& path);
   virtual StatusOr<std::string> GetLog(const std::string& ns, const std::string& pod,
                                        const std::string& container = "", int64_t tail_lines = -1) = 0;
+  // Follows a container's log (follow=true): its last `tail_lines` lines (-1: all) and then what it
+  // writes, handed to `on_text` as it arrives, until the container ends (the server ends the
+  // stream: OK), on_text returns false (OK), `cancel` fires (kCancelled) or the connection fails
+  // (kUnavailable). since_seconds > 0 starts at lines written that recently. The default (for
+  // decorators and fakes) hands over one GetLog.
+  virtual ApiStatus FollowLog(const std::string& ns, const std::string& pod, const std::string& container,
+                              int64_t tail_lines, int64_t since_seconds,
+                              const std::function<bool(std::string_view text)>& on_text, const CancelToken& cancel);
 
   // Lower-level List and Watch for callers that decode the JSON themselves (the Informer parses it
   // straight into its cache's packed form, without building a JSON DOM). The defaults here are
