@@ -240,7 +240,7 @@ void LingerAfterError(int fd, size_t limit) {
 
 struct Acceptor::Impl {
   std::vector<Fd> listeners;  // one per address the bind address resolves to, all on one port
-  Fd wake;                    // an eventfd: Shutdown wakes the accept loop with it
+  Fd wake;                    // an eventfd: wakes the accept loop to stop, or to join finished threads
   ServerCore* core = nullptr;
   grpc::Server* grpc_server = nullptr;
   size_t frame_limit = 0;
@@ -257,6 +257,11 @@ struct Acceptor::Impl {
   std::atomic<size_t> dense_open{0};
 
   void AcceptLoop();
+  void Wake() {
+    const uint64_t one = 1;
+    [[maybe_unused]] ssize_t n = ::write(wake.get(), &one, sizeof(one));
+  }
+  void JoinFinished();  // with mutex held
   void StartDense(int fd);
   void ServeDenseConnection(int fd);
 };
@@ -334,8 +339,7 @@ void Acceptor::Shutdown() {
     std::lock_guard lock(impl_->mutex);
     impl_->stopping = true;
   }
-  const uint64_t one = 1;
-  [[maybe_unused]] ssize_t n = ::write(impl_->wake.get(), &one, sizeof(one));
+  impl_->Wake();
   impl_->accept_thread.join();
   impl_->listeners.clear();  // new connections are refused from here on
   // Wakes the dense connections' threads waiting for a request; one still answering (a sync push
@@ -395,7 +399,13 @@ void Acceptor::Impl::AcceptLoop() {
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
       continue;
     }
-    if (fds[0].revents != 0) break;
+    if (fds[0].revents != 0) {
+      uint64_t count;
+      [[maybe_unused]] ssize_t n = ::read(wake.get(), &count, sizeof(count));
+      std::lock_guard lock(mutex);
+      if (stopping) break;
+      JoinFinished();  // a dense connection ended: its thread's stack goes now, not with the next one
+    }
     const Clock::time_point later = Clock::now();
     std::vector<short> woke(pending.size(), 0);
     for (size_t k = 0; k < polled.size(); ++k) woke[polled[k]] = fds[first_pending + k].revents;
@@ -445,8 +455,7 @@ void Acceptor::Impl::AcceptLoop() {
 
 // A thread for a dense connection, unless there are too many: then (or when no thread can be
 // made) the trainer is told why, and the connection is closed.
-void Acceptor::Impl::StartDense(int fd) {
-  std::lock_guard lock(mutex);
+void Acceptor::Impl::JoinFinished() {
   for (auto it = dense.begin(); it != dense.end();) {
     if (!it->finished) {
       ++it;
@@ -455,6 +464,11 @@ void Acceptor::Impl::StartDense(int fd) {
     it->thread.join();
     it = dense.erase(it);
   }
+}
+
+void Acceptor::Impl::StartDense(int fd) {
+  std::lock_guard lock(mutex);
+  JoinFinished();
   Status refused;
   if (dense.size() >= kMaxDenseConnections) {
     refused = ResourceExhausted("the parameter server serves " + std::to_string(kMaxDenseConnections) +
@@ -477,6 +491,7 @@ void Acceptor::Impl::StartDense(int fd) {
         ::close(c->fd);
         c->fd = -1;
         c->finished = true;
+        Wake();
       });
       return;
     } catch (const std::exception& e) {  // no thread (a pids limit) or no memory
