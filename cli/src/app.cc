@@ -426,9 +426,11 @@ class Session {
         std::this_thread::sleep_for(kLogPoll);
         continue;
       }
+      bool got_text = false;
       const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, tail, since, [&](std::string_view text) {
         EmitLog(pod_name, container, std::string(text));
         waiting_for.clear();
+        got_text = true;
         return true;
       }, never);
       if (followed.code() == Code::kBadRequest) {
@@ -437,16 +439,21 @@ class Session {
         continue;
       }
       if (followed.code() == Code::kNotFound) continue;  // the pod went: see above
+      if (followed.code() == Code::kUnavailable) {
+        // It streamed, then broke: resume from here. It never got going: ask for the same again.
+        if (got_text) {
+          first = false;
+          followed_run = run;
+          broke = Clock::now();
+        }
+        note_once("pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
+        std::this_thread::sleep_for(kLogPoll);
+        continue;
+      }
+      if (!followed.ok()) return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
       first = false;
       followed_run = run;
       broke = kNever;
-      if (followed.code() == Code::kUnavailable) {
-        broke = Clock::now();
-        note_once("pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
-        std::this_thread::sleep_for(kLogPoll);
-      } else if (!followed.ok()) {
-        return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
-      }
     }
   }
 
