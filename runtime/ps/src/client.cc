@@ -197,7 +197,8 @@ struct PsClient::Impl {
   // A dense push (values), pull (out), or both, of the whole table, chunk by chunk over the calling
   // thread's dense connections. Values go out from the caller's buffer and answers are copied into
   // out (both outlive the connections' use of them: Run waits).
-  Status DenseOp(uint32_t id, uint32_t op, const float* values, float* out, size_t n) {
+  Status DenseOp(uint32_t id, uint32_t op, const float* values, float* out, size_t n,
+                 std::vector<ShardRange>* answered = nullptr) {
     TableConfig config;
     if (Status s = DenseTable(id, n, &config); !s.ok()) return s;
     const std::vector<DenseChunk> chunks = DenseChunks(config);
@@ -223,10 +224,13 @@ struct PsClient::Impl {
                                  pushes ? values + c.begin : nullptr, pushes ? c.n : 0);
     };
     request.answer_bytes = [&](size_t i) { return out ? codec::kBytesField1Header + chunks[i].n * sizeof(float) : 0; };
+    if (answered) answered->clear();
     request.consume = [&](size_t i, const grpc::ByteBuffer& answer) {
       const DenseChunk& c = chunks[i];
-      return Answer(c.server, codec::ReadAnswer(answer, reinterpret_cast<char*>(out ? out + c.begin : nullptr),
-                                                out ? c.n * sizeof(float) : 0));
+      Status s = codec::ReadAnswer(answer, reinterpret_cast<char*>(out ? out + c.begin : nullptr),
+                                   out ? c.n * sizeof(float) : 0);
+      if (s.ok() && answered) answered->push_back({c.begin, c.begin + c.n});
+      return Answer(c.server, s);
     };
     request.annotate = [this](int server, const Status& s) { return Answer(server, s); };
     Status status = connections->Run(chunks.size(), timeout, request);
@@ -416,8 +420,9 @@ Status PsClient::PullDense(uint32_t table, float* out, size_t n) {
   return impl_->DenseOp(table, wire::DenseRequest::PULL, nullptr, out, n);
 }
 
-Status PsClient::PushPullDense(uint32_t table, const float* values, float* out, size_t n) {
-  return impl_->DenseOp(table, wire::DenseRequest::PUSH_PULL, values, out, n);
+Status PsClient::PushPullDense(uint32_t table, const float* values, float* out, size_t n,
+                               std::vector<ShardRange>* answered) {
+  return impl_->DenseOp(table, wire::DenseRequest::PUSH_PULL, values, out, n, answered);
 }
 
 Status PsClient::PullSparse(uint32_t id, const uint64_t* keys, size_t n, float* out) {
@@ -453,12 +458,14 @@ Status PsClient::PullSparse(uint32_t id, const uint64_t* keys, size_t n, float* 
   return Status::Ok();
 }
 
-Status PsClient::PushSparse(uint32_t id, const uint64_t* keys, size_t n, const float* values) {
+Status PsClient::PushSparse(uint32_t id, const uint64_t* keys, size_t n, const float* values,
+                            std::vector<uint64_t>* applied) {
   TableConfig config;
   if (Status s = impl_->Table(id, TableKind::kSparse, &config); !s.ok()) return s;
   const uint32_t dim = config.dim;
   const bool sync = config.mode == Mode::kSync;
   const KeyGroups groups = impl_->Group(keys, n, values, dim, nullptr);
+  if (applied) applied->clear();
   // Sync: every server hears from every trainer each step, with nothing to add if need be.
   const auto chunks = impl_->SparseChunks(groups, dim, sync);
   return impl_->Run<wire::PushSparseRequest, wire::PushResponse>(
@@ -474,7 +481,15 @@ Status PsClient::PushSparse(uint32_t id, const uint64_t* keys, size_t n, const f
         req->set_values(Bytes(groups.values[s].data() + c.first * dim, c.n * dim * sizeof(float)));
         return c.server;
       },
-      [](size_t, wire::PushResponse&) { return Status::Ok(); },
+      [&](size_t i, wire::PushResponse&) {
+        if (applied) {
+          const auto& c = chunks[i];
+          const auto& server_keys = groups.keys[static_cast<size_t>(c.server)];
+          applied->insert(applied->end(), server_keys.begin() + static_cast<std::ptrdiff_t>(c.first),
+                          server_keys.begin() + static_cast<std::ptrdiff_t>(c.first + c.n));
+        }
+        return Status::Ok();
+      },
       // Sync: a server answers none of a trainer's chunks before it has all of them.
       sync ? chunks.size() : 0);
 }

@@ -67,19 +67,25 @@ Status Worker::PushPullDense(uint32_t table, const float* gradient, float* out, 
   return PullDense(table, out, n);
 }
 
-// Sends (local - base) / trainers, then takes the servers' merged values as the new local and base.
-// local and base change only when the whole exchange succeeded: after a failure (some ranges
-// answered, some not) the next exchange sends the accumulated delta again, so nothing is lost and
-// nothing applied twice is mistaken for a base.
+// Sends (local - base) / trainers, then takes the servers' merged values as the new local and base,
+// range by range: a range a server applied and answered is exchanged; one it did not (a server
+// down, a failure part way) keeps its local and base, so the next exchange (k steps on, or Flush)
+// sends its delta again, and only its: nothing is lost, and nothing is applied twice.
 Status Worker::GeoSendDense(uint32_t table, GeoDense& g) {
   g.steps = 0;
   const float scale = 1.0f / static_cast<float>(client_->trainers());
   g.delta.resize(g.base.size());
   for (size_t i = 0; i < g.base.size(); ++i) g.delta[i] = (g.local[i] - g.base[i]) * scale;
-  if (Status s = client_->PushPullDense(table, g.delta.data(), g.delta.data(), g.delta.size()); !s.ok()) return s;
-  g.base = g.delta;
-  g.local = g.delta;
-  return Status::Ok();
+  std::vector<ShardRange> answered;
+  const Status s = client_->PushPullDense(table, g.delta.data(), g.delta.data(), g.delta.size(), &answered);
+  for (const ShardRange& r : answered) {
+    std::copy(g.delta.begin() + static_cast<std::ptrdiff_t>(r.begin), g.delta.begin() + static_cast<std::ptrdiff_t>(r.end),
+              g.base.begin() + static_cast<std::ptrdiff_t>(r.begin));
+    std::copy(g.delta.begin() + static_cast<std::ptrdiff_t>(r.begin), g.delta.begin() + static_cast<std::ptrdiff_t>(r.end),
+              g.local.begin() + static_cast<std::ptrdiff_t>(r.begin));
+  }
+  g.unsent = !s.ok();
+  return s;
 }
 
 Status Worker::GeoFetchRows(uint32_t table, const TableConfig& config, GeoSparse& g, const uint64_t* keys,
@@ -130,10 +136,10 @@ Status Worker::PushSparse(uint32_t table, const uint64_t* keys, size_t n, const 
   return GeoSendSparse(table, *geo, g);
 }
 
-// Sends the deltas of the rows this trainer changed, then forgets every cached row: the next pulls
-// fetch the merged values.
+// Sends the deltas of the rows this trainer changed, then forgets the cached rows the servers
+// applied: the next pulls fetch the merged values. Rows a server did not apply (down, a failure
+// part way) stay cached and touched, so the next exchange (or Flush) sends them again, and only them.
 Status Worker::GeoSendSparse(uint32_t table, const TableConfig& config, GeoSparse& g) {
-  g.steps = 0;
   const float scale = 1.0f / static_cast<float>(client_->trainers());
   std::vector<uint64_t> keys(g.touched.begin(), g.touched.end());
   std::vector<float> delta(keys.size() * config.dim);
@@ -142,18 +148,28 @@ Status Worker::GeoSendSparse(uint32_t table, const TableConfig& config, GeoSpars
     const std::vector<float>& base = g.base[keys[i]];
     for (uint32_t j = 0; j < config.dim; ++j) delta[i * config.dim + j] = (local[j] - base[j]) * scale;
   }
-  g.local.clear();
-  g.base.clear();
-  g.touched.clear();
-  if (keys.empty()) return Status::Ok();
-  return client_->PushSparse(table, keys.data(), keys.size(), delta.data());
+  g.steps = 0;
+  std::vector<uint64_t> applied;
+  const Status s = keys.empty() ? Status::Ok() : client_->PushSparse(table, keys.data(), keys.size(), delta.data(), &applied);
+  if (s.ok()) {
+    g.local.clear();
+    g.base.clear();
+    g.touched.clear();
+    return s;
+  }
+  for (uint64_t key : applied) {
+    g.local.erase(key);
+    g.base.erase(key);
+    g.touched.erase(key);
+  }
+  return s;
 }
 
 Status Worker::Flush() {
   std::lock_guard lock(mutex_);
   for (auto& [table, g] : geo_dense_) {
     const TableConfig* geo = GeoTable(table);
-    if (geo && g.steps > 0) {
+    if (geo && (g.steps > 0 || g.unsent)) {
       if (Status s = GeoSendDense(table, g); !s.ok()) return s;
     }
   }

@@ -74,11 +74,16 @@ class PsClient {
   // PushDense, then PullDense once the push is applied, in one round trip per chunk instead of two:
   // out gets what a PullDense right after the PushDense would (async: the values after this push and
   // whatever arrived before it; sync: the step's result; geo: after the delta was added). values and
-  // out may be the same buffer.
-  Status PushPullDense(uint32_t table, const float* values, float* out, size_t n);
-  // Sparse: out / values are n x dim. Duplicate keys in a push are summed before sending.
+  // out may be the same buffer. With `answered`, the ranges whose push was applied and whose values
+  // are in out: all on success; after a failure, those that made it (a push to several servers is
+  // not all-or-nothing: geo mode re-sends only the rest).
+  Status PushPullDense(uint32_t table, const float* values, float* out, size_t n,
+                       std::vector<ShardRange>* answered = nullptr);
+  // Sparse: out / values are n x dim. Duplicate keys in a push are summed before sending. With
+  // `applied`, the keys whose push was applied (as `answered` above).
   Status PullSparse(uint32_t table, const uint64_t* keys, size_t n, float* out);
-  Status PushSparse(uint32_t table, const uint64_t* keys, size_t n, const float* values);
+  Status PushSparse(uint32_t table, const uint64_t* keys, size_t n, const float* values,
+                    std::vector<uint64_t>* applied = nullptr);
 
   // Waits until every trainer called Barrier the same number of times (served by server 0).
   Status Barrier();
@@ -121,7 +126,8 @@ class Worker {
     std::vector<float> local;  // what this trainer trains on
     std::vector<float> base;   // the values of the last exchange with the servers
     std::vector<float> delta;  // the exchange's buffer: the delta out, the merged values back
-    uint32_t steps = 0;
+    uint32_t steps = 0;        // local steps since the last exchange
+    bool unsent = false;       // the last exchange failed (in part): local - base is still to send
   };
   struct GeoSparse {
     std::unordered_map<uint64_t, std::vector<float>> local;  // rows pulled since the last exchange
