@@ -33,6 +33,9 @@ const kube::Resource kFleetJobs{"fleet.paddlepaddle.org", "v1alpha1", "fleetjobs
 constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
 // How often `logs -f` reads the log again: the client can read a log but not stream it.
 constexpr std::chrono::milliseconds kLogPoll{500};
+// A log stream that ended while its container still shows as running this long after is taken up
+// again (a status that lags the container's exit is not).
+constexpr std::chrono::seconds kEndedGrace{5};
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -99,7 +102,8 @@ class Session {
 
   void Print(const Json& doc) {
     if (cl_.global.output == Output::kJson) {
-      out_ << doc.dump(2) << "\n";
+      // Log text is whatever the container wrote: bytes that are not UTF-8 print as U+FFFD.
+      out_ << doc.dump(2, ' ', false, Json::error_handler_t::replace) << "\n";
     } else {
       out_ << ToYaml(doc);
     }
@@ -328,18 +332,25 @@ class Session {
     return containers.empty() ? "" : containers[0].value("name", "");
   }
 
-  // Which run of the container the pod status shows: its restart count and container ID.
-  static std::string ContainerRun(const Json& pod, const std::string& container) {
+  // Which run of the container the pod status shows (its restart count and container ID), and
+  // whether it is running.
+  struct ContainerState {
+    std::string run;
+    bool running = false;
+  };
+  static ContainerState StateOf(const Json& pod, const std::string& container) {
     const Json status = pod.value("status", Json::object());
     const Json statuses = status.is_object() ? status.value("containerStatuses", Json::array()) : Json::array();
-    if (!statuses.is_array()) return "";
+    if (!statuses.is_array()) return {};
     for (const Json& s : statuses) {
       if (!s.is_object() || s.value("name", Json()) != container) continue;
       const Json restarts = s.value("restartCount", Json());
       const Json id = s.value("containerID", Json());
-      return (restarts.is_number_integer() ? restarts.dump() : "") + "/" + (id.is_string() ? id.get<std::string>() : "");
+      const Json state = s.value("state", Json());
+      return {(restarts.is_number_integer() ? restarts.dump() : "") + "/" + (id.is_string() ? id.get<std::string>() : ""),
+              state.is_object() && state.contains("running")};
     }
-    return "";
+    return {};
   }
 
   void EmitLog(const std::string& pod, const std::string& container, const std::string& text) {
@@ -373,14 +384,16 @@ class Session {
 
   // Follows the log as the API server streams it (follow=true: one request per container run,
   // each byte sent once), until the pod ends. A restarted container, or a pod replaced by a new one
-  // of the same name (a new run), is followed from its start. A stream that breaks while its
-  // container runs is opened again from a little before the break: lines around it may repeat,
-  // none are lost.
+  // of the same name (a new run), is followed from its start. A stream that breaks, or ends while
+  // its container still runs, is opened again from a little before the last text it brought: lines
+  // around the break may repeat, none are lost.
   std::optional<Failure> Follow(const std::string& job_name, const std::string& pod_name) {
     std::string uid, waiting_for, followed_run;
     bool first = true;
     constexpr Clock::time_point kNever = Clock::time_point::min();
-    Clock::time_point broke = kNever;  // when the stream of followed_run broke
+    Clock::time_point resume_from = kNever;  // take followed_run up again from here
+    Clock::time_point ended = kNever;        // when followed_run's stream ended cleanly
+    Clock::time_point last_text = kNever;    // when followed_run's last text came
     const kube::CancelToken never;
     auto note_once = [&](const std::string& what) {
       if (what != waiting_for) Note() << "fleetctl: " << what << "\n" << std::flush;
@@ -410,50 +423,68 @@ class Session {
         if (!uid.empty()) note_once("pod " + pod_name + " was replaced (a new run); following the new one");
         uid = pod_uid;
         followed_run.clear();
-        broke = kNever;
+        resume_from = ended = last_text = kNever;
       }
       const std::string phase = pod->value("status", Json::object()).value("phase", "");
       const std::string container = ContainerOf(*pod);
-      const std::string run = pod_uid + "/" + ContainerRun(*pod, container);
+      const ContainerState state = StateOf(*pod, container);
+      const std::string run = pod_uid + "/" + state.run;
       int64_t tail = -1, since = 0;
       if (first) {
         tail = cl_.logs.tail;
-      } else if (run == followed_run && broke != kNever) {
-        since = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - broke).count() + 2;
-      } else if (run == followed_run) {
-        // Its stream ended: the container is done. Wait for the pod to end or the container to restart.
-        if (phase == "Succeeded" || phase == "Failed") return std::nullopt;
-        std::this_thread::sleep_for(kLogPoll);
-        continue;
+      } else if (run == followed_run && resume_from == kNever && state.running && Clock::now() - ended > kEndedGrace) {
+        // Its stream ended, and well after that the same container still runs (not a status that
+        // lags its exit): a proxy or log rotation ended it. Take it up again.
+        resume_from = last_text != kNever ? last_text : ended;
       }
+      if (!first && run == followed_run) {
+        if (resume_from == kNever) {
+          // Its stream ended with the container. Wait for the pod to end or the container to restart.
+          if (phase == "Succeeded" || phase == "Failed") return std::nullopt;
+          std::this_thread::sleep_for(kLogPoll);
+          continue;
+        }
+        since = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - resume_from).count() + 2;
+      }
+      // Machine output gets whole lines (a chunk may end anywhere, even inside a UTF-8 character).
+      std::string partial;
       bool got_text = false;
-      const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, tail, since, [&](std::string_view text) {
-        EmitLog(pod_name, container, std::string(text));
-        waiting_for.clear();
+      auto emit = [&](std::string_view text) {
         got_text = true;
+        last_text = Clock::now();
+        if (!Machine()) return EmitLog(pod_name, container, std::string(text));
+        partial += text;
+        const size_t end = partial.rfind('\n');
+        if (end == std::string::npos) return;
+        EmitLog(pod_name, container, partial.substr(0, end + 1));
+        partial.erase(0, end + 1);
+      };
+      const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, tail, since, [&](std::string_view text) {
+        emit(text);
+        waiting_for.clear();
         return true;
       }, never);
-      if (followed.code() == Code::kBadRequest) {
-        note_once("pod " + pod_name + ": " + OneLine(followed.message()));  // not started yet
+      EmitLog(pod_name, container, partial);
+      if (followed.code() == Code::kBadRequest || followed.code() == Code::kNotFound) {
+        // Not started yet; or the pod (or its node) went: see above.
+        if (followed.code() == Code::kBadRequest) note_once("pod " + pod_name + ": " + OneLine(followed.message()));
         std::this_thread::sleep_for(kLogPoll);
         continue;
       }
-      if (followed.code() == Code::kNotFound) continue;  // the pod went: see above
-      if (followed.code() == Code::kUnavailable) {
-        // It streamed, then broke: resume from here. It never got going: ask for the same again.
-        if (got_text) {
-          first = false;
-          followed_run = run;
-          broke = Clock::now();
-        }
+      if (!followed.ok() && !followed.IsRetryable()) return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
+      if (got_text || followed.ok()) {
+        if (run != followed_run && !got_text) last_text = kNever;
+        first = false;
+        followed_run = run;
+        resume_from = followed.ok() ? kNever : last_text;
+        if (followed.ok()) ended = Clock::now();
+      }
+      // A stream that broke with no text asks for the same again: the tail, the run's start, or the
+      // same resume point.
+      if (!followed.ok()) {
         note_once("pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
         std::this_thread::sleep_for(kLogPoll);
-        continue;
       }
-      if (!followed.ok()) return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
-      first = false;
-      followed_run = run;
-      broke = kNever;
     }
   }
 

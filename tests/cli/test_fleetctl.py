@@ -289,6 +289,28 @@ class TestFleetctl(FleetctlTest):
         logs = [r for r in c.requests() if r["path"].endswith("/pods/%s/log" % pod)]
         self.assertEqual([r["query"] for r in logs], ["container=paddle&follow=true"])
 
+    def test_logs_follow_as_json_gives_whole_lines(self):
+        # Each document holds whole lines, whatever the chunks the stream came in (a chunk may end
+        # inside a UTF-8 character).
+        self.submit_running("jsonlog", workers=1)
+        c = self.cluster
+        pod = "jsonlog-worker-0"
+        out, finish = self.follow_logs("jsonlog", "-o", "json")
+        c.append_log("default", pod, "épopée 1\n", container="paddle")
+        c.append_log("default", pod, "débit: 3 pas/s — ", container="paddle")
+        c.append_log("default", pod, "fin\n", container="paddle")
+        wait_for("both lines", lambda: "fin" in "".join(out))
+        c.pod_action("default", pod, {"action": "succeed"})
+        finish()
+        text, docs, at = "".join(out), [], 0
+        decoder = json.JSONDecoder()
+        while text[at:].strip():
+            doc, end = decoder.raw_decode(text, len(text) - len(text[at:].lstrip()))
+            docs.append(doc)
+            at = end
+        self.assertTrue(all(d["pod"] == pod and d["log"].endswith("\n") for d in docs), docs)
+        self.assertEqual("".join(d["log"] for d in docs), "épopée 1\ndébit: 3 pas/s — fin\n")
+
     # ---- stop, resume, delete -----------------------------------------------------------------------
     def test_stop_and_resume(self):
         job = self.submit_running("pausable")

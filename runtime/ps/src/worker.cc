@@ -167,6 +167,10 @@ Status Worker::GeoSendSparse(uint32_t table, const TableConfig& config, GeoSpars
 
 Status Worker::Flush() {
   std::lock_guard lock(mutex_);
+  return FlushLocked();
+}
+
+Status Worker::FlushLocked() {
   for (auto& [table, g] : geo_dense_) {
     const TableConfig* geo = GeoTable(table);
     if (geo && (g.steps > 0 || g.unsent)) {
@@ -192,9 +196,12 @@ Status Worker::Save(const std::string& dir) {
   return client_->Save(dir);
 }
 
+// Under the lock from the flush to the servers' answer: a push from another thread cannot leave a
+// delta pending after the servers were told this trainer is done.
 Status Worker::StopWorker() {
+  std::lock_guard lock(mutex_);
   if (stopped_) return Status::Ok();
-  if (Status s = Flush(); !s.ok()) return s;
+  if (Status s = FlushLocked(); !s.ok()) return s;
   if (Status s = client_->StopWorker(); !s.ok()) return s;
   stopped_ = true;
   return Status::Ok();

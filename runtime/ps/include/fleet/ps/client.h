@@ -135,6 +135,7 @@ class Worker {
     std::set<uint64_t> touched;
     uint32_t steps = 0;
   };
+  Status FlushLocked();
   Status GeoSendDense(uint32_t table, GeoDense& geo);
   Status GeoSendSparse(uint32_t table, const TableConfig& config, GeoSparse& geo);
   Status GeoFetchRows(uint32_t table, const TableConfig& config, GeoSparse& geo,
