@@ -33,12 +33,6 @@ using testing::Options;
 using testing::PollUntil;
 using testing::StartCluster;
 
-#define ASSERT_OK(expr)                                     \
-  do {                                                      \
-    const ::fleet::ps::Status _s = (expr);                  \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
-  } while (0)
-
 // Written out here rather than taken from bulk.h: the test checks the wire, not the constant.
 const std::string kPreface = "FLEET-PS-DENSE/1";
 constexpr size_t kMaxMessageBytes = 4096;

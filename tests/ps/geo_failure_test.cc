@@ -32,12 +32,6 @@ using testing::Options;
 using testing::StartCluster;
 using testing::TempDir;
 
-#define ASSERT_OK(expr)                                       \
-  do {                                                        \
-    const ::fleet::ps::Status _s = (expr);                    \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString();   \
-  } while (0)
-
 constexpr uint32_t kDense = 0;
 constexpr uint32_t kSparse = 1;
 constexpr float kLr = 0.5f;

@@ -20,6 +20,13 @@
 #include "fleet/ps/client.h"
 #include "fleet/ps/server.h"
 
+// A Status that must be OK, with the expression and the status in the failure message.
+#define ASSERT_OK(expr)                                     \
+  do {                                                      \
+    const ::fleet::ps::Status _s = (expr);                  \
+    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
+  } while (0)
+
 namespace fleet::ps::testing {
 
 using Clock = std::chrono::steady_clock;

@@ -28,12 +28,6 @@ using testing::TempDir;
 
 using fleet::test::FreePort;
 
-#define ASSERT_OK(expr)                          \
-  do {                                           \
-    const ::fleet::ps::Status _s = (expr);       \
-    ASSERT_TRUE(_s.ok()) << #expr << ": " << _s.ToString(); \
-  } while (0)
-
 TEST(PsRpcTest, DenseTablesAreShardedAcrossTheServers) {
   Cluster c = StartCluster(2, 1);
   auto client = Connect(Options(c.endpoints, 0, 1));

@@ -17,7 +17,6 @@
 #include <cerrno>
 #include <condition_variable>
 #include <cstring>
-#include <deque>
 #include <list>
 #include <mutex>
 #include <optional>
@@ -664,8 +663,10 @@ Status CheckAddress(const std::string& address) {
 // more, in one poll (a training loop's back-to-back calls skip it).
 void Connections::DropClosed() {
   const Clock::time_point now = Clock::now();
-  std::vector<pollfd> fds;
-  std::vector<size_t> slots;
+  std::vector<pollfd>& fds = fds_;
+  std::vector<size_t>& slots = slots_;
+  fds.clear();
+  slots.clear();
   for (size_t slot = 0; slot < conns_.size(); ++slot) {
     if (!conns_[slot] || now - conns_[slot]->last_used < std::chrono::seconds(1)) continue;
     fds.push_back({conns_[slot]->socket.get(), POLLIN | POLLRDHUP, 0});
@@ -678,7 +679,12 @@ void Connections::DropClosed() {
 }
 
 Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const Request& request) {
-  std::vector<std::deque<size_t>> queue(servers_.size());
+  // Each server's requests in order; the buffers are kept from call to call (a step allocates nothing).
+  std::vector<std::vector<size_t>>& queue = queue_;
+  queue.resize(servers_.size());
+  for (auto& q : queue) q.clear();
+  std::vector<size_t>& taken = taken_;
+  taken.assign(servers_.size(), 0);
   for (size_t i = 0; i < count; ++i) queue[static_cast<size_t>(request.server_of(i))].push_back(i);
   Status first_error;
   auto fail = [&](size_t slot, const Status& why) {
@@ -687,7 +693,7 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
   };
   auto launch = [&](size_t slot) {
     const size_t server = slot / kPerServer;
-    if (queue[server].empty() || !first_error.ok()) return;
+    if (taken[server] == queue[server].size() || !first_error.ok()) return;
     const Clock::time_point deadline = Clock::now() + timeout;
     std::unique_ptr<Conn>& c = conns_[slot];
     if (!c) {
@@ -699,8 +705,7 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
       c = std::make_unique<Conn>();
       c->socket = std::move(socket);
     }
-    c->index = queue[server].front();
-    queue[server].pop_front();
+    c->index = queue[server][taken[server]++];
     c->slices.clear();
     if (!request.build(c->index).Dump(&c->slices).ok()) return fail(slot, Internal("cannot read a built request"));
     char* frame_header = c->header;
@@ -785,8 +790,8 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
   DropClosed();
   for (size_t slot = 0; slot < conns_.size(); ++slot) launch(slot);
 
-  std::vector<pollfd> fds;
-  std::vector<size_t> slots;
+  std::vector<pollfd>& fds = fds_;
+  std::vector<size_t>& slots = slots_;
   for (;;) {
     fds.clear();
     slots.clear();

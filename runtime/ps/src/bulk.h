@@ -18,6 +18,8 @@
 // a frame over the limit, gets an answer with the error and the connection is closed.
 #pragma once
 
+#include <poll.h>
+
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -113,6 +115,11 @@ class Connections {
   std::vector<std::string> servers_;
   size_t frame_limit_;
   std::vector<std::unique_ptr<Conn>> conns_;  // server s's at [s * kPerServer, (s + 1) * kPerServer)
+  // Run's working buffers, kept between calls.
+  std::vector<std::vector<size_t>> queue_;
+  std::vector<size_t> taken_;
+  std::vector<pollfd> fds_;
+  std::vector<size_t> slots_;
 };
 
 }  // namespace bulk
