@@ -9,7 +9,7 @@ Command line
 ------------
     fake_apiserver.py --listen 127.0.0.1:0 --ready-file PATH
                       [--tls-cert C --tls-key K [--client-ca CA]]
-                      [--token T ...] [--kubelet auto|manual]
+                      [--token T ...] [--kubelet auto|manual|podman]
                       [--watch-cache-size N] [--bookmark-interval SECONDS]
                       [--nodes N] [--run-delay-ms MS] [--server-version v1.32.0]
                       [--verbose]
@@ -115,6 +115,17 @@ POSTs pods/NAME/binding.  Containers with readiness/startup probes are ready
 unless probeReadyDefault is false; "ready" actions override.  Deleting a
 bound pod is graceful (MODIFIED with deletionTimestamp, then the stand-in
 removes it after terminationDelayMs); gracePeriodSeconds=0 deletes at once.
+
+Real containers (--kubelet podman)
+----------------------------------
+podman_kubelet.py replaces the stand-in: bound pods run as podman pods on a
+podman network of their own, with real addresses, container statuses, probes,
+env, volumes, securityContext and logs (see that module).  The server then
+also listens on the network's gateway (TLS with a certificate made for it and
+127.0.0.1 unless one is given), pods get KUBERNETES_SERVICE_HOST/PORT for it,
+every namespace gets the kube-root-ca.crt ConfigMap, and the pods' service-
+account tokens are accepted.  Needs root, podman, runc and catatonit; the
+simulated pod actions of the control API are refused.
 
 Not implemented (on purpose)
 ----------------------------
@@ -1366,6 +1377,10 @@ class Store:
             ns = obj["metadata"]["name"]
             sa = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "default", "namespace": ns}}
             self.create(self.registry.get("", "v1", "serviceaccounts"), ns, sa)
+            if self.server.root_ca_pem:   # as kube-controller-manager's root-ca-cert-publisher
+                self.create(self.registry.get("", "v1", "configmaps"), ns, {
+                    "metadata": {"name": "kube-root-ca.crt", "namespace": ns},
+                    "data": {"ca.crt": self.server.root_ca_pem}})
         elif key == "apiextensions.k8s.io/customresourcedefinitions":
             self.registry.register_crd(obj)
         elif key == "/pods":
@@ -1740,6 +1755,7 @@ class Store:
         final = dict(obj)
         self._commit(rt, "DELETED", final, old if old is not None else cur)
         if rt.storage_key == "/pods":
+            self.server.kubelet.pod_deleted(uid)
             for k in [k for k in self.logs if k[0] == meta.get("namespace") and k[1] == meta["name"]]:
                 self.logs.pop(k, None)
                 self.prev_logs.pop(k, None)
@@ -1868,6 +1884,7 @@ class Kubelet:
         self.rr = itertools.count()
         self.ip_counter = itertools.count(1)
         self.ready = {}        # (pod uid, container) -> bool (set by tests)
+        self.gateway = None    # where pods reach the API server (the podman kubelet's network)
         self.tasks = []
         self.seq = itertools.count()
         self.cond = threading.Condition()
@@ -2247,6 +2264,9 @@ class Kubelet:
                 msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
                 return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
             raise ApiError.bad_request("unknown action %r" % (act,))
+
+    def pod_deleted(self, uid):
+        """Called under the store lock when a pod left storage (the podman kubelet kills it)."""
 
     def bind(self, pod, node):
         if pod["spec"].get("nodeName"):
@@ -3217,8 +3237,8 @@ class FakeApiServer:
     def __init__(self, host="127.0.0.1", port=0, tls_cert=None, tls_key=None, client_ca=None, tokens=None,
                  kubelet="auto", watch_cache_size=1000, bookmark_interval=1.0, nodes=4, run_delay_ms=0,
                  server_version="v1.32.0", min_request_timeout=1800, verbose=False):
-        if kubelet not in ("auto", "manual"):
-            raise ValueError("kubelet must be auto or manual")
+        if kubelet not in ("auto", "manual", "podman"):
+            raise ValueError("kubelet must be auto, manual or podman")
         self.host, self.port = host, port
         self.tls_cert, self.tls_key, self.client_ca = tls_cert, tls_key, client_ca
         self.tokens = set(tokens or [])
@@ -3237,15 +3257,40 @@ class FakeApiServer:
         self.connections = set()
         self.open_watches = set()
         self.cluster_ips = itertools.count(1)
+        self.root_ca_pem = None
         self.store = Store(self)
-        self.kubelet = Kubelet(self, nodes)
+        self.gateway_httpd = None
+        if kubelet == "podman":
+            # Pods run as real containers (podman_kubelet.py). They reach the API server at the
+            # pod network's gateway, over TLS as in-cluster clients require, with a certificate
+            # made here for both addresses unless one was given.
+            from podman_kubelet import make_kubelet_class
+            self.kubelet = make_kubelet_class(Kubelet)(self, nodes)
+            self.kubelet_mode = "auto"
+            if not self.tls_cert:
+                self.tls_cert, self.tls_key = self._self_signed(self.kubelet.root, ["127.0.0.1", self.kubelet.gateway])
+            with open(self.tls_cert) as f:
+                self.root_ca_pem = f.read()
+        else:
+            self.kubelet = Kubelet(self, nodes)
         self.httpd = None
         self.thread = None
         self._seed_cluster()
 
     # ---- lifecycle ------------------------------------------------------------
-    def start(self):
-        httpd = _HTTPServer((self.host, self.port), Handler, bind_and_activate=True)
+    @staticmethod
+    def _self_signed(directory, ips):
+        cert, key = os.path.join(directory, "apiserver.crt"), os.path.join(directory, "apiserver.key")
+        import subprocess
+        subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                        "-nodes", "-keyout", key, "-out", cert, "-days", "2", "-subj", "/CN=fake-apiserver",
+                        "-addext", "subjectAltName=" + ",".join(["IP:" + ip for ip in ips] +
+                                                               ["DNS:kubernetes.default.svc", "DNS:localhost"])],
+                       check=True, capture_output=True)
+        return cert, key
+
+    def _listen(self, host, port):
+        httpd = _HTTPServer((host, port), Handler, bind_and_activate=True)
         httpd.fake = self
         if self.tls_cert:
             ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
@@ -3255,12 +3300,18 @@ class FakeApiServer:
                 ctx.load_verify_locations(self.client_ca)
                 ctx.verify_mode = ssl.CERT_OPTIONAL
             httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True, do_handshake_on_connect=False)
-        self.httpd = httpd
-        self.address = httpd.server_address[:2]
+        threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
+                         name="fake-apiserver-%s" % host, daemon=True).start()
+        return httpd
+
+    def start(self):
+        self.httpd = self._listen(self.host, self.port)
+        self.address = self.httpd.server_address[:2]
+        if self.kubelet.gateway:
+            # The pods' way in: the pod network's gateway only, not every address of the host.
+            self.gateway_httpd = self._listen(self.kubelet.gateway, 0)
+            self.kubelet.api_port = self.gateway_httpd.server_address[1]
         self.kubelet.start()
-        self.thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.2},
-                                       name="fake-apiserver", daemon=True)
-        self.thread.start()
         return self
 
     @property
@@ -3272,6 +3323,9 @@ class FakeApiServer:
         if self.httpd is None:
             return
         self.httpd.shutdown()
+        if self.gateway_httpd is not None:
+            self.gateway_httpd.shutdown()
+            self.gateway_httpd.server_close()
         self.kubelet.stop()
         self.drop_watches()
         with self.conn_lock:
@@ -3355,8 +3409,8 @@ class FakeApiServer:
     def configure(self, body):
         k = self.kubelet
         if "kubelet" in body:
-            if body["kubelet"] not in ("auto", "manual"):
-                raise ApiError.bad_request("kubelet must be auto or manual")
+            if body["kubelet"] not in ("auto", "manual") or k.gateway:
+                raise ApiError.bad_request("kubelet must be auto or manual (a podman kubelet stays one)")
             k.mode = self.kubelet_mode = body["kubelet"]
         if "runDelayMs" in body:
             k.run_delay_ms = self.run_delay_ms = max(0, int(body["runDelayMs"]))
@@ -3378,7 +3432,8 @@ class FakeApiServer:
         k = self.kubelet
         return {"kubelet": k.mode, "runDelayMs": k.run_delay_ms, "terminationDelayMs": k.termination_delay_ms,
                 "bookmarkIntervalMs": int(self.bookmark_interval * 1000), "probeReadyDefault": k.probe_ready_default,
-                "watchCacheSize": self.store.cache_size, "podNetwork": k.pod_network, "nodes": dict(k.node_ips)}
+                "watchCacheSize": self.store.cache_size, "podNetwork": k.pod_network, "nodes": dict(k.node_ips),
+                "podGateway": k.gateway, "caCert": self.tls_cert if k.gateway else None}
 
     def append_log(self, ns, name, body):
         text = body.get("text", "")
@@ -3444,7 +3499,8 @@ def main(argv=None):
     ap.add_argument("--client-ca", help="accept client certificates signed by this CA as authenticated")
     ap.add_argument("--token", action="extend", nargs="+", default=[],
                     help="accepted bearer token(s); repeatable; none = no authentication")
-    ap.add_argument("--kubelet", choices=("auto", "manual"), default="auto")
+    ap.add_argument("--kubelet", choices=("auto", "manual", "podman"), default="auto",
+                    help="podman: run pods as real containers (podman_kubelet.py; root, podman, runc)")
     ap.add_argument("--watch-cache-size", type=int, default=1000, help="watch history per resource type")
     ap.add_argument("--bookmark-interval", type=float, default=1.0, help="seconds between BOOKMARK events")
     ap.add_argument("--nodes", type=int, default=4)
