@@ -6,6 +6,11 @@
 #   docker build --target tools    -t fleetjob/tools:0.1.0 .
 #   docker build --target tools --build-arg FLAVOR=cuda -t fleetjob/tools:0.1.0-cuda12.4 .
 #
+# scripts/images.sh builds them with podman, by default from the binaries a host build already made
+# (BUILD=prebuilt: the build-prebuilt stage below, from a context the script stages) and with
+# --release from source (BUILD=source, the default here). buildah 1.28 (podman 4.3) does not take
+# a FROM's ARG from its default below: pass --build-arg FLAVOR=... and --build-arg BUILD=... there.
+#
 # The builder is Debian 12 running the same scripts as the README and CI (scripts/build.sh, which
 # runs scripts/setup.sh), without the test suites. The runtime images are debian:12-slim with only
 # the shared libraries the binaries link (tests/chart/test_dockerfile.py checks them against the
@@ -16,6 +21,7 @@
 # The operator and sidecar images never need CUDA.
 
 ARG FLAVOR=cpu
+ARG BUILD=source
 ARG DEBIAN=debian:12
 ARG DEBIAN_SLIM=debian:12-slim
 ARG CUDA_VERSION=12.4
@@ -29,7 +35,7 @@ FROM ${DEBIAN} AS builder-cuda
 ARG CUDA_VERSION
 ARG CUDA_REPO
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates curl \
- && curl -fsSLo /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
+ && curl -fsSL --connect-timeout 30 -o /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
  && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb \
  && apt-get update -qq \
  && v=$(echo "${CUDA_VERSION}" | tr . -) \
@@ -43,7 +49,7 @@ FROM ${DEBIAN_SLIM} AS runtime-cuda
 ARG CUDA_VERSION
 ARG CUDA_REPO
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-certificates curl \
- && curl -fsSLo /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
+ && curl -fsSL --connect-timeout 30 -o /tmp/cuda-keyring.deb "${CUDA_REPO}/cuda-keyring_1.1-1_all.deb" \
  && dpkg -i /tmp/cuda-keyring.deb && rm /tmp/cuda-keyring.deb \
  && apt-get update -qq \
  && v=$(echo "${CUDA_VERSION}" | tr . -) \
@@ -52,17 +58,32 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends ca-cert
 
 # ---- the build: what CI runs ---------------------------------------------------------------------
 
-FROM builder-${FLAVOR} AS build
+FROM builder-${FLAVOR} AS build-source
 ARG FLAVOR
 WORKDIR /src
 COPY . .
 # scripts/build.sh = scripts/setup.sh (Debian packages) + CMake with warnings as errors, the build
 # type CI uses; the images get the binaries without debug info. No test suites here (CI runs
-# them), hence no Helm either (FLEET_SETUP_HELM=0).
-RUN FLEET_SETUP_HELM=0 ./scripts/build.sh -DFLEET_BUILD_TESTS=OFF \
+# them), hence no Helm and no podman either (FLEET_SETUP_HELM=0, FLEET_SETUP_CONTAINERS=0).
+RUN FLEET_SETUP_HELM=0 FLEET_SETUP_CONTAINERS=0 ./scripts/build.sh -DFLEET_BUILD_TESTS=OFF \
       -DFLEET_WITH_NCCL=$([ "${FLAVOR}" = cuda ] && echo ON || echo OFF) \
  && strip --strip-debug build/operator/fleet-operator build/sidecar/fleet-sidecar build/launcher/fleetrun \
       build/cli/fleetctl build/runtime/ps/fleet-ps-server build/runtime/python/fleet_runtime*.so
+
+# ---- or the files of a build made outside (scripts/images.sh) -----------------------------------
+# Exactly what the runtime stages copy from the build, at the same paths. The context is not the
+# repository (.dockerignore excludes build/) but one scripts/images.sh stages: these files from its
+# FLEET_BUILD_DIR, stripped like above, and examples/.
+FROM scratch AS build-prebuilt
+COPY build/operator/fleet-operator /src/build/operator/fleet-operator
+COPY build/sidecar/fleet-sidecar /src/build/sidecar/fleet-sidecar
+COPY build/runtime/ps/fleet-ps-server /src/build/runtime/ps/fleet-ps-server
+COPY build/launcher/fleetrun /src/build/launcher/fleetrun
+COPY build/cli/fleetctl /src/build/cli/fleetctl
+COPY build/runtime/python/fleet_runtime*.so /src/build/runtime/python/
+COPY examples /src/examples
+
+FROM build-${BUILD} AS build
 
 # ---- runtime images ------------------------------------------------------------------------------
 

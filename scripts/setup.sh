@@ -15,6 +15,15 @@ packages=(
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
   procps iproute2                                     # ps/kill/ip for the launcher's tests
 )
+# Containers (scripts/images.sh builds the images; the container tests run them), unless
+# FLEET_SETUP_CONTAINERS=0 (the Dockerfile's builder). podman runs as root with runc (crun, its
+# default, fails on cgroups v1 hybrid hosts: scripts/containers.conf), networks with netavark (its
+# NAT through iptables; aardvark-dns resolves container names), and builds the pods' infra image
+# from catatonit (no registry needed). mmdebstrap makes the Debian base images.
+[[ ${FLEET_SETUP_CONTAINERS:-1} == 0 ]] || packages+=(
+  podman runc catatonit netavark aardvark-dns iptables   # root podman, its pods and networks
+  mmdebstrap                                          # the base images, from the machine's apt sources
+)
 # kubectl drives the test API server as a real client. Debian's kubernetes-client provides it,
 # unless some other kubectl is installed already (its package would conflict).
 command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)

@@ -2,8 +2,11 @@
 builds with the scripts CI runs, that its images run as a non-root user and start binaries they
 contain, that the binaries it copies are the ones the build produces (the CMake targets' files)
 and that each runtime image installs every shared library those binaries link (ldd + dpkg on this
-Debian 12 machine, the builder's distribution). Also: the build context (.dockerignore) keeps what
-the build needs, and the images' tag agrees with the project's version everywhere it is written.
+Debian 12 machine, the builder's distribution). The `build` stage is `build-source` (the build
+from source) or `build-prebuilt` (the files of a host build, which scripts/images.sh stages): the
+latter copies exactly what the runtime images take from the build. Also: the build context
+(.dockerignore) keeps what the build needs, and the images' tag agrees with the project's version
+everywhere it is written.
 
 Run (ctest does):  FLEET_BUILD_DIR=build FLEET_BINARIES="fleet-operator=PATH;..." /usr/bin/python3 -m unittest -v test_dockerfile
 """
@@ -151,7 +154,7 @@ class TestDockerfile(unittest.TestCase):
         return out, name   # the last name is the external base image
 
     def test_stages_and_flavors(self):
-        for name in ("build", "operator", "sidecar", "tools", "kube-runtime"):
+        for name in ("build", "build-source", "build-prebuilt", "operator", "sidecar", "tools", "kube-runtime"):
             self.stage(name)
         self.assertEqual(self.args["FLAVOR"], "cpu")
         self.assertEqual(self.args["DEBIAN"], "debian:12")
@@ -164,7 +167,7 @@ class TestDockerfile(unittest.TestCase):
                     _, base = self.chain(image, flavor)
                     self.assertEqual(expand(base, self.args), "debian:12-slim")
         # The CUDA flavor builds with NCCL required, and its bases bring CUDA and NCCL.
-        build_run = " ".join(i.args for i in self.stage("build").all("RUN"))
+        build_run = " ".join(i.args for i in self.stage("build-source").all("RUN"))
         self.assertIn('-DFLEET_WITH_NCCL=$([ "${FLAVOR}" = cuda ] && echo ON || echo OFF)', build_run)
         self.assertIn("libnccl-dev", apt_packages(self.stage("builder-cuda")))
         self.assertIn("libnccl2", apt_packages(self.stage("runtime-cuda")))
@@ -179,7 +182,7 @@ class TestDockerfile(unittest.TestCase):
             self.assertIn("scripts/build.sh", f.read())
         with open(os.path.join(ROOT, "scripts", "build.sh")) as f:
             self.assertIn("scripts/setup.sh", f.read())
-        build = self.stage("build")
+        build = self.stage("build-source")
         self.assertEqual([c.words() for c in build.all("COPY")], [[".", "."]])
         (run,) = build.all("RUN")
         self.assertIn("./scripts/build.sh ", run.args)
@@ -197,8 +200,8 @@ class TestDockerfile(unittest.TestCase):
         return out
 
     def test_images_copy_the_binaries_the_build_produces(self):
-        workdir = self.stage("build").all("WORKDIR")[-1].args
-        strip = " ".join(i.args for i in self.stage("build").all("RUN"))
+        workdir = self.stage("build-source").all("WORKDIR")[-1].args
+        strip = " ".join(i.args for i in self.stage("build-source").all("RUN"))
         for image, targets in IMAGES.items():
             with self.subTest(image=image):
                 sources = set(self.copied(image).values())
@@ -213,6 +216,39 @@ class TestDockerfile(unittest.TestCase):
                     self.assertTrue(os.access(BINARIES[target], os.X_OK), "%s is not built" % BINARIES[target])
         examples = self.copied("tools")
         self.assertEqual(examples.get("/opt/fleetjob/examples"), "/src/examples")
+
+    def test_the_build_is_from_source_or_prebuilt(self):
+        # `build` is one of the two, by BUILD (default: source, the full build); it adds nothing,
+        # so both give the runtime stages the same paths.
+        build = self.stage("build")
+        self.assertEqual(build.base, "build-${BUILD}")
+        self.assertEqual(build.instructions, [])
+        self.assertEqual(self.args["BUILD"], "source")
+        self.assertEqual(self.chain("build")[0][1].name, "build-source")
+        # build-prebuilt copies, from the context scripts/images.sh stages, exactly the files the
+        # runtime images copy from the build: each from the same path relative to /src.
+        prebuilt = self.stage("build-prebuilt")
+        self.assertEqual(prebuilt.base, "scratch")
+        self.assertEqual([i.keyword for i in prebuilt.instructions], ["COPY"] * len(prebuilt.instructions))
+        workdir = self.stage("build-source").all("WORKDIR")[-1].args
+        provided = set()
+        for c in prebuilt.all("COPY"):
+            src, dest = c.words()
+            self.assertFalse(src.startswith(("/", "--")), c)
+            self.assertTrue(src == "examples" or src.startswith("build/"), c)
+            path = os.path.join(workdir, src)
+            self.assertTrue(dest == path or (dest.endswith("/") and os.path.dirname(path) + "/" == dest), c)
+            provided.add(path)
+        needed = set()
+        for image in IMAGES:
+            needed |= set(self.copied(image).values())
+        self.assertEqual(provided, needed)
+        # scripts/images.sh stages them from this stage's COPY lines and names both FROM arguments
+        # (buildah 1.28 does not take them from the ARG defaults).
+        with open(os.path.join(ROOT, "scripts", "images.sh")) as f:
+            script = f.read()
+        self.assertIn("AS build-prebuilt", script)
+        self.assertIn('--build-arg BUILD="$build" --build-arg FLAVOR="$flavor"', script)
 
     def test_images_run_as_non_root_and_start_what_they_contain(self):
         for image in IMAGES:
