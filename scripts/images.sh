@@ -191,10 +191,34 @@ else
   # The files the Dockerfile's build-prebuilt stage copies (its COPY sources, as they lie in the
   # repository: build/... for the build directory), stripped of debug info as build-source does.
   build=prebuilt context=$tmp/context
-  start "stage the binaries of $build_dir"
   prebuilt=$(sed -n '/^FROM .* AS build-prebuilt$/,/^FROM /{/^COPY /p}' "$root/Dockerfile" | awk '{print $2}')
   [[ -n $prebuilt ]] || { echo "images: the Dockerfile has no build-prebuilt stage with COPY lines" >&2; exit 1; }
   mkdir -p "$context"
+  # A build that found CUDA and NCCL (FLEET_WITH_NCCL=AUTO on a machine with the CUDA toolkit)
+  # links them into the collective runtime (the Python module); cpu images cannot run such a
+  # binary. Those targets alone are built again without NCCL, in $build_dir/cpu-images (once;
+  # incremental after), and staged from there. Every CMake target is named as its file.
+  cpu_dir=$build_dir/cpu-images cpu_targets=()
+  declare -A from_cpu=()
+  if [[ $flavor == cpu ]]; then
+    for src in $prebuilt; do
+      [[ $src == build/* ]] || continue
+      # shellcheck disable=SC2206 # the source may be a glob (the Python module's ABI suffix)
+      for f in "$build_dir"/${src#build/}; do
+        [[ -f $f ]] && ldd "$f" | grep -qE 'lib(nccl|cudart)' || continue
+        from_cpu[${f#"$build_dir"/}]=1
+        name=$(basename "$f")
+        cpu_targets+=("$([[ $name == fleet_runtime* ]] && echo fleet_runtime_python || echo "$name")")
+      done
+    done
+  fi
+  if ((${#cpu_targets[@]})); then
+    start "build ${cpu_targets[*]} without NCCL in $cpu_dir ($build_dir links CUDA/NCCL)"
+    cmake -S "$root" -B "$cpu_dir" -DFLEET_WITH_NCCL=OFF -DFLEET_BUILD_TESTS=OFF -DFLEET_WERROR=ON >/dev/null
+    cmake --build "$cpu_dir" -j"$(nproc)" --target "${cpu_targets[@]}" >/dev/null
+    done_step "build ${cpu_targets[*]} without NCCL"
+  fi
+  start "stage the binaries of $build_dir"
   for src in $prebuilt; do
     if [[ $src == build/* ]]; then
       files=()
@@ -202,8 +226,10 @@ else
       for f in "$build_dir"/${src#build/}; do [[ -f $f ]] && files+=("$f"); done
       ((${#files[@]})) || { echo "images: $build_dir/${src#build/} is not built: run scripts/build.sh (or set FLEET_BUILD_DIR)" >&2; exit 1; }
       for f in "${files[@]}"; do
-        dest=$context/build/${f#"$build_dir"/}
+        rel=${f#"$build_dir"/}
+        dest=$context/build/$rel
         mkdir -p "$(dirname "$dest")"
+        [[ -n ${from_cpu[$rel]:-} ]] && f=$cpu_dir/$rel
         strip --strip-debug -o "$dest" "$f"
       done
     else

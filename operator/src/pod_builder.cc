@@ -1,5 +1,7 @@
 #include "fleet/operator/pod_builder.h"
 
+#include <optional>
+
 namespace fleet::op {
 namespace {
 
@@ -121,6 +123,40 @@ Json TokenVolume(const OperatorSettings& settings) {
                                                      {"fieldRef", {{"fieldPath", "metadata.namespace"}}}}})}}}}})}}}};
 }
 
+// The sidecar follows the spec's log files where the trainer writes them: the volume a main
+// container mounts at the deepest directory holding a log file is mounted in the sidecar too, at
+// the same path and read-only. Without it the sidecar could not see the files at all (it is the
+// operator's container: a template cannot add mounts to it).
+void MountLogFileVolumes(const std::vector<std::string>& files, const Json& containers, Json& sidecar) {
+  Json mounts = sidecar.value("volumeMounts", Json::array());
+  auto mounted = [&](const std::string& path) {
+    for (const Json& m : mounts) {
+      if (m.value("mountPath", "") == path) return true;
+    }
+    return false;
+  };
+  for (const std::string& file : files) {
+    std::optional<Json> best;
+    for (const Json& c : containers) {
+      for (const Json& m : c.value("volumeMounts", Json::array())) {
+        std::string dir = m.value("mountPath", "");
+        while (dir.size() > 1 && dir.back() == '/') dir.pop_back();
+        const bool holds = dir == "/" || file.rfind(dir + "/", 0) == 0;
+        if (!holds || dir == kEndpointsMountPath) continue;
+        if (!best || dir.size() > best->value("mountPath", "").size()) {
+          best = m;
+          (*best)["mountPath"] = dir;
+        }
+      }
+    }
+    if (!best || mounted((*best)["mountPath"])) continue;
+    (*best)["readOnly"] = true;
+    best->erase("mountPropagation");
+    mounts.push_back(*best);
+  }
+  if (!mounts.empty()) sidecar["volumeMounts"] = mounts;
+}
+
 }  // namespace
 
 std::string EndpointsConfigMapName(const std::string& job) { return job + "-endpoints"; }
@@ -225,7 +261,9 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   }
   spec["volumes"] = volumes;
   Json init = spec.value("initContainers", Json::array());
-  init.insert(init.begin(), SidecarContainer(job, slot, run, settings, own_token));
+  Json sidecar = SidecarContainer(job, slot, run, settings, own_token);
+  MountLogFileVolumes(job.spec.sidecar.log_files, spec["containers"], sidecar);
+  init.insert(init.begin(), sidecar);
   spec["initContainers"] = init;
   pod["spec"] = spec;
   return pod;

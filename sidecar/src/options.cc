@@ -270,8 +270,10 @@ Status ParseAgentFlags(RawFlags& raw, bool gate, AgentOptions* a) {
     return Error{"--log-poll-interval: must be 10ms to 10s"};
   }
   if (values.count("stall-window")) {
+    // Off: "off" or a zero duration however written (the operator writes "0s" for servers).
+    static const std::regex kZero("0+(ms|s|m|h)?");
     const std::string& text = values["stall-window"];
-    if (text == "0" || text == "off") {
+    if (text == "off" || std::regex_match(text, kZero)) {
       a->stall_window = std::chrono::milliseconds(0);
     } else {
       if (auto s = Duration(raw, "stall-window", &a->stall_window); !s) return Error{s.error()};

@@ -124,7 +124,10 @@ class FleetJobInContainersTest(unittest.TestCase):
         subprocess.run([os.path.join(BUILD, "launcher", "fleetrun"), "--server_num=2", "--worker_num=2",
                         "--log_dir=" + log_dir, os.path.join(ROOT, "examples", "ps_mlp", "train.py"), *args],
                        check=True, capture_output=True, env=env, timeout=300)
-        text = "".join(open(os.path.join(log_dir, "workerlog.%d" % i)).read() for i in range(2))
+        text = ""
+        for i in range(2):
+            with open(os.path.join(log_dir, "workerlog.%d" % i)) as f:
+                text += f.read()
         return sorted(FINAL_LOSS.findall(text))
 
     # ---- the tests ----------------------------------------------------------------------
@@ -142,10 +145,16 @@ class FleetJobInContainersTest(unittest.TestCase):
         self.assertEqual(len(losses), 2)
         self.assertEqual(losses, self.host_final_losses("--mode", "sync"),
                          "the containers train to the same loss as fleetrun on the host")
-        # cleanPodPolicy Running: the servers (still running) are deleted, the finished trainers kept.
-        wait_for("the servers cleaned up", lambda: not self.role_pods("ps-mlp", "server"), timeout=60)
+        # cleanPodPolicy Running: nothing of the job runs on (a server still serving is deleted;
+        # fleet-ps-server exits once its trainers stopped, so they end Succeeded, and the kubelet
+        # stops each pod's sidecar after its main containers): no pod Running, no container up.
+        wait_for("no pod of the job running", lambda: all(
+            p["status"]["phase"] in ("Succeeded", "Failed") for p in c.pods(JOB_LABEL + "=ps-mlp")), timeout=60)
         workers = self.role_pods("ps-mlp", "worker")
         self.assertEqual(sorted(p["status"]["phase"] for p in workers), ["Succeeded", "Succeeded"])
+        for p in c.pods(JOB_LABEL + "=ps-mlp"):
+            for st in p["status"]["containerStatuses"] + p["status"].get("initContainerStatuses", []):
+                self.assertIn("terminated", st["state"], "%s/%s" % (p["metadata"]["name"], st["name"]))
         c.kubectl("delete", "fleetjob", "ps-mlp", "--wait=true", timeout=120)
         wait_for("the job's pods gone", lambda: not c.pods(JOB_LABEL + "=ps-mlp"), timeout=60)
 
@@ -188,10 +197,16 @@ class FleetJobInContainersTest(unittest.TestCase):
         if not os.access(PROMETHEUS, os.X_OK):
             raise AssertionError("prometheus is missing: scripts/setup.sh installs it")
         c = self.cluster
+        # The trainer's step log goes to a file in an emptyDir (spec.sidecar.logFiles), which the
+        # operator mounts into the sidecar too. Far more steps than the test needs: deleted at its end.
+        train = ("python3 -u /opt/fleetjob/examples/ps_mlp/train.py --mode sync --steps 1000000 --log_every 20"
+                 " 2>&1 | tee /var/log/train/out.log")
         c.apply(fleetjob("scraped", "ps", runtime="fleet", server={"replicas": 1}, worker={
-            "replicas": 2, "template": {"spec": {"containers": [trainer(
-                ["python3", "-u", "/opt/fleetjob/examples/ps_mlp/train.py", "--mode", "sync", "--steps", "4000",
-                 "--log_every", "20"])]}}}))
+            "replicas": 2, "template": {"spec": {
+                "containers": [trainer(["sh", "-c", train],
+                                       volumeMounts=[{"name": "logs", "mountPath": "/var/log/train"}])],
+                "volumes": [{"name": "logs", "emptyDir": {}}]}}},
+            sidecar={"logFiles": ["/var/log/train/out.log"]}))
         pods = wait_for("2 running workers", lambda: (lambda ps: ps if len(ps) == 2 and all(
             p["status"].get("phase") == "Running" for p in ps) else None)(self.role_pods("scraped", "worker")),
             timeout=120)
@@ -220,6 +235,9 @@ class FleetJobInContainersTest(unittest.TestCase):
                 timeout=90)
             ranks = sorted(x["metric"].get("rank") for x in speeds)
             self.assertEqual(ranks, ["0", "1"], json.dumps(speeds))
+            # Each sidecar sees its trainer's processes (the pod's PID namespace is shared).
+            up = query('fleet_training_main_process_up')
+            self.assertEqual(sorted((x["metric"]["rank"], x["value"][1]) for x in up), [("0", "1"), ("1", "1")])
         finally:
             prom.terminate()
             prom.wait(timeout=30)

@@ -646,6 +646,7 @@ class PodWorker(threading.Thread):
             for alias in self.spec.get("hostAliases") or []:
                 for h in alias.get("hostnames") or []:
                     args += ["--add-host", "%s:%s" % (h, alias["ip"])]
+        args += ["--infra-image", k.pause_image]
         pm.run(*args)
         self.sandbox = True
         pm.run("pod", "start", self.podman_pod)
@@ -1048,6 +1049,7 @@ def make_kubelet_class(base):
             self.gateway = None
             self.api_port = None
             self._reap_stale()
+            self.pause_image = self._pause_image()
             args = ["network", "create", "--label", "%s=%s" % (LABEL, self.id),
                     "--label", "%s=%d" % (LABEL_PID, os.getpid())]
             if network_subnet:
@@ -1059,6 +1061,7 @@ def make_kubelet_class(base):
             # member does: an empty pod holds it for the kubelet's lifetime.
             self.anchor = "fleetjob-kubelet-anchor-" + self.id
             self.podman.run("pod", "create", "--name", self.anchor, "--network", self.network,
+                            "--infra-image", self.pause_image,
                             "--label", "%s=%s" % (LABEL, self.id), "--label", "%s=%d" % (LABEL_PID, os.getpid()))
             self.podman.run("pod", "start", self.anchor)
             self.node_ips.clear()
@@ -1070,23 +1073,29 @@ def make_kubelet_class(base):
             import sys
             sys.stderr.write("podman kubelet: %s\n" % msg)
 
+        def _pause_image(self):
+            """The pods' infra image: catatonit as /pause, PID 1 of a pod that shares its process
+            namespace, as the kubelet's pause image is (the sidecar recognises a pod by it)."""
+            image = "localhost/fleetjob-kubelet/pause:1"
+            if self.podman.run("image", "exists", image, check=False).returncode != 0:
+                with tempfile.TemporaryDirectory() as d:
+                    shutil.copy(shutil.which("catatonit") or "/usr/libexec/podman/catatonit", os.path.join(d, "pause"))
+                    with open(os.path.join(d, "Containerfile"), "w") as f:
+                        f.write('FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause", "-P"]\n')
+                    self.podman.run("build", "--pull=never", "--tag", image, d, timeout=120)
+            return image
+
         def _check_limits(self):
             """Resource limits go to podman where this machine's cgroups enforce them: a container
             with limits is set up (not started) once to find out."""
             probe = "fleetjob-kubelet-limits-" + self.id
             self.podman.run("create", "--name", probe, "--pod", self.anchor, "--memory", "64m", "--cpus", "0.5",
-                            "--pull", "never", "localhost/podman-pause:" + self._pause_tag(), timeout=60)
+                            "--pull", "never", self.pause_image, timeout=60)
             p = self.podman.run("init", probe, check=False, timeout=60)
             self.podman.run("rm", "-f", "-t", "0", probe, check=False)
             self.enforce_limits = p.returncode == 0
             if not self.enforce_limits:
                 self.log("resource limits are not enforced here: %s" % p.stderr.strip()[-300:])
-
-        def _pause_tag(self):
-            for line in self.podman.out("images", "--format", "{{.Repository}}:{{.Tag}}").splitlines():
-                if line.startswith("localhost/podman-pause:"):
-                    return line.split(":", 1)[1]
-            return "latest"
 
         def _reap_stale(self):
             """Removes pods and networks of podman kubelets whose process is gone."""

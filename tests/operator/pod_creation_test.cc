@@ -407,6 +407,31 @@ TEST(PodCreationTest, CollectivePodsRunningFleetrunCoverTheirRanks) {
   EXPECT_THAT(SidecarArgs(plan, "wd-worker-1"), Contains("--ranks=4"));
 }
 
+// The log files are in a volume the trainer mounts; the sidecar (the operator's container, which
+// a template cannot change) gets the same volume at the same path, read-only. Found by the real
+// containers: before, the sidecar never saw the files and no step metric appeared.
+TEST(PodCreationTest, TheSidecarMountsTheVolumesHoldingTheLogFiles) {
+  const Json job = JobBuilder("wd").Ps(1, 1)
+                       .Set("/spec/sidecar", {{"logFiles", {"/var/log/train/out.log", "/data/other/x.log", "/nowhere/y.log"}}})
+                       .Set("/spec/worker/template/spec/volumes",
+                            Json::array({{{"name", "logs"}, {"emptyDir", Json::object()}},
+                                         {{"name", "data"}, {"emptyDir", Json::object()}},
+                                         {{"name", "other"}, {"emptyDir", Json::object()}}}))
+                       .Set("/spec/worker/template/spec/containers/0/volumeMounts",
+                            Json::array({{{"name", "logs"}, {"mountPath", "/var/log/train/"}},
+                                         {{"name", "data"}, {"mountPath", "/data"}},
+                                         {{"name", "other"}, {"mountPath", "/data/other"}, {"subPath", "o"}}}))
+                       .Obj();
+  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-0");
+  ASSERT_NE(pod, nullptr) << plan.status.dump();
+  const Json& mounts = pod->object["spec"]["initContainers"][0]["volumeMounts"];
+  EXPECT_THAT(mounts, Contains(Json{{"name", "logs"}, {"mountPath", "/var/log/train"}, {"readOnly", true}}));
+  EXPECT_THAT(mounts, Contains(Json{{"name", "other"}, {"mountPath", "/data/other"}, {"subPath", "o"}, {"readOnly", true}}))
+      << "the deepest directory's volume";
+  for (const Json& m : mounts) EXPECT_NE(m["name"], "data") << mounts.dump();
+}
+
 TEST(PodCreationTest, RelativeLogFilesAreRefused) {
   const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"logFiles", {"train.log"}}}).Obj();
   const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});

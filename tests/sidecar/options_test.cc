@@ -191,6 +191,13 @@ TEST(SidecarOptionsTest, AgentFlagsOfTheGate) {
   ASSERT_TRUE(cl.ok()) << cl.error();
   EXPECT_EQ(cl->agent.stall_window, milliseconds(0));
   EXPECT_EQ(cl->agent.report_http, "");
+  for (const char* off : {"0s", "0ms", "00m", "off"}) {
+    cl = ParseCommandLine(With(PodBuilderArgs(), {std::string("--stall-window=") + off}), {});
+    ASSERT_TRUE(cl.ok()) << off << ": " << cl.error();
+    EXPECT_EQ(cl->agent.stall_window, milliseconds(0)) << off;
+  }
+  EXPECT_FALSE(ParseCommandLine(With(PodBuilderArgs(), {"--stall-window=0x"}), {}).ok());
+  EXPECT_FALSE(ParseCommandLine(With(PodBuilderArgs(), {"--stall-window=500ms"}), {}).ok());
 }
 
 TEST(SidecarOptionsTest, TheAgentSubcommand) {
