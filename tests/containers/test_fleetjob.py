@@ -238,6 +238,14 @@ class FleetJobInContainersTest(unittest.TestCase):
             # Each sidecar sees its trainer's processes (the pod's PID namespace is shared).
             up = query('fleet_training_main_process_up')
             self.assertEqual(sorted((x["metric"]["rank"], x["value"][1]) for x in up), [("0", "1"), ("1", "1")])
+            # ...and wrote its pod's training condition through the API server, from inside the
+            # container, with its projected service-account token.
+            for p in self.role_pods("scraped", "worker"):
+                cond = wait_for("%s's TrainingProgress" % p["metadata"]["name"], lambda: next(
+                    (k for k in (c.get("pod", p["metadata"]["name"]) or {}).get("status", {}).get("conditions", [])
+                     if k["type"] == "fleet.paddlepaddle.org/TrainingProgress" and k.get("reason") == "Progressing"),
+                    None), timeout=60)
+                self.assertEqual(cond["status"], "True")
         finally:
             prom.terminate()
             prom.wait(timeout=30)

@@ -1159,6 +1159,8 @@ def make_kubelet_class(base):
         def worker_done(self, w):
             with self.workers_lock:
                 self.workers.pop(w.uid, None)
+            if w.sa_token:   # a pod's bound token dies with the pod
+                self.server.tokens.discard(w.sa_token)
             with self.store.lock:
                 cur = self._current(w.ns, w.name, w.uid)
                 if cur is not None and cur["metadata"].get("deletionTimestamp"):

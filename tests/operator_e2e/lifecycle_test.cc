@@ -296,7 +296,9 @@ class ManualKubeletLifecycleE2eTest : public LifecycleE2eTest {
 
 TEST_F(ManualKubeletLifecycleE2eTest, PendingPodGetsAConditionQuotingTheScheduler) {
   StartOperator();
-  ASSERT_FALSE(CreateJob(JobBuilder("pend").Collective(2).PendingTimeoutSeconds(1).Obj()).is_null());
+  // 3 s, not 1: creationTimestamp has whole seconds, so a pod created late in a second already
+  // looks up to 1 s old, and worker 0 must be running before its own timeout passes.
+  ASSERT_FALSE(CreateJob(JobBuilder("pend").Collective(2).PendingTimeoutSeconds(3).Obj()).is_null());
   ASSERT_TRUE(Eventually("2 pods", [&](std::string&) { return Pods("pend").size() == 2; }));
   PodAction("pend-worker-0", {{"action", "run"}});
   PodAction("pend-worker-1", {{"action", "unschedulable"}, {"message", "0/4 nodes are available: 4 Insufficient nvidia.com/gpu."}});

@@ -1,0 +1,101 @@
+"""The podman kubelet's pure parts, as the kubelet defines them: $(VAR) expansion, env resolution,
+quantities, the atomic writer of ConfigMap and projected volumes. No podman needed (the container
+tests in tests/containers run the rest).
+
+Run (ctest does):  /usr/bin/python3 -m unittest -v test_podman_kubelet
+"""
+
+import os
+import tempfile
+import unittest
+
+import podman_kubelet as pk
+
+POD = {"metadata": {"name": "p", "namespace": "team", "uid": "u-1", "labels": {"app": "x", "b": "2"},
+                    "annotations": {"a/b": "c"}},
+       "spec": {"nodeName": "node-0", "serviceAccountName": "sa",
+                "containers": [{"name": "main", "resources": {"limits": {"cpu": "1500m", "memory": "1Gi"}}}]},
+       "status": {"podIP": "10.89.0.7", "hostIP": "10.89.0.1", "podIPs": [{"ip": "10.89.0.7"}]}}
+
+
+class ExpansionTest(unittest.TestCase):
+    def test_as_kubernetes_expands(self):
+        env = {"A": "1", "B": "x y"}
+        self.assertEqual(pk.expand("$(A)-$(B)", env), "1-x y")
+        self.assertEqual(pk.expand("$$(A)", env), "$(A)", "$$ is a literal $")
+        self.assertEqual(pk.expand("$(MISSING)", env), "$(MISSING)", "unknown names stay")
+        self.assertEqual(pk.expand("$A $(A", env), "$A $(A", "not references")
+        self.assertEqual(pk.expand("$$$(A)", env), "$1")
+
+
+class ResolveEnvTest(unittest.TestCase):
+    def lookup(self, kind, name):
+        return {("configmaps", "cm"): {"k": "v", "other": "o"}, ("secrets", "s"): {"pw": "hunter2"}}.get((kind, name))
+
+    def test_values_refs_and_order(self):
+        c = {"name": "main", "envFrom": [{"configMapRef": {"name": "cm"}, "prefix": "CM_"}],
+             "env": [{"name": "IP", "valueFrom": {"fieldRef": {"fieldPath": "status.podIP"}}},
+                     {"name": "URL", "value": "http://$(IP):80/$(CM_k)"},
+                     {"name": "LABEL", "valueFrom": {"fieldRef": {"fieldPath": "metadata.labels['app']"}}},
+                     {"name": "NODE", "valueFrom": {"fieldRef": {"fieldPath": "spec.nodeName"}}},
+                     {"name": "CPU", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu"}}},
+                     {"name": "MEM_MI", "valueFrom": {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}}},
+                     {"name": "KEY", "valueFrom": {"configMapKeyRef": {"name": "cm", "key": "k"}}},
+                     {"name": "PW", "valueFrom": {"secretKeyRef": {"name": "s", "key": "pw"}}},
+                     {"name": "OPT", "valueFrom": {"configMapKeyRef": {"name": "gone", "key": "k", "optional": True}}},
+                     {"name": "LATER", "value": "$(AFTER)"}, {"name": "AFTER", "value": "a"}]}
+        env = pk.resolve_env(POD, c, {"KUBERNETES_SERVICE_HOST": "10.89.0.1"}, self.lookup)
+        self.assertEqual(env["URL"], "http://10.89.0.7:80/v")
+        self.assertEqual(env["CM_other"], "o")
+        self.assertEqual((env["LABEL"], env["NODE"], env["CPU"], env["MEM_MI"]), ("x", "node-0", "2", "1024"))
+        self.assertEqual((env["KEY"], env["PW"]), ("v", "hunter2"))
+        self.assertNotIn("OPT", env)
+        self.assertEqual(env["LATER"], "$(AFTER)", "only earlier names expand")
+        self.assertEqual(list(env)[0], "KUBERNETES_SERVICE_HOST", "service variables first")
+
+    def test_missing_references_are_config_errors(self):
+        for ref, message in (({"configMapKeyRef": {"name": "gone", "key": "k"}}, 'configmap "gone" not found'),
+                             ({"configMapKeyRef": {"name": "cm", "key": "nope"}}, "couldn't find key nope"),
+                             ({"secretKeyRef": {"name": "gone", "key": "k"}}, 'secret "gone" not found'),
+                             ({"fieldRef": {"fieldPath": "spec.bogus"}}, "unsupported fieldPath")):
+            with self.assertRaises(pk.ConfigError) as e:
+                pk.resolve_env(POD, {"name": "main", "env": [{"name": "X", "valueFrom": ref}]}, {}, self.lookup)
+            self.assertIn(message, str(e.exception))
+
+    def test_quantities(self):
+        self.assertEqual(pk.quantity("500m"), 0.5)
+        self.assertEqual(pk.quantity("1Gi"), 2 ** 30)
+        self.assertEqual(pk.quantity("2"), 2)
+        with self.assertRaises(pk.ConfigError):
+            pk.quantity("1 Gi")
+
+
+def read(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class AtomicWriterTest(unittest.TestCase):
+    def test_publishes_swaps_and_removes(self):
+        with tempfile.TemporaryDirectory() as d:
+            target = os.path.join(d, "vol")
+            self.assertTrue(pk.write_atomic(target, {"a": b"1", "dir/b": b"2"}))
+            self.assertEqual(read(os.path.join(target, "a")), b"1")
+            self.assertEqual(read(os.path.join(target, "dir", "b")), b"2")
+            self.assertTrue(os.path.islink(os.path.join(target, "a")))
+            first = os.readlink(os.path.join(target, "..data"))
+            self.assertFalse(pk.write_atomic(target, {"a": b"1", "dir/b": b"2"}), "unchanged: nothing written")
+            self.assertTrue(pk.write_atomic(target, {"a": b"changed"}))
+            self.assertEqual(read(os.path.join(target, "a")), b"changed")
+            self.assertNotEqual(os.readlink(os.path.join(target, "..data")), first)
+            self.assertFalse(os.path.lexists(os.path.join(target, "dir")), "a key that left is removed")
+            self.assertFalse(os.path.exists(os.path.join(target, first)), "the old generation is removed")
+            self.assertEqual(oct(os.stat(os.path.join(target, "a")).st_mode & 0o777), oct(0o644))
+
+    def test_podman_times(self):
+        self.assertEqual(pk.podman_time("2026-11-26 08:00:01.123456789 +0000 UTC"), "2026-11-26T08:00:01Z")
+        self.assertAlmostEqual(pk._epoch("2026-11-26T08:00:01.5+01:00"), pk._epoch("2026-11-26T07:00:01Z") + 0.5)
+
+
+if __name__ == "__main__":
+    unittest.main()
