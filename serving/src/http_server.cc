@@ -112,7 +112,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
   Context& c = *server->context_;
   c.routes = std::move(routes);
   c.options = options;
-  const std::string threads = std::to_string(std::max(1, options.threads));
+  const std::string threads = std::to_string(std::clamp(options.threads, 1, 256));   // a fixed pool, never per connection
   const std::string timeout = std::to_string(std::max(1, options.request_timeout_ms));
   const char* mg_options[] = {"listening_ports", ports->c_str(),
                               "num_threads", threads.c_str(),

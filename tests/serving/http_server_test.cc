@@ -6,9 +6,11 @@
 #include <prometheus/registry.h>
 
 #include <atomic>
+#include <chrono>
 #include <string>
 
 #include "fake_apiserver_fixture.h"
+#include "idle_connections.h"
 
 namespace fleet::serving {
 namespace {
@@ -110,6 +112,33 @@ TEST(HttpServerTest, MetricsRouteServesTheRegistry) {
   EXPECT_EQ(r->status, 200);
   EXPECT_NE(r->content_type.find("version=0.0.4"), std::string::npos);
   EXPECT_NE(r->body.find("fleet_test_total{kind=\"a\"} 3"), std::string::npos) << r->body;
+}
+
+// Issue 14 (slowloris): connections that send nothing, or stall inside the request line, each held
+// one of CivetWeb's few workers for the whole request timeout, so a handful of them made every
+// probe time out. With the default options a probe is answered at once beside 12 of them.
+TEST(HttpServerTest, ProbesAreAnsweredBesideIdleConnections) {
+  auto server = MustStart({HealthRoute("/healthz", [] { return std::string(); })});
+  ASSERT_TRUE(server);
+  fleet::testing::IdleConnections idle(server->port(), 12);
+  ASSERT_EQ(idle.open(), 12u);
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(fleet::testing::ProbeWithin(server->port(), "/healthz", std::chrono::seconds(1)), 200) << "probe " << i;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500));
+  }
+}
+
+// Slow or silent clients are dropped after the request timeout: the workers they held serve
+// again, even when there were more of them than workers.
+TEST(HttpServerTest, SilentClientsAreDroppedAfterTheRequestTimeout) {
+  HttpServerOptions options;
+  options.threads = 2;
+  options.request_timeout_ms = 300;
+  auto server = MustStart({HealthRoute("/healthz", [] { return std::string(); })}, options);
+  ASSERT_TRUE(server);
+  fleet::testing::IdleConnections idle(server->port(), 6);
+  EXPECT_EQ(fleet::testing::ProbeWithin(server->port(), "/healthz", std::chrono::seconds(3)), 200);
 }
 
 TEST(HttpServerTest, BadAddressesAreClearErrors) {

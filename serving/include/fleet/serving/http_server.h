@@ -43,10 +43,17 @@ struct Route {
   Handler handler;
 };
 
+// CivetWeb gives each connection a worker thread of its own until its request is answered, and a
+// client that connects and sends nothing (or half a request line) holds that worker until
+// request_timeout_ms. A kubelet probe therefore waits when every worker is held: with `threads`
+// workers, up to threads - 1 idle connections cost a probe nothing, and each further batch of
+// `threads` of them delays it by at most request_timeout_ms. Hence many cheap workers (a few KiB of
+// RSS each; the count is fixed, never per connection) and a short timeout: our clients (kubelet,
+// Prometheus, loopback pushes) send a whole request at once.
 struct HttpServerOptions {
-  int threads = 2;
+  int threads = 16;
   size_t max_body_bytes = 64 * 1024;
-  int request_timeout_ms = 10000;
+  int request_timeout_ms = 2000;   // to read a request's headers and body, and per write
 };
 
 class HttpServer {
