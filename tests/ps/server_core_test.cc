@@ -21,7 +21,7 @@ std::string F(std::vector<float> v) { return std::string(reinterpret_cast<const 
 std::string K(std::vector<uint64_t> k) { return std::string(reinterpret_cast<const char*>(k.data()), k.size() * 8); }
 std::vector<float> Floats(const std::string& s) {
   std::vector<float> v(s.size() / 4);
-  std::memcpy(v.data(), s.data(), s.size());
+  if (!s.empty()) std::memcpy(v.data(), s.data(), s.size());
   return v;
 }
 
@@ -326,6 +326,20 @@ TEST(PsServerCoreTest, ALoadedSparseTableTakesTheDeclaredRowLimitAndKeepsItsRows
   std::string out;
   EXPECT_TRUE(core.PullSparse(0, K({1, 2, 3}), &out).ok());
   EXPECT_EQ(core.PullSparse(0, K({4}), &out).code(), Code::kResourceExhausted);
+}
+
+// A remote InitDense of an SGD table (no optimizer state) at an offset, and with no values at all,
+// reaches DenseShard::Assign with null pointers and zero counts (found by UBSan, issue 14).
+TEST(PsServerCoreTest, InitDenseOfAnSgdTableAtAnOffsetAndWithNoValues) {
+  ServerCore core(Opts(1, 1, 2));  // server 1 of 2 owns [3, 6) of 6 values
+  ASSERT_TRUE(core.Declare(TableConfig::Dense(0, 6, OptimizerConfig::Sgd(1.0f))).ok());
+  bool applied = false;
+  ASSERT_TRUE(core.InitDense(0, 4, F({7, 8}), &applied).ok());
+  EXPECT_TRUE(applied);
+  ASSERT_TRUE(core.InitDense(0, 3, "", &applied).ok());
+  ASSERT_TRUE(core.InitDense(0, 6, "", &applied).ok());
+  EXPECT_EQ(PullAll(core, 0, 3, 6), (std::vector<float>{0, 7, 8}));
+  EXPECT_TRUE(PullAll(core, 0, 6, 6).empty());
 }
 
 TEST(PsServerCoreTest, RequestsAreCheckedBeforeAnythingHappens) {

@@ -37,6 +37,42 @@ TEST(PsTableTest, DenseShardUsesGlobalOffsets) {
   EXPECT_NE(d->Pull(0, 1, out).message().find("[4, 7)"), std::string::npos);
 }
 
+// SGD keeps no optimizer state (an empty vector, whose data() is null), and a shard may hold no
+// values at all (a table smaller than the server count): offsets into either, and copies of zero
+// values from null, must not happen (UBSan: "applying non-zero offset to null pointer"). Run under
+// -fsanitize=undefined to see it; here it checks the values.
+TEST(PsTableTest, DenseShardsWithoutStateOrValuesTakeEveryCallIncludingEmptyOnes) {
+  for (const OptimizerConfig& o : {OptimizerConfig::Sgd(1.0f), OptimizerConfig::Adagrad(1.0f), OptimizerConfig::Adam(1.0f)}) {
+    SCOPED_TRACE(static_cast<int>(o.kind));
+    auto table = MakeShard(TableConfig::Dense(0, 10, o), 1, 3);  // [4, 7)
+    DenseShard* d = table->AsDense();
+    const float init[2] = {1, 2};
+    ASSERT_TRUE(d->Assign(5, init, 2).ok());  // an offset into the shard
+    ASSERT_TRUE(d->Assign(7, nullptr, 0).ok());
+    ASSERT_TRUE(d->Update(6, nullptr, 0).ok());
+    ASSERT_TRUE(d->Update(6, init, 1).ok());
+    ASSERT_TRUE(d->UpdateBytes(5, {}, 0).ok());
+    ASSERT_TRUE(d->Pull(5, 0, nullptr).ok());
+    ASSERT_TRUE(d->PullBytes(7, 0, nullptr).ok());
+    float out[3];
+    ASSERT_TRUE(d->Pull(4, 3, out).ok());
+    EXPECT_EQ(out[0], 0.0f);
+    EXPECT_EQ(out[1], 1.0f);
+    EXPECT_LT(out[2], 2.0f);  // one step down, whatever the optimizer
+  }
+  // Server 4 of 5 owns nothing of a 3-value table: empty values and state.
+  auto empty = MakeShard(TableConfig::Dense(0, 3, OptimizerConfig::Sgd(1.0f)), 4, 5);
+  DenseShard* d = empty->AsDense();
+  ASSERT_EQ(d->range().size(), 0u);
+  const uint64_t at = d->range().begin;
+  EXPECT_TRUE(d->Assign(at, nullptr, 0).ok());
+  EXPECT_TRUE(d->Update(at, nullptr, 0).ok());
+  EXPECT_TRUE(d->UpdateBytes(at, {}, 0).ok());
+  EXPECT_TRUE(d->Pull(at, 0, nullptr).ok());
+  EXPECT_TRUE(d->PullBytes(at, 0, nullptr).ok());
+  d->LoadOverlap(0, nullptr, nullptr, 0);
+}
+
 TEST(PsTableTest, DenseGeoTableAddsDeltas) {
   TableConfig c = TableConfig::Dense(0, 2, OptimizerConfig::Sgd(0.1f), Mode::kGeo);
   c.k_steps = 5;

@@ -235,7 +235,7 @@ Status DecodeFloats(const std::string& bytes, std::vector<float>* out, const cha
                            " bytes is not a whole number of float32 values");
   }
   out->resize(bytes.size() / sizeof(float));
-  std::memcpy(out->data(), bytes.data(), bytes.size());
+  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());  // an empty vector's data() may be null
   return Status::Ok();
 }
 
@@ -337,7 +337,7 @@ Status ServerCore::PullSparse(uint32_t id, const std::string& keys, std::string*
     return InvalidArgument("sparse keys of " + std::to_string(keys.size()) + " bytes are not whole uint64 values");
   }
   std::vector<uint64_t> k(keys.size() / sizeof(uint64_t));
-  std::memcpy(k.data(), keys.data(), keys.size());
+  if (!keys.empty()) std::memcpy(k.data(), keys.data(), keys.size());
   return PullSparse(id, k, [values](size_t bytes) {
     values->resize(bytes);
     return values->data();

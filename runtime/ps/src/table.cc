@@ -197,29 +197,29 @@ Status DenseShard::CheckRange(uint64_t begin, uint64_t n) const {
 }
 
 Status DenseShard::Pull(uint64_t begin, uint64_t n, float* out) const {
-  if (Status s = CheckRange(begin, n); !s.ok()) return s;
+  if (Status s = CheckRange(begin, n); !s.ok() || n == 0) return s;
   std::shared_lock lock(mutex_);
   std::memcpy(out, values_.data() + (begin - range_.begin), n * sizeof(float));
   return Status::Ok();
 }
 
 Status DenseShard::Assign(uint64_t begin, const float* values, uint64_t n) {
-  if (Status s = CheckRange(begin, n); !s.ok()) return s;
+  if (Status s = CheckRange(begin, n); !s.ok() || n == 0) return s;
   std::unique_lock lock(mutex_);
   const size_t offset = begin - range_.begin;
   std::memcpy(values_.data() + offset, values, n * sizeof(float));
-  InitOptimizerState(config_.optimizer, state_.data() + offset, range_.size(), n);
+  InitOptimizerState(config_.optimizer, StateAt(offset), range_.size(), n);
   return Status::Ok();
 }
 
 Status DenseShard::Update(uint64_t begin, const float* gradient, uint64_t n) {
-  if (Status s = CheckRange(begin, n); !s.ok()) return s;
+  if (Status s = CheckRange(begin, n); !s.ok() || n == 0) return s;
   std::unique_lock lock(mutex_);
   const size_t offset = begin - range_.begin;
   if (config_.mode == Mode::kGeo) {
     AddDelta(values_.data() + offset, gradient, n);
   } else {
-    ApplyGradient(config_.optimizer, values_.data() + offset, state_.data() + offset, range_.size(), gradient, n);
+    ApplyGradient(config_.optimizer, values_.data() + offset, StateAt(offset), range_.size(), gradient, n);
   }
   return Status::Ok();
 }
@@ -229,6 +229,7 @@ Status DenseShard::UpdateBytes(uint64_t begin, const ByteRuns& runs, uint64_t n)
   size_t bytes = 0;
   for (const auto& run : runs) bytes += run.second;
   if (bytes != n * sizeof(float)) return InvalidArgument("the values are not " + std::to_string(n) + " float32");
+  if (n == 0) return Status::Ok();
   // Block by block through a small aligned buffer (the copy stays in L1), whatever the pieces.
   constexpr uint64_t kBlock = 2048;
   float block[kBlock];
@@ -252,7 +253,7 @@ Status DenseShard::UpdateBytes(uint64_t begin, const ByteRuns& runs, uint64_t n)
     if (config_.mode == Mode::kGeo) {
       AddDelta(values_.data() + offset + done, block, m);
     } else {
-      ApplyGradient(config_.optimizer, values_.data() + offset + done, state_.data() + offset + done, range_.size(),
+      ApplyGradient(config_.optimizer, values_.data() + offset + done, StateAt(offset + done), range_.size(),
                     block, m);
     }
   }
@@ -260,7 +261,7 @@ Status DenseShard::UpdateBytes(uint64_t begin, const ByteRuns& runs, uint64_t n)
 }
 
 Status DenseShard::PullBytes(uint64_t begin, uint64_t n, char* out) const {
-  if (Status s = CheckRange(begin, n); !s.ok()) return s;
+  if (Status s = CheckRange(begin, n); !s.ok() || n == 0) return s;
   std::shared_lock lock(mutex_);
   std::memcpy(out, values_.data() + (begin - range_.begin), n * sizeof(float));
   return Status::Ok();

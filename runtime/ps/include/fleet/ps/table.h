@@ -81,6 +81,12 @@ class DenseShard final : public Table {
   void LoadOverlap(uint64_t saved_begin, const float* values, const float* state, uint64_t count);
 
  private:
+  // The optimizer state of the value at `offset`; null when there is none (SGD keeps no state, and
+  // an empty vector's data() may be null: no offset may be applied to it).
+  float* StateAt(size_t offset) { return state_.empty() ? nullptr : state_.data() + offset; }
+
+  // Every method returns before touching values_ or state_ for n == 0: a shard may hold no values
+  // (a table smaller than the server count), and its callers may pass null with a count of 0.
   ShardRange range_;
   int slots_ = 0;
   std::vector<float> values_;
