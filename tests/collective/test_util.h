@@ -47,11 +47,11 @@ inline void RunRanks(int n, const std::function<void(int)>& body) {
 }
 
 // A raw loopback client socket, for the malformed-peer tests. -1 when the connect fails.
-inline int RawConnect(int port) {
+inline int RawConnect(int port, const char* ip = "127.0.0.1") {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::inet_pton(AF_INET, ip, &addr.sin_addr);
   addr.sin_port = htons(static_cast<uint16_t>(port));
   if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
     ::close(fd);

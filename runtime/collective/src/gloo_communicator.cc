@@ -259,7 +259,7 @@ Result<std::unique_ptr<Communicator>> CreateGlooCommunicator(const RankSetup& se
   // Rank 0 serves the store on its own endpoint for as long as the ranks need it to meet.
   std::unique_ptr<RendezvousStoreServer> server;
   if (rank == 0) {
-    auto started = RendezvousStoreServer::Start(master.port, options.rendezvous_timeout);
+    auto started = RendezvousStoreServer::Start(master.host, master.port, options.rendezvous_timeout);
     if (!started) return Error{"gloo rendezvous: rank 0 cannot serve the rendezvous store on " + Describe(master) + ": " + started.error()};
     server = std::move(*started);
   }

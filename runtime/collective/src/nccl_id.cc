@@ -108,7 +108,7 @@ Result<std::vector<UniqueId>> ReceiveUniqueIds(const std::string& endpoint_text,
   auto endpoint = ParseEndpoint(endpoint_text);
   if (!endpoint) return Error{"NCCL id exchange: " + endpoint.error()};
   const Clock::time_point deadline = Clock::now() + options.timeout;
-  auto listener = net::Listen(endpoint->port, deadline);
+  auto listener = net::Listen(endpoint->host, endpoint->port, deadline);
   if (!listener) return Error{"NCCL id exchange on " + endpoint_text + ": " + listener.error()};
   const Head expected = MakeHead(options.ring_id);
 

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <list>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "socket.h"
 
@@ -68,18 +69,25 @@ struct RendezvousStoreServer::Impl {
     std::string in;
     std::string out;
     bool close_after_flush = false;
+    // A pending WAIT: its keys as listed, how many distinct ones are still unset, its deadline.
     bool waiting = false;
     std::vector<std::string> wait_keys;
+    size_t wait_missing = 0;
     Clock::time_point wait_deadline;
   };
 
+  RendezvousStoreLimits limits;
   net::Fd listener;
   net::Fd wake;  // eventfd: Stop() wakes the loop
-  std::list<Connection> connections;
+  std::list<Connection> connections;  // a list: waiters below point into it
   std::unordered_map<std::string, std::vector<char>> data;
   size_t stored_bytes = 0;
+  // Unset key -> the connections waiting for it; `waiting_keys` counts the entries. A SET wakes its
+  // key's waiters only, so waits cost nothing to requests about other keys.
+  std::unordered_map<std::string, std::unordered_set<Connection*>> waiters;
+  size_t waiting_keys = 0;
   std::atomic<bool> stopping{false};
-  std::atomic<size_t>* malformed = nullptr;
+  RendezvousStoreServer* owner = nullptr;
 
   static void Respond(Connection& c, uint8_t status, const char* payload, size_t size) {
     c.out.push_back(static_cast<char>(status));
@@ -90,34 +98,87 @@ struct RendezvousStoreServer::Impl {
     Respond(c, status, payload.data(), payload.size());
   }
 
+  // A buffer that held one large frame does not keep its memory for the life of the connection.
+  static void Trim(std::string& buffer) {
+    if (buffer.size() < (64 << 10) && buffer.capacity() > (1 << 20)) buffer.shrink_to_fit();
+  }
+
   void Refuse(Connection& c, const std::string& why) {
-    malformed->fetch_add(1);
+    owner->malformed_frames_.fetch_add(1);
     Respond(c, kError, "malformed request: " + why);
     c.close_after_flush = true;
     c.in.clear();
   }
 
-  std::vector<std::string> Missing(const std::vector<std::string>& keys) const {
-    std::vector<std::string> missing;
-    for (const std::string& k : keys) {
-      if (!data.count(k)) missing.push_back(k);
+  void Count() { owner->waiting_keys_.store(waiting_keys); }
+
+  // Starts a WAIT (answered at once when every key is set already), or refuses it past a limit.
+  void StartWait(Connection& c, std::vector<std::string> keys, std::chrono::milliseconds timeout) {
+    if (keys.size() > limits.max_wait_keys) {
+      return Respond(c, kError, "WAIT on " + std::to_string(keys.size()) + " keys: at most " +
+                                    std::to_string(limits.max_wait_keys) + " per request");
     }
-    return missing;
+    if (waiting_keys + keys.size() > limits.max_waiting_keys) {
+      return Respond(c, kError, "store busy: " + std::to_string(waiting_keys) + " keys are waited on, at most " +
+                                    std::to_string(limits.max_waiting_keys) + " in all");
+    }
+    c.wait_keys = std::move(keys);
+    c.wait_missing = 0;
+    for (const std::string& k : c.wait_keys) {
+      if (!data.count(k) && waiters[k].insert(&c).second) ++c.wait_missing;  // a key listed twice counts once
+    }
+    waiting_keys += c.wait_missing;
+    Count();
+    if (c.wait_missing == 0) {
+      c.wait_keys = {};
+      return Respond(c, kOk);
+    }
+    c.waiting = true;
+    c.wait_deadline = Clock::now() + timeout;
   }
 
-  // Completes a WAIT whose keys are all set, or whose deadline passed.
-  void CheckWait(Connection& c, Clock::time_point now) {
-    if (!c.waiting) return;
-    std::vector<std::string> missing = Missing(c.wait_keys);
-    if (missing.empty()) {
-      Respond(c, kOk);
-    } else if (now >= c.wait_deadline) {
-      Respond(c, kTimeout, JoinKeys(missing));
-    } else {
-      return;
+  // Ends c's WAIT (timed out, or its peer is gone): it leaves the index of every key still unset.
+  void EndWait(Connection& c) {
+    for (const std::string& k : c.wait_keys) {
+      auto it = waiters.find(k);
+      if (it == waiters.end() || it->second.erase(&c) == 0) continue;
+      --waiting_keys;
+      if (it->second.empty()) waiters.erase(it);
     }
+    Count();
     c.waiting = false;
-    c.wait_keys.clear();
+    c.wait_keys = {};  // frees the list
+    c.wait_missing = 0;
+  }
+
+  // `key` was just set for the first time: its waiters have one key less to wait for.
+  void Notify(const std::string& key) {
+    auto it = waiters.find(key);
+    if (it == waiters.end()) return;
+    for (Connection* w : it->second) {
+      --waiting_keys;
+      if (--w->wait_missing > 0) continue;
+      w->waiting = false;  // every other key of its WAIT was set before (and left the index then)
+      w->wait_keys = {};
+      Respond(*w, kOk);
+    }
+    waiters.erase(it);
+    Count();
+  }
+
+  void TimeOutWait(Connection& c) {
+    std::vector<std::string> missing;
+    for (const std::string& k : c.wait_keys) {
+      if (!data.count(k)) missing.push_back(k);
+    }
+    Respond(c, kTimeout, JoinKeys(missing));
+    EndWait(c);
+  }
+
+  // Closes c (it is removed from the list after this round); a pending WAIT ends with it.
+  void Drop(Connection& c) {
+    if (c.waiting) EndWait(c);
+    c.fd.Reset();
   }
 
   // Handles the complete requests in c.in, one at a time: none while a WAIT is pending or a
@@ -145,13 +206,15 @@ struct RendezvousStoreServer::Impl {
       if (op == kSet) {
         if (key.find('\0') != std::string::npos) return Refuse(c, "key contains NUL");
         auto it = data.find(key);
-        const size_t old_size = it == data.end() ? 0 : it->second.size();
+        const bool is_new = it == data.end();
+        const size_t old_size = is_new ? 0 : it->second.size();
         if (stored_bytes - old_size + value_len > kStoreMaxTotalBytes) {
           Respond(c, kError, "store full: " + std::to_string(kStoreMaxTotalBytes) + " bytes stored");
         } else {
           stored_bytes = stored_bytes - old_size + value_len;
           data[key] = std::vector<char>(value, value + value_len);
           Respond(c, kOk);
+          if (is_new) Notify(key);
         }
       } else if (op == kGet) {
         auto it = data.find(key);
@@ -161,22 +224,15 @@ struct RendezvousStoreServer::Impl {
           Respond(c, kOk, it->second.data(), it->second.size());
         }
       } else {
-        c.waiting = true;
-        c.wait_keys = SplitKeys(key);
-        c.wait_deadline = Clock::now() + std::chrono::milliseconds(GetU32(value));
-        for (const std::string& k : c.wait_keys) {
-          if (k.empty()) {
-            c.waiting = false;
-            return Refuse(c, "empty key in WAIT");
-          }
+        std::vector<std::string> keys = SplitKeys(key);
+        for (const std::string& k : keys) {
+          if (k.empty()) return Refuse(c, "empty key in WAIT");
         }
+        StartWait(c, std::move(keys), std::chrono::milliseconds(GetU32(value)));
       }
       c.in.erase(0, frame);
-      CheckWait(c, Clock::now());
-      if (op == kSet) {
-        for (Connection& other : connections) CheckWait(other, Clock::now());
-      }
     }
+    Trim(c.in);
   }
 
   void Loop() {
@@ -191,6 +247,10 @@ struct RendezvousStoreServer::Impl {
       Clock::time_point next = Clock::now() + std::chrono::hours(1);
       for (Connection& c : connections) {
         short events = 0;
+        // A waiting connection reads nothing (requests are answered one at a time) but still
+        // watches for its peer's end (POLLRDHUP): it must not sit out the WAIT's deadline, up to
+        // 49 days, once nobody is there to read the answer.
+        if (c.waiting) events |= POLLRDHUP;
         if (!c.waiting && !c.close_after_flush && c.out.empty()) events |= POLLIN;
         if (!c.out.empty()) events |= POLLOUT;
         if (c.waiting) next = std::min(next, c.wait_deadline);
@@ -203,31 +263,37 @@ struct RendezvousStoreServer::Impl {
       if (fds[0].revents & POLLIN) return;  // Stop()
       for (size_t i = 0; i < order.size(); ++i) {
         Connection& c = *order[i];
+        if (!c.fd.valid()) continue;
         const short revents = fds[i + 2].revents;
-        if (revents & (POLLIN | POLLHUP | POLLERR)) {
-          if (c.waiting || c.close_after_flush) {
-            if (revents & (POLLHUP | POLLERR)) c.fd.Reset();  // gone while waiting
+        if (c.waiting) {
+          if (revents & (POLLRDHUP | POLLHUP | POLLERR)) Drop(c);  // gone while waiting
+        } else if (revents & (POLLIN | POLLHUP | POLLERR)) {
+          if (c.close_after_flush) {
+            if (revents & (POLLHUP | POLLERR)) Drop(c);
           } else {
             const ssize_t got = ::recv(c.fd.get(), buffer, sizeof buffer, 0);
             if (got > 0) {
               c.in.append(buffer, static_cast<size_t>(got));
               Process(c);
             } else if (got == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) {
-              c.fd.Reset();
+              Drop(c);
             }
           }
         }
-        if (c.fd.valid()) CheckWait(c, now);
+        if (c.fd.valid() && c.waiting && now >= c.wait_deadline) TimeOutWait(c);
         if (c.fd.valid() && !c.out.empty()) {
           const ssize_t sent = ::send(c.fd.get(), c.out.data(), c.out.size(), MSG_NOSIGNAL);
           if (sent > 0) {
             c.out.erase(0, static_cast<size_t>(sent));
-            if (c.out.empty()) Process(c);  // requests that arrived behind this response
+            if (c.out.empty()) {
+              Trim(c.out);
+              Process(c);  // requests that arrived behind this response
+            }
           } else if (sent < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
-            c.fd.Reset();
+            Drop(c);
           }
         }
-        if (c.fd.valid() && c.close_after_flush && c.out.empty()) c.fd.Reset();
+        if (c.fd.valid() && c.close_after_flush && c.out.empty()) Drop(c);
       }
       connections.remove_if([](const Connection& c) { return !c.fd.valid(); });
       if (fds[1].revents & POLLIN) {
@@ -240,14 +306,17 @@ struct RendezvousStoreServer::Impl {
           connections.back().fd = std::move(fd);
         }
       }
+      owner->connections_.store(connections.size());
     }
   }
 };
 
-Result<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::Start(int port,
-                                                                            std::chrono::milliseconds bind_timeout) {
+Result<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::Start(const std::string& host, int port,
+                                                                            std::chrono::milliseconds bind_timeout,
+                                                                            RendezvousStoreLimits limits) {
   auto impl = std::make_unique<Impl>();
-  auto listener = net::Listen(port, Clock::now() + bind_timeout);
+  impl->limits = limits;
+  auto listener = net::Listen(host, port, Clock::now() + bind_timeout);
   if (!listener) return Error{"rendezvous store: " + listener.error()};
   auto bound = net::LocalPort(listener->get());
   if (!bound) return Error{"rendezvous store: " + bound.error()};
@@ -259,7 +328,7 @@ Result<std::unique_ptr<RendezvousStoreServer>> RendezvousStoreServer::Start(int 
 
 RendezvousStoreServer::RendezvousStoreServer(std::unique_ptr<Impl> impl, int port)
     : impl_(std::move(impl)), port_(port) {
-  impl_->malformed = &malformed_frames_;
+  impl_->owner = this;
   thread_ = std::thread([this] { impl_->Loop(); });
 }
 
@@ -269,8 +338,11 @@ void RendezvousStoreServer::Stop() {
   const uint64_t one = 1;
   [[maybe_unused]] const ssize_t n = ::write(impl_->wake.get(), &one, sizeof one);
   thread_.join();
+  impl_->waiters.clear();
   impl_->connections.clear();
   impl_->listener.Reset();
+  connections_.store(0);
+  waiting_keys_.store(0);
 }
 
 RendezvousStoreServer::~RendezvousStoreServer() { Stop(); }
@@ -360,16 +432,34 @@ Result<std::vector<std::string>> RendezvousStoreClient::Wait(const std::vector<s
       return Error{"rendezvous store: invalid key '" + k + "'"};
     }
   }
-  const std::string joined = JoinKeys(keys);
-  if (joined.size() > kStoreMaxWaitKeysBytes) return Error{"rendezvous store: too many keys in one wait"};
-  const auto ms = static_cast<uint32_t>(std::clamp<long long>(timeout.count(), 0, 0x7fffffff));
-  std::string encoded;
-  PutU32(encoded, ms);
-  auto r = RoundTrip(kWait, joined, std::vector<char>(encoded.begin(), encoded.end()), timeout);
-  if (!r) return Error{r.error()};
-  if (r->status == kOk) return std::vector<std::string>{};
-  if (r->status != kTimeout) return Error{"rendezvous store at " + endpoint_ + ": unexpected WAIT response"};
-  return SplitKeys(std::string(r->payload.begin(), r->payload.end()));
+  // Batches within the server's limits, one after the other, all within `timeout`: once one times
+  // out, the rest are asked with no wait, so that every missing key is named.
+  const Clock::time_point deadline = Clock::now() + timeout;
+  std::vector<std::string> missing;
+  for (size_t first = 0; first < keys.size();) {
+    std::vector<std::string> batch;
+    size_t bytes = 0;
+    for (; first < keys.size() && batch.size() < kStoreWaitBatchKeys; ++first) {
+      const size_t more = keys[first].size() + (batch.empty() ? 0 : 1);
+      if (!batch.empty() && bytes + more > kStoreMaxWaitKeysBytes) break;
+      bytes += more;
+      batch.push_back(keys[first]);
+    }
+    const auto left = missing.empty() ? std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now())
+                                      : std::chrono::milliseconds(0);
+    const auto ms = static_cast<uint32_t>(std::clamp<long long>(left.count(), 0, 0x7fffffff));
+    std::string encoded;
+    PutU32(encoded, ms);
+    auto r = RoundTrip(kWait, JoinKeys(batch), std::vector<char>(encoded.begin(), encoded.end()),
+                       std::chrono::milliseconds(ms));
+    if (!r) return Error{r.error()};
+    if (r->status == kTimeout) {
+      for (std::string& k : SplitKeys(std::string(r->payload.begin(), r->payload.end()))) missing.push_back(std::move(k));
+    } else if (r->status != kOk) {
+      return Error{"rendezvous store at " + endpoint_ + ": unexpected WAIT response"};
+    }
+  }
+  return missing;
 }
 
 }  // namespace fleet::collective

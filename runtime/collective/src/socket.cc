@@ -77,25 +77,27 @@ void SetNoDelay(int fd) {
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 }
 
-Result<Fd> Listen(int port, Clock::time_point deadline) {
+Result<Fd> Listen(const std::string& host, int port, Clock::time_point deadline) {
+  const std::string where = host + ":" + std::to_string(port);
+  auto addr = Resolve(host, port);
+  if (!addr) return Error{"cannot listen on " + where + ": " + addr.error()};
   auto backoff = std::chrono::milliseconds(50);
   while (true) {
     Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
     if (!fd.valid()) return Error{"socket() failed: " + Errno(errno)};
     int one = 1;
     ::setsockopt(fd.get(), SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-    sockaddr_in addr{};
-    addr.sin_family = AF_INET;
-    addr.sin_addr.s_addr = htonl(INADDR_ANY);
-    addr.sin_port = htons(static_cast<uint16_t>(port));
-    if (::bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-      if (::listen(fd.get(), 128) != 0) return Error{"listen on port " + std::to_string(port) + " failed: " + Errno(errno)};
+    if (::bind(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_in)) == 0) {
+      if (::listen(fd.get(), 128) != 0) return Error{"listen on " + where + " failed: " + Errno(errno)};
       SetNonBlocking(fd.get());
       return fd;
     }
     const int err = errno;
+    if (err == EADDRNOTAVAIL) {
+      return Error{"cannot listen on " + where + ": " + Errno(err) + " (the endpoint must name an address of this machine)"};
+    }
     if (err != EADDRINUSE || Clock::now() + backoff >= deadline) {
-      return Error{"cannot listen on port " + std::to_string(port) + ": " + Errno(err)};
+      return Error{"cannot listen on " + where + ": " + Errno(err)};
     }
     std::this_thread::sleep_for(backoff);  // the previous owner of the port may still be exiting
     backoff = std::min(backoff * 2, std::chrono::milliseconds(1000));

@@ -21,9 +21,11 @@ int MillisLeft(Clock::time_point deadline);
 // "1.5 s" / "200 ms", for messages.
 std::string FormatDuration(std::chrono::milliseconds duration);
 
-// Listens on `port` on all IPv4 addresses (as Paddle's c_gen_nccl_id and TCPStore do, so that a pod
-// listens whatever name its endpoint uses). A port still in use is retried until `deadline`.
-Result<Fd> Listen(int port, Clock::time_point deadline);
+// Listens on host:port, on the IPv4 address `host` resolves to, and only there: an endpoint that
+// says 127.0.0.1 is not reachable from other machines. (Paddle's c_gen_nccl_id and TCPStore bind
+// every address; we do not, so the port is exposed no wider than the endpoint the job was given.)
+// A port still in use is retried until `deadline`.
+Result<Fd> Listen(const std::string& host, int port, Clock::time_point deadline);
 
 // The port a listening socket is bound to.
 Result<int> LocalPort(int fd);

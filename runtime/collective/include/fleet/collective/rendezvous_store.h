@@ -11,6 +11,11 @@
 // Frames are bounded (keys 4 KiB, a WAIT's key list 1 MiB, values 16 MiB, 256 MiB stored in all).
 // A malformed frame gets an ERROR response and the connection is closed; the server keeps serving
 // everyone else. The server is one poll(2) thread, so a thousand ranks cost one thread.
+// Waits are bounded too (RendezvousStoreLimits: keys per WAIT, keys waited on by all connections
+// together; one WAIT per connection, as requests are answered one at a time): past a limit the WAIT
+// gets an ERROR saying which, and the connection goes on. Waiters are indexed by key, so a SET
+// costs the waiters of its own key only, and a connection whose peer closes while it waits is freed
+// at once.
 #pragma once
 
 #include <atomic>
@@ -29,12 +34,22 @@ inline constexpr size_t kStoreMaxKeyBytes = 4 << 10;
 inline constexpr size_t kStoreMaxWaitKeysBytes = 1 << 20;
 inline constexpr size_t kStoreMaxValueBytes = 16 << 20;
 inline constexpr size_t kStoreMaxTotalBytes = 256 << 20;
+// The client sends a longer key list as several WAITs of at most this many keys, one after the
+// other: 4096 ranks joining at once then wait on 1 Mi keys in all, inside the server's limit.
+inline constexpr size_t kStoreWaitBatchKeys = 256;
+
+struct RendezvousStoreLimits {
+  size_t max_wait_keys = 1024;           // keys in one WAIT
+  size_t max_waiting_keys = size_t{2} << 20;  // keys waited on by all connections together (~40 bytes each)
+};
 
 class RendezvousStoreServer {
  public:
-  // Listens on `port` on all IPv4 addresses (0: any free port). A port still held by an exiting
-  // process is retried for up to `bind_timeout`.
-  static Result<std::unique_ptr<RendezvousStoreServer>> Start(int port, std::chrono::milliseconds bind_timeout);
+  // Listens on host:port, on the address `host` resolves to only (port 0: any free port). A port
+  // still held by an exiting process is retried for up to `bind_timeout`.
+  static Result<std::unique_ptr<RendezvousStoreServer>> Start(const std::string& host, int port,
+                                                              std::chrono::milliseconds bind_timeout,
+                                                              RendezvousStoreLimits limits = {});
   ~RendezvousStoreServer();
   RendezvousStoreServer(const RendezvousStoreServer&) = delete;
   RendezvousStoreServer& operator=(const RendezvousStoreServer&) = delete;
@@ -45,6 +60,9 @@ class RendezvousStoreServer {
 
   // Frames refused as malformed since the start (for tests and logs).
   size_t malformed_frames() const { return malformed_frames_.load(); }
+  // Connections open now, and keys their pending WAITs wait on (for tests and logs).
+  size_t connections() const { return connections_.load(); }
+  size_t waiting_keys() const { return waiting_keys_.load(); }
 
  private:
   struct Impl;
@@ -53,6 +71,8 @@ class RendezvousStoreServer {
   std::unique_ptr<Impl> impl_;
   int port_ = 0;
   std::atomic<size_t> malformed_frames_{0};
+  std::atomic<size_t> connections_{0};
+  std::atomic<size_t> waiting_keys_{0};
   std::thread thread_;
 };
 
@@ -71,6 +91,7 @@ class RendezvousStoreClient {
   // nullopt when the key is not set (GET does not wait; use Wait first).
   Result<std::optional<std::vector<char>>> Get(const std::string& key);
   // Waits until every key is set or `timeout` passes; returns the keys still missing (empty: all set).
+  // Sent as WAITs of at most kStoreWaitBatchKeys keys each, within the one timeout.
   Result<std::vector<std::string>> Wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout);
 
   // "host:port" of the server, for messages.
