@@ -58,7 +58,7 @@ struct GeoJob {
   int port1 = 0;
 
   explicit GeoJob(const TableConfig& t) : table(t) {
-    c = StartCluster(2, 1);
+    c = StartCluster(2, 1, "", [&](ServerOptions& o) { o.save_root = checkpoint.path(); });
     if (c.servers.size() != 2) return;
     port1 = c.servers[1]->port();
     worker = std::make_unique<Worker>(Connect(Options(c.endpoints, 0, 1)));

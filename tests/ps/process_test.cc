@@ -221,7 +221,7 @@ TEST(PsProcessTest, AServerStartedWithAModelDirectoryServesIt) {
   const TableConfig dense = TableConfig::Dense(0, 6, OptimizerConfig::Sgd(1.0f));
   std::vector<float> saved(6);
   {
-    testing::Cluster c = testing::StartCluster(2, 1);
+    testing::Cluster c = testing::StartCluster(2, 1, "", [&](ServerOptions& o) { o.save_root = model.path(); });
     auto client = Connect(Options(c.endpoints, 0, 1));
     ASSERT_TRUE(client->CreateTable(dense).ok());
     const std::vector<float> init = {1, 2, 3, 4, 5, 6};
@@ -237,6 +237,13 @@ TEST(PsProcessTest, AServerStartedWithAModelDirectoryServesIt) {
   std::vector<float> out(6);
   ASSERT_TRUE(client->PullDense(0, out.data(), 6).ok());
   EXPECT_EQ(out, saved);
+  // Saves go under the model directory (no --save_root): a relative name lands there, a path
+  // outside is refused.
+  ASSERT_TRUE(client->Save("next").ok());
+  EXPECT_TRUE(std::filesystem::exists(model.path() + "/next/table_0.shard_1_of_2"));
+  const Status outside = client->Save(model.path() + "-elsewhere");
+  EXPECT_EQ(outside.code(), Code::kPermissionDenied) << outside.ToString();
+  EXPECT_FALSE(std::filesystem::exists(model.path() + "-elsewhere"));
   ASSERT_TRUE(client->StopWorker().ok());
   for (auto& s : job.servers) EXPECT_EQ(s->WaitExit(std::chrono::seconds(15)), 0);
   EXPECT_NE(job.servers[0]->output().find("loaded from " + model.path()), std::string::npos);

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <filesystem>
 #include <future>
 #include <mutex>
 #include <vector>
@@ -334,7 +335,7 @@ TEST(PsRpcTest, AModelSavedThroughTheServersLoadsIntoANewJob) {
   const uint64_t keys[3] = {1, 2, 3};
   std::vector<float> rows(6);
   {
-    Cluster c = StartCluster(2, 1);
+    Cluster c = StartCluster(2, 1, "", [&](ServerOptions& o) { o.save_root = dir.path(); });
     auto client = Connect(Options(c.endpoints, 0, 1));
     ASSERT_OK(client->CreateTable(dense));
     ASSERT_OK(client->CreateTable(sparse));
@@ -345,6 +346,11 @@ TEST(PsRpcTest, AModelSavedThroughTheServersLoadsIntoANewJob) {
     ASSERT_OK(client->PullSparse(1, keys, 3, rows.data()));
     ASSERT_OK(client->Save(dir.path()));
     EXPECT_EQ(client->Save("").code(), Code::kInvalidArgument);
+    // Outside the servers' save root: refused, and the caller is told why (issue 14).
+    const Status outside = client->Save(dir.path() + "/../fleet-ps-escaped");
+    EXPECT_EQ(outside.code(), Code::kPermissionDenied) << outside.ToString();
+    EXPECT_NE(outside.message().find("is outside this server's save root"), std::string::npos) << outside.message();
+    EXPECT_FALSE(std::filesystem::exists(std::filesystem::path(dir.path()).parent_path() / "fleet-ps-escaped"));
   }
   Cluster c = StartCluster(3, 1, dir.path());  // another server count
   auto client = Connect(Options(c.endpoints, 0, 1));

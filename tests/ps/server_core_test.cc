@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <filesystem>
 #include <optional>
 #include <string>
 #include <vector>
@@ -238,7 +239,9 @@ TEST(PsServerCoreTest, CreatingATableAgainIsFineOnlyWithTheSameConfig) {
 TEST(PsServerCoreTest, ALoadedTableTakesTheDeclaredHyperparametersAndKeepsItsValues) {
   TempDir dir;
   {
-    ServerCore core(Opts(1));
+    ServerOptions o = Opts(1);
+    o.save_root = dir.path();
+    ServerCore core(o);
     ASSERT_TRUE(core.Declare(TableConfig::Dense(0, 3, OptimizerConfig::Sgd(1.0f), Mode::kSync)).ok());
     bool applied = false;
     ASSERT_TRUE(core.InitDense(0, 0, F({1, 2, 3}), &applied).ok());
@@ -311,7 +314,9 @@ TEST(PsServerCoreTest, ASyncSparseStepPastTheRowLimitFailsEveryPusherAndAppliesN
 TEST(PsServerCoreTest, ALoadedSparseTableTakesTheDeclaredRowLimitAndKeepsItsRows) {
   TempDir dir;
   {
-    ServerCore core(Opts(1));
+    ServerOptions o = Opts(1);
+    o.save_root = dir.path();
+    ServerCore core(o);
     ASSERT_TRUE(core.Declare(TableConfig::Sparse(0, 2, OptimizerConfig::Sgd(1.0f))).ok());
     std::string out;
     ASSERT_TRUE(core.PullSparse(0, K({1, 2, 3}), &out).ok());
@@ -374,7 +379,43 @@ TEST(PsServerCoreTest, RequestsAreCheckedBeforeAnythingHappens) {
   bool all = false;
   EXPECT_EQ(core.StopWorker(2, &all).code(), Code::kInvalidArgument);
   uint32_t n = 0;
-  EXPECT_EQ(core.Save("/proc/forbidden/dir", &n).code(), Code::kInternal);
+  EXPECT_EQ(core.Save("/proc/forbidden/dir", &n).code(), Code::kPermissionDenied);  // outside the save root
+}
+
+// Issue 14: any peer could Save(dirname) anywhere the server can write. Saves go under the save root
+// (ServerOptions::save_root, else model_dir, else the working directory at start).
+TEST(PsServerCoreTest, SavesStayInsideTheSaveRoot) {
+  TempDir dir;
+  const std::string root = dir.path() + "/root";
+  std::filesystem::create_directories(root);
+  std::filesystem::create_directory_symlink("/", root + "/out");  // a link that leads out
+  ServerOptions o = Opts(1);
+  o.save_root = root;
+  ServerCore core(o);
+  ASSERT_TRUE(core.Declare(TableConfig::Dense(0, 3, OptimizerConfig::Sgd(1.0f))).ok());
+  uint32_t n = 0;
+  ASSERT_TRUE(core.Save("epoch1", &n).ok());  // relative: under the root
+  EXPECT_TRUE(std::filesystem::exists(root + "/epoch1/table_0.shard_0_of_1"));
+  ASSERT_TRUE(core.Save(root + "/a/b", &n).ok());  // absolute, inside
+  EXPECT_TRUE(std::filesystem::exists(root + "/a/b/table_0.shard_0_of_1"));
+  ASSERT_TRUE(core.Save(root, &n).ok());  // the root itself
+  for (const std::string& bad : {dir.path() + "/elsewhere", std::string("/tmp/fleet-ps-outside"), std::string("../up"),
+                                 std::string("a/../../up"), std::string("a/.."), root + "/../root2", std::string("out/tmp/x")}) {
+    const Status s = core.Save(bad, &n);
+    EXPECT_EQ(s.code(), Code::kPermissionDenied) << bad << ": " << s.ToString();
+    EXPECT_NE(s.message().find("outside this server's save root " + root), std::string::npos) << s.message();
+  }
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/elsewhere"));
+  EXPECT_FALSE(std::filesystem::exists("/tmp/fleet-ps-outside"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/root2"));
+  // Without a save root the model directory is the root; without either, the working directory.
+  ServerOptions m = Opts(1);
+  m.model_dir = root;
+  EXPECT_EQ(ServerCore(m).options().save_root, root);
+  EXPECT_EQ(ServerCore(Opts(1)).options().save_root, std::filesystem::current_path().string());
+  std::string where;
+  ASSERT_TRUE(ServerCore(m).SaveDirectory("x", &where).ok());
+  EXPECT_EQ(where, std::filesystem::weakly_canonical(root + "/x").string());
 }
 
 }  // namespace

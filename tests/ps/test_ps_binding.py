@@ -128,11 +128,16 @@ class PsBindingTest(unittest.TestCase):
                 fleet.save_persistables(d)
                 assert sorted(os.listdir(d)) == ["table_0.shard_0_of_1", "table_1.shard_0_of_1",
                                                  "table_2.shard_0_of_1", "table_3.shard_0_of_1"], os.listdir(d)
+            try:   # saves stay under FLEET_PS_SAVE_ROOT
+                fleet.save_persistables("../outside")
+                raise SystemExit("saved outside the save root")
+            except fleet_runtime.Error as e:
+                assert "PERMISSION_DENIED" in str(e) and "outside this server's save root" in str(e), str(e)
             fleet.barrier()
             fleet.flush()
             fleet.stop_worker()
             fleet.stop_worker()   # again: nothing to do
-        """)
+        """, env={"FLEET_PS_SAVE_ROOT": tempfile.gettempdir()})
 
     def test_declarations_are_checked(self):
         self.check("""

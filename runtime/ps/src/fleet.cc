@@ -122,6 +122,7 @@ Status Fleet::InitServer(const std::string& model_dir) {
   options.server_count = server_num();
   options.trainers = trainers_;
   options.model_dir = model_dir;
+  options.save_root = Get(env_, "FLEET_PS_SAVE_ROOT");
   options.tables = tables_;
   if (Status s = Seconds(env_, "FLEET_PS_SYNC_TIMEOUT", 600, &options.sync_timeout); !s.ok()) return s;
   if (Status s = Rows(env_, "FLEET_PS_SPARSE_MAX_ROWS", &options.sparse_max_rows); !s.ok()) return s;
@@ -159,6 +160,7 @@ Status Fleet::InitWorker() {
   if (local_) {
     ServerOptions so;
     so.bind_address = "127.0.0.1:0";
+    so.save_root = Get(env_, "FLEET_PS_SAVE_ROOT");
     so.tables = tables_;
     if (Status s = Rows(env_, "FLEET_PS_SPARSE_MAX_ROWS", &so.sparse_max_rows); !s.ok()) return s;
     if (Status s = PsServer::Start(so, &server_); !s.ok()) return s;

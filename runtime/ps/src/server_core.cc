@@ -144,6 +144,11 @@ struct ServerCore::State {
 
 ServerCore::ServerCore(const ServerOptions& options) : state_(std::make_unique<State>()) {
   state_->options = options;
+  // Fixed now: a later chdir of the process does not move it.
+  std::string& root = state_->options.save_root;
+  if (root.empty()) root = options.model_dir;
+  std::error_code ec;
+  root = std::filesystem::absolute(root.empty() ? std::filesystem::current_path(ec) : std::filesystem::path(root), ec).string();
 }
 
 ServerCore::~ServerCore() { AbortWaiters(Unavailable("the server is shutting down")); }
@@ -461,7 +466,30 @@ void ServerCore::Barrier(uint32_t trainer, uint64_t generation, Done done) {
   Run(completions);
 }
 
-Status ServerCore::Save(const std::string& dir, uint32_t* count) {
+Status ServerCore::SaveDirectory(const std::string& dir, std::string* path) const {
+  namespace fs = std::filesystem;
+  const std::string& root = state_->options.save_root;
+  const std::string outside = "save directory '" + dir + "' is outside this server's save root " + root +
+                              " (saves go under it: set FLEET_PS_SAVE_ROOT or fleet-ps-server --save_root to allow another)";
+  for (const fs::path& part : fs::path(dir)) {
+    if (part == "..") return PermissionDenied(outside + "; '..' is not allowed");
+  }
+  // Symbolic links already there are followed (weakly_canonical) before comparing, so a link inside
+  // the root does not lead out of it.
+  std::error_code ec;
+  const fs::path base = fs::weakly_canonical(root, ec);
+  if (ec) return Internal("cannot resolve the save root " + root + ": " + ec.message());
+  const fs::path target = fs::weakly_canonical(fs::path(root) / dir, ec);  // an absolute dir replaces root
+  if (ec) return Internal("cannot resolve the save directory " + dir + ": " + ec.message());
+  const fs::path inside = target.lexically_relative(base);
+  if (inside.empty() || *inside.begin() == "..") return PermissionDenied(outside);
+  *path = target.string();
+  return Status::Ok();
+}
+
+Status ServerCore::Save(const std::string& dir_name, uint32_t* count) {
+  std::string dir;
+  if (Status s = SaveDirectory(dir_name, &dir); !s.ok()) return s;
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) return Internal("cannot create the model directory " + dir + ": " + ec.message());

@@ -11,6 +11,7 @@ const char* CodeName(Code code) {
     case Code::kDeadlineExceeded: return "DEADLINE_EXCEEDED";
     case Code::kNotFound: return "NOT_FOUND";
     case Code::kAlreadyExists: return "ALREADY_EXISTS";
+    case Code::kPermissionDenied: return "PERMISSION_DENIED";
     case Code::kResourceExhausted: return "RESOURCE_EXHAUSTED";
     case Code::kFailedPrecondition: return "FAILED_PRECONDITION";
     case Code::kAborted: return "ABORTED";

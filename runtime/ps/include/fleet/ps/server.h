@@ -37,6 +37,9 @@ struct ServerOptions {
   int server_count = 1;
   int trainers = 1;
   std::string model_dir;     // when set, its tables are loaded before serving
+  // Where Save may write (any peer can ask for a save): directories under this one only. Empty: the
+  // model_dir, else the working directory at start. FLEET_PS_SAVE_ROOT, fleet-ps-server --save_root.
+  std::string save_root;
   std::vector<TableConfig> tables;  // declared by the script (may also come from trainers)
   size_t max_message_bytes = kDefaultMaxMessageBytes;
   std::chrono::milliseconds sync_timeout{std::chrono::minutes(10)};
@@ -77,7 +80,11 @@ class ServerCore {
   void PushSparse(uint32_t table, uint32_t trainer, uint32_t chunk_count, const std::string& keys,
                   const std::string& values, Done done);
   void Barrier(uint32_t trainer, uint64_t generation, Done done);
+  // `dir` is relative to the save root or an absolute path inside it; ".." and paths outside the
+  // root are PERMISSION_DENIED.
   Status Save(const std::string& dir, uint32_t* tables);
+  // The directory a save to `dir` writes, or why it may not.
+  Status SaveDirectory(const std::string& dir, std::string* path) const;
   // all_stopped: this was the last trainer.
   Status StopWorker(uint32_t trainer, bool* all_stopped);
 

@@ -3,6 +3,7 @@
 //   InvalidArgument / OutOfRange / NotFound: the request is wrong; don't retry it.
 //   FailedPrecondition: the server's state refuses it (a stopped trainer, a broken sync step).
 //   ResourceExhausted: over a size limit.
+//   PermissionDenied: outside what the server lets a peer do (a save outside its save root).
 //   Unavailable / DeadlineExceeded: a server is gone or did not answer in time.
 #pragma once
 
@@ -19,6 +20,7 @@ enum class Code {
   kDeadlineExceeded = 4,
   kNotFound = 5,
   kAlreadyExists = 6,
+  kPermissionDenied = 7,
   kResourceExhausted = 8,
   kFailedPrecondition = 9,
   kAborted = 10,
@@ -51,6 +53,7 @@ inline Status InvalidArgument(std::string m) { return Status(Code::kInvalidArgum
 inline Status NotFound(std::string m) { return Status(Code::kNotFound, std::move(m)); }
 inline Status FailedPrecondition(std::string m) { return Status(Code::kFailedPrecondition, std::move(m)); }
 inline Status OutOfRange(std::string m) { return Status(Code::kOutOfRange, std::move(m)); }
+inline Status PermissionDenied(std::string m) { return Status(Code::kPermissionDenied, std::move(m)); }
 inline Status ResourceExhausted(std::string m) { return Status(Code::kResourceExhausted, std::move(m)); }
 inline Status Unavailable(std::string m) { return Status(Code::kUnavailable, std::move(m)); }
 inline Status Aborted(std::string m) { return Status(Code::kAborted, std::move(m)); }
