@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -87,13 +88,20 @@ void PutVarint(std::string* out, uint64_t v) {
 // A raw TCP connection to a server, with a receive timeout so that a test fails instead of hanging.
 class Socket {
  public:
-  explicit Socket(const std::string& endpoint) {
+  // `from`: the local address to connect from (another peer, as the server sees it).
+  explicit Socket(const std::string& endpoint, const char* from = nullptr) {
     const auto colon = endpoint.rfind(':');
     sockaddr_in addr{};
     addr.sin_family = AF_INET;
     addr.sin_port = htons(static_cast<uint16_t>(std::stoi(endpoint.substr(colon + 1))));
     ::inet_pton(AF_INET, endpoint.substr(0, colon).c_str(), &addr.sin_addr);
     fd_ = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (from != nullptr) {
+      sockaddr_in local{};
+      local.sin_family = AF_INET;
+      ::inet_pton(AF_INET, from, &local.sin_addr);
+      if (::bind(fd_, reinterpret_cast<sockaddr*>(&local), sizeof(local)) != 0) ADD_FAILURE() << "bind " << from;
+    }
     if (::connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
       ADD_FAILURE() << "cannot connect to " << endpoint << ": " << std::strerror(errno);
       ::close(fd_);
@@ -171,6 +179,15 @@ class Socket {
     if (n == 0) return ::testing::AssertionSuccess();
     if (n > 0) return ::testing::AssertionFailure() << "more bytes after the answer";
     return ::testing::AssertionFailure() << "recv: " << std::strerror(errno);
+  }
+
+  // The server has closed the connection (or does within `ms`), sending nothing.
+  bool ClosedWithin(int ms) {
+    pollfd p{fd_, POLLIN, 0};
+    if (::poll(&p, 1, ms) <= 0) return false;
+    char c;
+    const ssize_t n = ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+    return n == 0 || (n < 0 && errno == ECONNRESET);
   }
 
   // The server ends the connection, in order or with a reset (whatever it sent first goes to *got).
@@ -634,6 +651,144 @@ TEST_F(PsDenseConnectionLimitTest, AConnectionTheServerClosedAfterItsAnswerIsNot
   EXPECT_TRUE(next.ok()) << "the call after the refused one: " << next.ToString();
   ASSERT_OK(client_->PullDense(1, w.data(), w.size()));
   EXPECT_EQ(w, std::vector<float>(8, 0.0f));
+}
+
+// Issue 14: 4,200 dense connections that sent the preface and then nothing took 4,096 threads, and
+// trainers got RESOURCE_EXHAUSTED for up to 15 minutes. Here with small limits (ServerOptions).
+class PsDenseConnectionCrowdTest : public ::testing::Test {
+ protected:
+  void Start(size_t total, size_t per_peer, std::chrono::milliseconds reclaim = std::chrono::seconds(30)) {
+    cluster_ = StartCluster(1, 1, "", [&](ServerOptions& o) {
+      o.max_dense_connections = total;
+      o.max_dense_connections_per_peer = per_peer;
+      o.dense_reclaim_idle = reclaim;
+      o.tables = {kTable};
+    });
+    ASSERT_EQ(cluster_.servers.size(), 1u);
+    endpoint_ = cluster_.endpoints[0];
+    server_ = cluster_.servers[0].get();
+    trainer_ = Connect(Options(cluster_.endpoints, 0, 1));
+    ASSERT_TRUE(trainer_);
+    ASSERT_OK(trainer_->CreateTable(kTable));
+  }
+
+  Status TrainerPull() {
+    std::vector<float> out(kTableSize);
+    return trainer_->PullDense(0, out.data(), out.size());
+  }
+
+  // `n` connections from `from` that send the preface and part of a frame header, then nothing: a
+  // thread each, waiting for the rest.
+  std::vector<std::unique_ptr<Socket>> Stuck(size_t n, const char* from = nullptr) {
+    std::vector<std::unique_ptr<Socket>> stuck;
+    for (size_t i = 0; i < n; ++i) {
+      stuck.push_back(std::make_unique<Socket>(endpoint_, from));
+      EXPECT_TRUE(stuck.back()->Send(kPreface + Header(100).substr(0, 2)));
+    }
+    return stuck;
+  }
+
+  // A connection from `from` with one pull answered, kept open and idle.
+  std::unique_ptr<Socket> Answered(const char* from = nullptr) {
+    auto s = std::make_unique<Socket>(endpoint_, from);
+    EXPECT_TRUE(s->Send(kPreface + Frame(Pull(0, 2))));
+    wire::DenseAnswer answer;
+    EXPECT_TRUE(s->Answer(&answer));
+    EXPECT_EQ(answer.code(), 0u) << answer.error();
+    return s;
+  }
+
+  bool OpenBecomes(size_t n) {
+    return PollUntil([&] { return server_->open_dense_streams() == n; }, std::chrono::seconds(3));
+  }
+
+  static size_t ClosedCount(const std::vector<std::unique_ptr<Socket>>& sockets) {
+    size_t closed = 0;
+    for (const auto& s : sockets) closed += s->ClosedWithin(0) ? 1 : 0;
+    return closed;
+  }
+
+  const TableConfig kTable = TableConfig::Dense(0, kTableSize, OptimizerConfig::Sgd(1.0f));
+  Cluster cluster_;
+  std::string endpoint_;
+  PsServer* server_ = nullptr;
+  std::unique_ptr<PsClient> trainer_;
+};
+
+TEST_F(PsDenseConnectionCrowdTest, ConnectionsThatSayOnlyThePrefaceTakeNoThreadAndLockNoTrainerOut) {
+  Start(16, 1024);
+  std::vector<std::unique_ptr<Socket>> silent;
+  for (int i = 0; i < 40; ++i) {
+    silent.push_back(std::make_unique<Socket>(endpoint_));
+    ASSERT_TRUE(silent.back()->Send(kPreface));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  EXPECT_EQ(server_->open_dense_streams(), 0u) << "a thread each";
+  ASSERT_OK(TrainerPull());
+  // A preface whose request follows later is served once it does.
+  ASSERT_TRUE(silent[0]->Send(Frame(Pull(0, 3))));
+  wire::DenseAnswer answer;
+  ASSERT_TRUE(silent[0]->Answer(&answer));
+  EXPECT_EQ(answer.code(), 0u) << answer.error();
+}
+
+TEST_F(PsDenseConnectionCrowdTest, ConnectionsStuckInAHeaderMakeWayForTrainersButTrainersDoNotForThem) {
+  Start(8, 1024);
+  auto stuck = Stuck(8);
+  ASSERT_TRUE(OpenBecomes(8)) << server_->open_dense_streams();
+  ASSERT_OK(TrainerPull());  // takes the place of the oldest stuck one
+  EXPECT_TRUE(stuck[0]->ClosedWithin(2000));
+  EXPECT_EQ(ClosedCount(stuck), 1u);
+  ASSERT_TRUE(OpenBecomes(8)) << server_->open_dense_streams();
+  // More of them take each other's places, never the trainer's: its kept connection still works
+  // (used again at once, it is not checked first: had it been closed, the call would fail).
+  auto more = Stuck(10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(server_->open_dense_streams(), 8u);
+  ASSERT_OK(TrainerPull());
+  EXPECT_EQ(ClosedCount(stuck) + ClosedCount(more), 11u);
+}
+
+TEST_F(PsDenseConnectionCrowdTest, OneAddressHoldsAtMostItsShareAndIsToldSo) {
+  Start(16, 4);
+  auto stuck = Stuck(6, "127.0.0.2");
+  ASSERT_TRUE(PollUntil([&] { return ClosedCount(stuck) == 2; }, std::chrono::seconds(3))) << ClosedCount(stuck);
+  EXPECT_TRUE(stuck[0]->ClosedWithin(0) && stuck[1]->ClosedWithin(0)) << "the oldest go";
+  // Connections with answered requests push the stuck ones out, then keep their places.
+  std::vector<std::unique_ptr<Socket>> answered;
+  for (int i = 0; i < 4; ++i) answered.push_back(Answered("127.0.0.2"));
+  EXPECT_EQ(ClosedCount(stuck), 6u);
+  ASSERT_TRUE(OpenBecomes(4)) << server_->open_dense_streams();
+  Socket fifth(endpoint_, "127.0.0.2");
+  ASSERT_TRUE(fifth.Send(kPreface + Frame(Pull(0, 2))));
+  wire::DenseAnswer answer;
+  ASSERT_TRUE(fifth.Answer(&answer));
+  EXPECT_EQ(answer.code(), CodeOf(grpc::StatusCode::RESOURCE_EXHAUSTED)) << answer.error();
+  EXPECT_NE(answer.error().find("4 dense connections from 127.0.0.2, the most one address may have"), std::string::npos)
+      << answer.error();
+  for (const auto& s : answered) EXPECT_FALSE(s->ClosedWithin(0));
+  ASSERT_OK(TrainerPull());  // another address is not limited by it
+}
+
+TEST_F(PsDenseConnectionCrowdTest, ATrainersConnectionIdleLongerThanTheReclaimTimeMakesWay) {
+  Start(3, 1024, std::chrono::milliseconds(300));
+  ASSERT_OK(TrainerPull());
+  auto a = Answered();
+  auto b = Answered();
+  // All three in recent use: a fourth is refused.
+  Socket refused(endpoint_);
+  ASSERT_TRUE(refused.Send(kPreface + Frame(Pull(0, 2))));
+  wire::DenseAnswer answer;
+  ASSERT_TRUE(refused.Answer(&answer));
+  EXPECT_EQ(answer.code(), CodeOf(grpc::StatusCode::RESOURCE_EXHAUSTED)) << answer.error();
+  EXPECT_NE(answer.error().find("3 dense connections already, all in use"), std::string::npos) << answer.error();
+  // Later the one idle longest (the trainer's) makes way; its next call opens a new connection.
+  std::this_thread::sleep_for(std::chrono::milliseconds(400));
+  auto c = Answered();
+  EXPECT_FALSE(a->ClosedWithin(0));
+  EXPECT_FALSE(b->ClosedWithin(0));
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the trainer checks kept connections unused for 1 s
+  ASSERT_OK(TrainerPull());
 }
 
 }  // namespace

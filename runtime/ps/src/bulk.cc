@@ -1,5 +1,6 @@
 #include "bulk.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/server_posix.h>
@@ -32,8 +33,10 @@ using Clock = std::chrono::steady_clock;
 constexpr auto kClassifyTimeout = std::chrono::seconds(10);
 // Connections still to say which they are; past this, the oldest is closed for each new one.
 constexpr size_t kMaxPending = 1024;
-// Dense connections served at once (a thread each); more are refused with RESOURCE_EXHAUSTED.
-constexpr size_t kMaxDenseConnections = 4096;
+// A connection that has said part of what it is is looked at again after this long, doubling up to
+// kMaxRecheck (a trainer says it all at once; a silent peer costs a look now and then, not a spin).
+constexpr auto kFirstRecheck = std::chrono::milliseconds(20);
+constexpr auto kMaxRecheck = std::chrono::milliseconds(320);
 // A trainer gives up connecting to a server after this long (or the call's deadline, if sooner).
 constexpr auto kConnectTimeout = std::chrono::seconds(20);
 // A dense connection on which nothing moves for this long is closed.
@@ -196,12 +199,28 @@ Kind Classify(int fd) {
   if (n <= 0) return Kind::kNone;
   const auto got = static_cast<size_t>(n);
   if (std::memcmp(head, kPreface, std::min(got, kPrefaceBytes)) == 0) {
-    return got >= kPrefaceBytes ? Kind::kDense : Kind::kUndecided;
+    // Dense once its first request has begun: a peer that sends the preface and then nothing costs
+    // a descriptor here until kClassifyTimeout, never a thread (a trainer sends both in one write).
+    return got > kPrefaceBytes ? Kind::kDense : Kind::kUndecided;
   }
   if (std::memcmp(head, kHttp2Preface, std::min(got, kHttp2PrefaceBytes)) == 0) {
     return got >= kHttp2PrefaceBytes ? Kind::kGrpc : Kind::kUndecided;
   }
   return Kind::kNone;
+}
+
+int64_t NowNs() { return std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now().time_since_epoch()).count(); }
+
+// The remote address of a connection, without the port: what the per-peer limit counts.
+std::string PeerHost(int fd) {
+  sockaddr_storage a{};
+  socklen_t len = sizeof(a);
+  char text[INET6_ADDRSTRLEN] = "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0) {
+    if (a.ss_family == AF_INET) ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, text, sizeof(text));
+    if (a.ss_family == AF_INET6) ::inet_ntop(AF_INET6, &reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr, text, sizeof(text));
+  }
+  return text;
 }
 
 // Keepalive finds trainers whose host died without closing (about 2 minutes); the timeouts end
@@ -245,11 +264,22 @@ struct Acceptor::Impl {
   size_t frame_limit = 0;
   std::thread accept_thread;
 
+  // What a dense connection's thread is doing, for choosing one to close when the server is full.
+  enum State : int { kIdle, kBusy, kEvicted };
   struct Dense {
     int fd = -1;  // -1 once closed (guarded by mutex)
+    std::string peer;  // the remote address, without the port
     std::thread thread;
     bool finished = false;
+    // Set by the connection's thread, one store or exchange per request (nothing on the hot path
+    // waits for them); read by MakeRoom.
+    std::atomic<int> state{kIdle};       // kIdle: waiting for a request (or for the rest of its header)
+    std::atomic<bool> answered{false};   // a request of it was served: a trainer's connection
+    std::atomic<int64_t> idle_since{0};  // NowNs() when it last became idle
   };
+  size_t max_dense = 0;
+  size_t max_dense_per_peer = 0;
+  int64_t reclaim_idle_ns = 0;
   mutable std::mutex mutex;
   std::list<Dense> dense;  // the dense connections' threads, reaped as new ones come
   bool stopping = false;
@@ -261,8 +291,9 @@ struct Acceptor::Impl {
     [[maybe_unused]] ssize_t n = ::write(wake.get(), &one, sizeof(one));
   }
   void JoinFinished();  // with mutex held
+  Status MakeRoom(const std::string& peer);  // with mutex held
   void StartDense(int fd);
-  void ServeDenseConnection(int fd);
+  void ServeDenseConnection(Dense& c);
 };
 
 Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* out) {
@@ -323,10 +354,13 @@ Status Acceptor::Listen(const std::string& address, std::unique_ptr<Acceptor>* o
   return Status::Ok();
 }
 
-void Acceptor::Start(ServerCore* core, grpc::Server* grpc_server, size_t max_message_bytes) {
+void Acceptor::Start(ServerCore* core, grpc::Server* grpc_server, const ServerOptions& options) {
   impl_->core = core;
   impl_->grpc_server = grpc_server;
-  impl_->frame_limit = FrameLimit(max_message_bytes);
+  impl_->frame_limit = FrameLimit(options.max_message_bytes);
+  impl_->max_dense = options.max_dense_connections;
+  impl_->max_dense_per_peer = options.max_dense_connections_per_peer;
+  impl_->reclaim_idle_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(options.dense_reclaim_idle).count();
   impl_->accept_thread = std::thread([impl = impl_.get()] { impl->AcceptLoop(); });
 }
 
@@ -371,6 +405,7 @@ void Acceptor::Impl::AcceptLoop() {
     int fd;
     Clock::time_point deadline;
     Clock::time_point recheck;  // a preface that came in part: look again then, not at every wake-up
+    Clock::duration backoff = kFirstRecheck;
   };
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
@@ -416,7 +451,10 @@ void Acceptor::Impl::AcceptLoop() {
       // Part of a preface, and then the peer closed (or time is up): it will never say more.
       if (kind == Kind::kUndecided && (later >= p.deadline || (woke[i] & (POLLRDHUP | POLLHUP | POLLERR)))) kind = Kind::kNone;
       if (kind == Kind::kUndecided) {
-        if (look) p.recheck = later + std::chrono::milliseconds(20);
+        if (look) {
+          p.recheck = later + p.backoff;
+          p.backoff = std::min<Clock::duration>(p.backoff * 2, kMaxRecheck);
+        }
         pending[kept++] = p;
       } else if (kind == Kind::kGrpc && ::fcntl(p.fd, F_SETFL, ::fcntl(p.fd, F_GETFL) | O_NONBLOCK) == 0) {
         // gRPC reads it without blocking. Shutdown joins this thread before gRPC shuts down.
@@ -445,15 +483,13 @@ void Acceptor::Impl::AcceptLoop() {
           pending.erase(pending.begin());
         }
         SetNoDelay(fd);
-        pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min()});
+        pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min(), kFirstRecheck});
       }
     }
   }
   for (const Pending& p : pending) ::close(p.fd);
 }
 
-// A thread for a dense connection, unless there are too many: then (or when no thread can be
-// made) the trainer is told why, and the connection is closed.
 void Acceptor::Impl::JoinFinished() {
   for (auto it = dense.begin(); it != dense.end();) {
     if (!it->finished) {
@@ -465,25 +501,66 @@ void Acceptor::Impl::JoinFinished() {
   }
 }
 
+// Room for one more dense connection from `peer`. When the peer has max_dense_per_peer of them,
+// or the server max_dense, an idle one makes way (the peer's own, or anyone's): first one that never
+// had a request answered (a peer that sent the preface and part of a header, then nothing), the
+// oldest; else the one idle longest, if idle for reclaim_idle (its trainer reconnects on its next
+// call). A connection in a request, and a trainer's recently used ones, are never taken.
+Status Acceptor::Impl::MakeRoom(const std::string& peer) {
+  size_t open = 0, of_peer = 0;
+  for (const Dense& d : dense) {
+    if (d.finished || d.state.load() == kEvicted) continue;
+    ++open;
+    of_peer += d.peer == peer ? 1 : 0;
+  }
+  const bool peer_full = of_peer >= max_dense_per_peer;
+  if (!peer_full && open < max_dense) return Status::Ok();
+  const int64_t reclaimable = NowNs() - reclaim_idle_ns;  // idle since before this
+  for (;;) {
+    Dense* victim = nullptr;
+    for (Dense& d : dense) {
+      if (d.finished || d.fd < 0 || d.state.load() != kIdle || (peer_full && d.peer != peer)) continue;
+      const bool answered = d.answered.load();
+      if (answered && d.idle_since.load() > reclaimable) continue;
+      if (!victim || (victim->answered.load() && !answered) ||
+          (victim->answered.load() == answered && d.idle_since.load() < victim->idle_since.load())) {
+        victim = &d;
+      }
+    }
+    if (!victim) break;
+    int idle = kIdle;
+    if (!victim->state.compare_exchange_strong(idle, kEvicted)) continue;  // a request just began on it
+    ::shutdown(victim->fd, SHUT_RDWR);  // its thread wakes, and closes it
+    return Status::Ok();
+  }
+  if (peer_full) {
+    return ResourceExhausted("the parameter server serves " + std::to_string(of_peer) + " dense connections from " +
+                             peer + ", the most one address may have, all in use");
+  }
+  return ResourceExhausted("the parameter server serves " + std::to_string(open) + " dense connections already, all in use");
+}
+
+// A thread for a dense connection, if MakeRoom finds room: else (or when no thread can be made)
+// the trainer is told why, and the connection is closed.
 void Acceptor::Impl::StartDense(int fd) {
+  const std::string peer = PeerHost(fd);
   std::lock_guard lock(mutex);
   JoinFinished();
-  Status refused;
-  if (dense.size() >= kMaxDenseConnections) {
-    refused = ResourceExhausted("the parameter server serves " + std::to_string(kMaxDenseConnections) +
-                                " dense connections already");
-  } else {
+  Status refused = MakeRoom(peer);
+  if (refused.ok()) {
     bool added = false;
     try {
       Dense& conn = dense.emplace_back();
       added = true;
       conn.fd = fd;
+      conn.peer = peer;
+      conn.idle_since.store(NowNs());
       conn.thread = std::thread([this, c = &conn] {
         char preface[kPrefaceBytes];
         SetDenseTimeouts(c->fd);
         if (ReadAll(c->fd, preface, kPrefaceBytes)) {
           dense_open.fetch_add(1);
-          ServeDenseConnection(c->fd);
+          ServeDenseConnection(*c);
           dense_open.fetch_sub(1);
         }
         std::lock_guard done(mutex);
@@ -507,10 +584,14 @@ void Acceptor::Impl::StartDense(int fd) {
 
 // Request, apply, answer, until the trainer closes the connection. The thread waits for a sync
 // push's step (the core answers it from the thread that completes the step).
-void Acceptor::Impl::ServeDenseConnection(int fd) {
+void Acceptor::Impl::ServeDenseConnection(Dense& c) {
+  const int fd = c.fd;  // stays open until this thread returns
   for (;;) {
     char header[kFrameHeaderBytes];
     if (!ReadAll(fd, header, kFrameHeaderBytes)) return;
+    // Taken for a newer connection while it waited: the request is not applied, nor answered.
+    int idle = kIdle;
+    if (!c.state.compare_exchange_strong(idle, kBusy)) return;
     const size_t length = FrameLength(header);
     Status refused;
     if (header[0] != 0) {
@@ -572,6 +653,9 @@ void Acceptor::Impl::ServeDenseConnection(int fd) {
       written = WriteAll(fd, {{empty, kFrameHeaderBytes}});
     }
     if (!written) return;
+    if (result->ok()) c.answered.store(true, std::memory_order_relaxed);
+    c.idle_since.store(NowNs(), std::memory_order_relaxed);
+    c.state.store(kIdle);
   }
 }
 

@@ -68,7 +68,8 @@ class Acceptor {
   Acceptor& operator=(const Acceptor&) = delete;
 
   int port() const { return port_; }
-  void Start(ServerCore* core, grpc::Server* grpc_server, size_t max_message_bytes);
+  // Limits from `options`: max_message_bytes and the dense connection limits.
+  void Start(ServerCore* core, grpc::Server* grpc_server, const ServerOptions& options);
   // Dense connections being served now.
   size_t open_connections() const;
   // Stops accepting, closes the dense connections and waits for their threads (a thread still

@@ -299,7 +299,7 @@ Status PsServer::Start(const ServerOptions& options, std::unique_ptr<PsServer>* 
   SetTransferArgs(transfer, options.max_message_bytes);
   impl.server = builder.BuildAndStart();
   if (!impl.server) return Internal("the gRPC server did not start");
-  impl.acceptor->Start(ps->core_.get(), impl.server.get(), options.max_message_bytes);
+  impl.acceptor->Start(ps->core_.get(), impl.server.get(), options);
   // Fails sync steps and barriers that wait too long (a trainer died without a word).
   impl.watchdog = std::thread([core = ps->core_.get(), &impl] {
     std::unique_lock lock(impl.mutex);

@@ -47,6 +47,12 @@ struct ServerOptions {
   // this machine's memory (SparseShard::DefaultMaxRows). fleet-ps-server --sparse_max_rows,
   // FLEET_PS_SPARSE_MAX_ROWS.
   uint64_t sparse_max_rows = 0;
+  // Dense connections (docs/runtime.md, Transport): served at once (a thread each), and from one
+  // remote address. Past a limit a new connection takes the place of an idle one that never had a
+  // request answered, else of one idle for dense_reclaim_idle or more; none such: RESOURCE_EXHAUSTED.
+  size_t max_dense_connections = 4096;
+  size_t max_dense_connections_per_peer = 1024;
+  std::chrono::milliseconds dense_reclaim_idle{std::chrono::seconds(30)};
 };
 
 using Done = std::function<void(Status)>;
