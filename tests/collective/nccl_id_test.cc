@@ -156,6 +156,25 @@ TEST(NcclIdTest, OnlyGarbageTimesOutNamingWhatWasIgnored) {
   EXPECT_LT(SecondsSince(start), 5);
 }
 
+// Issue 14: listeners bound every address, whatever the endpoint said (Paddle's c_gen_nccl_id does).
+TEST(NcclIdTest, TheReceiverListensOnlyOnItsEndpointsAddress) {
+  const int port = FreePort();
+  const std::string endpoint = "127.0.0.1:" + std::to_string(port);
+  Result<std::vector<UniqueId>> received = Error{"not run"};
+  std::thread receiver([&] { received = ReceiveUniqueIds(endpoint, 1, Within(milliseconds(10000))); });
+  const int fd = RawConnectWithin(port, 10);  // it listens
+  ASSERT_GE(fd, 0);
+  ::close(fd);
+  const int other = RawConnect(port, "127.0.0.2");  // another address of this machine
+  EXPECT_LT(other, 0) << "reached through 127.0.0.2";
+  if (other >= 0) ::close(other);
+  const UniqueId id = PatternId('b');
+  ASSERT_TRUE(SendUniqueIds({endpoint}, {id}, Within(milliseconds(10000))).ok());
+  receiver.join();
+  ASSERT_TRUE(received.ok()) << received.error();
+  EXPECT_EQ((*received)[0], id);
+}
+
 TEST(NcclIdTest, Rank0ClosingMidIdIsAnError) {
   const int port = FreePort();
   Result<std::vector<UniqueId>> received = Error{"not run"};

@@ -363,6 +363,40 @@ TEST(StoreLimitsTest, WaitedKeysAreBoundedInAllAndFreedWithTheirConnections) {
   for (int i = 1; i < 3; ++i) ::close(fds[static_cast<size_t>(i)]);
 }
 
+// The same lock-out with peers that stay: when full, a new connection takes the place of the oldest
+// one that has not sent a whole request; ranks (who have) keep theirs.
+TEST(StoreLimitsTest, SilentConnectionsMakeWayForRanksWhenTheStoreIsFull) {
+  RendezvousStoreLimits limits;
+  limits.max_connections = 8;
+  auto started = RendezvousStoreServer::Start("127.0.0.1", 0, milliseconds(1000), limits);
+  ASSERT_TRUE(started.ok()) << started.error();
+  auto server = std::move(*started);
+  std::vector<int> silent;
+  for (int i = 0; i < 8; ++i) {
+    silent.push_back(RawConnect(server->port()));
+    ASSERT_GE(silent.back(), 0);
+    SetRecvTimeout(silent.back(), 5);
+  }
+  const std::string half = Header(1, 1, 100) + "k";  // half a SET: not a whole request either
+  ASSERT_TRUE(SendRaw(silent[1], half.data(), half.size()));
+  std::vector<std::unique_ptr<RendezvousStoreClient>> ranks;
+  for (int r = 0; r < 8; ++r) {
+    auto client = RendezvousStoreClient::Connect("127.0.0.1", server->port(), milliseconds(2000), milliseconds(2000));
+    ASSERT_TRUE(client.ok()) << client.error();
+    ASSERT_TRUE((*client)->Set("rank/" + std::to_string(r), Bytes("x")).ok()) << r;
+    ranks.push_back(std::move(*client));
+  }
+  for (int fd : silent) {
+    EXPECT_EQ(RecvRaw(fd, 1), "") << "closed";
+    ::close(fd);
+  }
+  // Full of ranks: a ninth connection is closed at once, and the ranks go on.
+  auto ninth = RendezvousStoreClient::Connect("127.0.0.1", server->port(), milliseconds(2000), milliseconds(2000));
+  ASSERT_TRUE(ninth.ok()) << ninth.error();
+  EXPECT_FALSE((*ninth)->Set("late", Bytes("x")).ok());
+  for (auto& rank : ranks) EXPECT_TRUE(rank->Wait({"rank/0", "rank/7"}, milliseconds(1000)).ok());
+}
+
 TEST(StoreClientTest, AWaitOnMoreKeysThanABatchNamesEveryMissingOne) {
   auto started = RendezvousStoreServer::Start("127.0.0.1", 0, milliseconds(1000));
   ASSERT_TRUE(started.ok()) << started.error();

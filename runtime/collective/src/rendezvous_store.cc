@@ -22,7 +22,6 @@ using net::Clock;
 constexpr char kMagic[4] = {'F', 'L', 'K', 'V'};
 constexpr size_t kRequestHeader = 4 + 1 + 4 + 4;
 constexpr size_t kResponseHeader = 1 + 4;
-constexpr size_t kMaxConnections = 4096;
 
 enum Op : uint8_t { kSet = 1, kGet = 2, kWait = 3 };
 enum StatusCode : uint8_t { kOk = 0, kNotFound = 1, kTimeout = 2, kError = 3 };
@@ -69,6 +68,7 @@ struct RendezvousStoreServer::Impl {
     std::string in;
     std::string out;
     bool close_after_flush = false;
+    bool served = false;  // a whole request came: a rank, not a peer that connects and says nothing
     // A pending WAIT: its keys as listed, how many distinct ones are still unset, its deadline.
     bool waiting = false;
     std::vector<std::string> wait_keys;
@@ -175,6 +175,19 @@ struct RendezvousStoreServer::Impl {
     EndWait(c);
   }
 
+  // Room for a new connection: when full, the oldest that has not sent a whole request goes (peers
+  // that connect and say nothing cannot lock the ranks out). false: none such, the new one goes.
+  bool MakeRoom() {
+    if (connections.size() < limits.max_connections) return true;
+    for (auto it = connections.begin(); it != connections.end(); ++it) {
+      if (!it->served && !it->waiting) {  // oldest first: new ones are appended
+        connections.erase(it);
+        return true;
+      }
+    }
+    return false;
+  }
+
   // Closes c (it is removed from the list after this round); a pending WAIT ends with it.
   void Drop(Connection& c) {
     if (c.waiting) EndWait(c);
@@ -231,6 +244,7 @@ struct RendezvousStoreServer::Impl {
         StartWait(c, std::move(keys), std::chrono::milliseconds(GetU32(value)));
       }
       c.in.erase(0, frame);
+      c.served = true;
     }
     Trim(c.in);
   }
@@ -300,7 +314,7 @@ struct RendezvousStoreServer::Impl {
         while (true) {
           net::Fd fd(::accept4(listener.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
           if (!fd.valid()) break;
-          if (connections.size() >= kMaxConnections) continue;  // closed right away
+          if (!MakeRoom()) continue;  // closed right away
           net::SetNoDelay(fd.get());
           connections.emplace_back();
           connections.back().fd = std::move(fd);

@@ -8,7 +8,8 @@
 //   ops:      1 SET key=value; 2 GET key; 3 WAIT keys ('\0'-separated) with value = u32 timeout ms
 //   statuses: 0 OK (GET: the value), 1 NOT_FOUND, 2 TIMEOUT (payload: the missing keys,
 //             '\0'-separated), 3 ERROR (payload: a message)
-// Frames are bounded (keys 4 KiB, a WAIT's key list 1 MiB, values 16 MiB, 256 MiB stored in all).
+// Frames are bounded (keys 4 KiB, a WAIT's key list 1 MiB, values 16 MiB, 256 MiB stored in all),
+// and so are connections (RendezvousStoreLimits).
 // A malformed frame gets an ERROR response and the connection is closed; the server keeps serving
 // everyone else. The server is one poll(2) thread, so a thousand ranks cost one thread.
 // Waits are bounded too (RendezvousStoreLimits: keys per WAIT, keys waited on by all connections
@@ -41,6 +42,9 @@ inline constexpr size_t kStoreWaitBatchKeys = 256;
 struct RendezvousStoreLimits {
   size_t max_wait_keys = 1024;           // keys in one WAIT
   size_t max_waiting_keys = size_t{2} << 20;  // keys waited on by all connections together (~40 bytes each)
+  // Connections at once. When full, a new one takes the place of the oldest that has not sent a
+  // whole request yet (a rank sends its first at once), else it is closed.
+  size_t max_connections = 4096;
 };
 
 class RendezvousStoreServer {
