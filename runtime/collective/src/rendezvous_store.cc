@@ -1,5 +1,6 @@
 #include "fleet/collective/rendezvous_store.h"
 
+#include <malloc.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -98,8 +99,9 @@ struct RendezvousStoreServer::Impl {
     Respond(c, status, payload.data(), payload.size());
   }
 
-  // A buffer that held one large frame does not keep its memory for the life of the connection.
+  // A buffer that held a large frame does not keep its memory for the life of the connection.
   static void Trim(std::string& buffer) {
+    if (buffer.empty() && buffer.capacity() > (4 << 10)) std::string().swap(buffer);
     if (buffer.size() < (64 << 10) && buffer.capacity() > (1 << 20)) buffer.shrink_to_fit();
   }
 
@@ -110,7 +112,18 @@ struct RendezvousStoreServer::Impl {
     c.in.clear();
   }
 
-  void Count() { owner->waiting_keys_.store(waiting_keys); }
+  // Waits on many distinct keys take a few hundred bytes each; once they are all gone the memory goes
+  // back to the system, not only to malloc's free lists (it stayed with the process before).
+  size_t waiting_peak = 0;
+  void Count() {
+    owner->waiting_keys_.store(waiting_keys);
+    waiting_peak = std::max(waiting_peak, waiting_keys);
+    if (waiting_keys == 0 && waiting_peak >= (64 << 10)) {
+      waiters = {};
+      ::malloc_trim(0);
+      waiting_peak = 0;
+    }
+  }
 
   // Starts a WAIT (answered at once when every key is set already), or refuses it past a limit.
   void StartWait(Connection& c, std::vector<std::string> keys, std::chrono::milliseconds timeout) {

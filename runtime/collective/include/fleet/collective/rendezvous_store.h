@@ -36,12 +36,14 @@ inline constexpr size_t kStoreMaxWaitKeysBytes = 1 << 20;
 inline constexpr size_t kStoreMaxValueBytes = 16 << 20;
 inline constexpr size_t kStoreMaxTotalBytes = 256 << 20;
 // The client sends a longer key list as several WAITs of at most this many keys, one after the
-// other: 4096 ranks joining at once then wait on 1 Mi keys in all, inside the server's limit.
-inline constexpr size_t kStoreWaitBatchKeys = 256;
+// other: 4096 ranks joining at once then wait on 128 Ki keys in all, well inside the server's limit.
+inline constexpr size_t kStoreWaitBatchKeys = 32;
 
 struct RendezvousStoreLimits {
   size_t max_wait_keys = 1024;           // keys in one WAIT
-  size_t max_waiting_keys = size_t{2} << 20;  // keys waited on by all connections together (~40 bytes each)
+  // Keys waited on by all connections together: ~70 bytes each where many wait on the same keys (the
+  // ranks' join), ~310 where all differ, so 256 Ki cost at most ~80 MB.
+  size_t max_waiting_keys = size_t{256} << 10;
   // Connections at once. When full, a new one takes the place of the oldest that has not sent a
   // whole request yet (a rank sends its first at once), else it is closed.
   size_t max_connections = 4096;
