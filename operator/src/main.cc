@@ -55,9 +55,10 @@ std::string PodNamespace() {
 }
 
 std::unique_ptr<fleet::serving::HttpServer> Serve(const std::string& what, const std::string& address,
-                                                  std::vector<fleet::serving::Route> routes) {
+                                                  std::vector<fleet::serving::Route> routes,
+                                                  fleet::serving::HttpServerOptions options = {}) {
   if (address == "0" || address.empty()) return nullptr;
-  auto server = fleet::serving::HttpServer::Start(address, std::move(routes));
+  auto server = fleet::serving::HttpServer::Start(address, std::move(routes), options);
   if (!server) {
     Log(LogLevel::kError, what + ": " + server.error());
     std::exit(1);
@@ -122,24 +123,37 @@ int main(int argc, char** argv) {
 
   std::atomic<bool> leading{!flags->leader_elect};
   auto metrics_server = Serve("metrics", flags->metrics_bind_address, {fleet::serving::MetricsRoute(registry)});
+  // The kubelet restarts an operator whose /healthz times out: its probes get workers to spare
+  // beside idle or stalled connections (http_server.h).
+  fleet::serving::HttpServerOptions probe_options;
+  probe_options.threads = 32;
   auto probe_server = Serve("health probes", flags->health_probe_bind_address,
                             {fleet::serving::HealthRoute("/healthz", [] { return std::string(); }),
                              fleet::serving::HealthRoute("/readyz", [&controller] {
                                return controller.HasSynced() ? std::string() : std::string("informers have not synced yet");
-                             })});
+                             })},
+                            probe_options);
 
   controller.StartInformers();
   std::thread workers;
   std::mutex mu;
   bool started = false;
+  std::atomic<bool> stopping{false};
   auto start_workers = [&] {
     std::lock_guard<std::mutex> lock(mu);
     if (started) return;
     started = true;
-    workers = std::thread([&controller] {
-      while (!controller.WaitForSync(std::chrono::seconds(1))) {
-        Log(LogLevel::kInfo, "waiting for the informers to sync");
+    workers = std::thread([&controller, &stopping] {
+      // WaitForSync returns false at once once the informers are stopped: shutting down (or losing
+      // the lease) before the caches ever synced must end this loop, not spin in it.
+      for (int waited = 1; !controller.WaitForSync(std::chrono::seconds(1)); ++waited) {
+        if (stopping) return;
+        // Once at first, then every 30 s: an unreachable API server is a state, not a log stream.
+        if (waited == 1 || waited % 30 == 0) {
+          Log(LogLevel::kInfo, "waiting for the informers to sync", {{"waited", std::to_string(waited) + "s"}});
+        }
       }
+      if (stopping) return;
       Log(LogLevel::kInfo, "caches synced; reconciling");
       controller.Run();
     });
@@ -177,6 +191,7 @@ int main(int argc, char** argv) {
   const bool lost = signal == SIGUSR1;
   Log(lost ? LogLevel::kError : LogLevel::kInfo,
       lost ? "lost the leader lease; exiting so that no two replicas act at once" : "shutting down");
+  stopping = true;
   controller.Stop();
   if (workers.joinable()) workers.join();
   if (elector) elector->Stop();   // releases the lease so a standby takes over at once

@@ -1,18 +1,23 @@
 // End to end: gang scheduling through a Volcano PodGroup, an operator killed in the middle of
-// creating a large job, and two replicas with leader election.
+// creating a large job, two replicas with leader election, probes beside idle connections, and a
+// shutdown before the caches ever synced.
 #include <signal.h>
 #include <sys/wait.h>
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <map>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "builders.h"
 #include "harness.h"
+#include "../common/test_process.h"
+#include "../serving/idle_connections.h"
 
 namespace fleet::op::e2e {
 namespace {
@@ -251,6 +256,57 @@ TEST_F(RobustnessE2eTest, LeaderThatCannotRenewExits) {
   ASSERT_TRUE(status.has_value()) << "still running 20 s after its lease renewals started failing";
   EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << "wait status " << *status;
   EXPECT_NE(op.Log().find("lost the leader lease"), std::string::npos);
+}
+
+// Issue 14 (slowloris): 20 connections that send nothing, or stall in the request line, made every
+// /healthz probe time out for 40 s (two CivetWeb workers, a 10 s request timeout), and the kubelet
+// would have restarted the operator. Its probes are answered beside them now.
+TEST_F(RobustnessE2eTest, ProbesAreAnsweredBesideIdleConnections) {
+  OperatorProcess& op = StartOperator();
+  ASSERT_TRUE(WaitReady(op));
+  const int port = op.ServingPort("health probes").value_or(0);
+  fleet::testing::IdleConnections idle(port, 20);
+  ASSERT_EQ(idle.open(), 20u);
+  for (const char* path : {"/healthz", "/readyz", "/healthz"}) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(fleet::testing::ProbeWithin(port, path, std::chrono::seconds(1)), 200) << path;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << path;
+  }
+}
+
+// Issue 14: with the API server unreachable the caches never sync. SIGTERM (or, with leader
+// election, the same path as a lost lease) must still end the operator at once, and the waiting
+// must not flood the log: it used to spin on WaitForSync after Stop() at ~28 MB/s and never exit.
+TEST_F(RobustnessE2eTest, StopsPromptlyWhenItsCachesCannotSync) {
+  const int port = fleet::test::FreePort();   // nothing listens there: connections are refused
+  const std::string unreachable = dir().Write(
+      "unreachable-kubeconfig",
+      "apiVersion: v1\nkind: Config\nclusters:\n- name: gone\n  cluster:\n    server: http://127.0.0.1:" +
+          std::to_string(port) +
+          "\nusers:\n- name: test\n  user:\n    token: e2e-token\n"
+          "contexts:\n- name: gone\n  context:\n    cluster: gone\n    user: test\n"
+          "current-context: gone\n");
+  for (const bool elect : {false, true}) {
+    SCOPED_TRACE(elect ? "with --leader-elect" : "without leader election");
+    std::vector<std::string> args = {"--kubeconfig=" + unreachable, "--metrics-bind-address=127.0.0.1:0",
+                                     "--health-probe-bind-address=127.0.0.1:0"};
+    if (elect) args.insert(args.end(), {"--leader-elect", "--leader-election-namespace=default"});
+    const std::string name = std::string("unsynced-") + (elect ? "elect" : "plain");
+    operators_.push_back(
+        std::make_unique<OperatorProcess>(name, OperatorBinary(), args, dir().path() + "/" + name + ".log"));
+    OperatorProcess& op = *operators_.back();
+    ASSERT_TRUE(Eventually("the probe server to start", [&](std::string&) {
+      return op.ServingPort("health probes").has_value();
+    }, Seconds(10)));
+    std::this_thread::sleep_for(std::chrono::seconds(2));   // informers failing, workers waiting to sync
+    op.ExpectExit();
+    op.Signal(SIGTERM);
+    // A List in flight ends its retries first (about 1.5 s of backoff at most), not more.
+    const auto status = op.WaitExit(Seconds(5));
+    ASSERT_TRUE(status.has_value()) << "still running 5 s after SIGTERM; log is " << op.Log().size() << " bytes";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 0) << "wait status " << *status;
+    EXPECT_LT(op.Log().size(), 16u * 1024) << "the log grew to " << op.Log().size() << " bytes";
+  }
 }
 
 }  // namespace
