@@ -142,10 +142,11 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
       return 1;
     }
     if (!agent_options.report_http.empty()) {
+      // Loopback pushes from the trainer's ranks: a few workers, so that one stalled client (one
+      // worker for the 2 s request timeout) does not hold the others' reports (http_server.h).
       fleet::serving::HttpServerOptions report_options;
-      report_options.threads = 1;
+      report_options.threads = 4;
       report_options.max_body_bytes = 64 * 1024;
-      report_options.request_timeout_ms = 5000;
       auto reports = fleet::serving::HttpServer::Start(agent_options.report_http, {agent->ReportRoute()}, report_options);
       if (!reports.ok()) {
         log("--report-http: " + reports.error());

@@ -14,6 +14,7 @@
 
 #include <cmath>
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <sstream>
 #include <fstream>
@@ -23,6 +24,7 @@
 
 #include "fake_apiserver_fixture.h"
 #include "sidecar_process.h"
+#include "../serving/idle_connections.h"
 
 namespace fleet::sidecar::testing {
 namespace {
@@ -402,6 +404,27 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"10\"", 20));
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_loss", "rank=\"10\"", 0.05));
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_scalar", "rank=\"9\",name=\"lr\"", 0.1));
+}
+
+// Issue 14 (slowloris): two connections that sent nothing held both workers of the probe port for
+// ~9 s (the kubelet's startup and readiness probes failed), and one held the report port for 5 s.
+TEST_F(AgentTest, ProbesAndReportsAreAnsweredBesideIdleConnections) {
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--pod=j-worker-0", "--metrics-port=9",
+                        "--listen=127.0.0.1:0", "--report-http=127.0.0.1:0", "--main-process=off"});
+  const int port = sidecar->WaitForPort();
+  const int report_port = LoggedNumber(*sidecar, "(report port ");
+  ASSERT_GT(port, 0);
+  ASSERT_GT(report_port, 0);
+  fleet::testing::IdleConnections idle(port, 12);
+  fleet::testing::IdleConnections idle_reports(report_port, 2);
+  ASSERT_EQ(idle.open() + idle_reports.open(), 14u);
+  auto answered_at_once = [](int at, const std::string& path, int status) {
+    const auto start = std::chrono::steady_clock::now();
+    EXPECT_EQ(fleet::testing::ProbeWithin(at, path, std::chrono::seconds(1)), status) << path;
+    EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(500)) << path;
+  };
+  for (const char* path : {"/startup", "/readyz", "/healthz", "/metrics"}) answered_at_once(port, path, 200);
+  answered_at_once(report_port, "/v1/report", 405);   // a worker answered: only POST is taken there
 }
 
 TEST_F(AgentTest, ReadinessFollowsTheMainProcess) {
