@@ -187,8 +187,10 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     }
   }
   for (const auto& [var, per_role] : by_var) {
+    // A named copy of what the lambda reads: C++17 lambdas cannot capture structured bindings.
+    const std::string& first = per_role.begin()->second;
     const bool same = std::all_of(per_role.begin(), per_role.end(),
-                                  [&](const auto& rv) { return rv.second == per_role.begin()->second; });
+                                  [&first](const auto& rv) { return rv.second == first; });
     for (const auto& [role, value] : per_role) {
       const std::string key = same ? var : var + "." + role;
       w.key_of_[{role, var}] = key;
