@@ -20,7 +20,9 @@ Json SidecarResources(const SidecarSpec& sidecar) {
 // The non-root, read-only shape of every container the operator provides.
 Json RestrictedSecurityContext() {
   return {{"runAsNonRoot", true}, {"runAsUser", 65532}, {"allowPrivilegeEscalation", false},
-          {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}}};
+          {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}},
+          // Pod Security "restricted" also requires a seccomp profile of every container.
+          {"seccompProfile", {{"type", "RuntimeDefault"}}}};
 }
 
 std::string LoopbackReportAddress(int port) { return "127.0.0.1:" + std::to_string(port); }

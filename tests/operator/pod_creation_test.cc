@@ -106,6 +106,36 @@ Json ConfigMapRef(const std::string& key) {
 }
 
 // Regression (fixed): throws map::at for the second server; see JobWiringTest.SecondServerGetsTheGlooEndpointFromTheConfigMap.
+// Pod Security "restricted", as the API server checks it of one container: the containers the
+// operator injects must pass on their own, whatever the user's template sets for the pod.
+void ExpectRestricted(const Json& container) {
+  SCOPED_TRACE(container.value("name", "?"));
+  const Json sc = container.value("securityContext", Json::object());
+  EXPECT_EQ(sc.value("runAsNonRoot", false), true);
+  EXPECT_EQ(sc.value("privileged", false), false);
+  EXPECT_EQ(sc.value("allowPrivilegeEscalation", true), false);
+  const Json caps = sc.value("capabilities", Json::object());
+  EXPECT_THAT(caps.value("drop", Json::array()), Contains("ALL"));
+  for (const Json& add : caps.value("add", Json::array())) EXPECT_EQ(add, "NET_BIND_SERVICE");
+  const std::string seccomp = sc.value("seccompProfile", Json::object()).value("type", "");
+  EXPECT_TRUE(seccomp == "RuntimeDefault" || seccomp == "Localhost") << "seccompProfile.type '" << seccomp << "'";
+}
+
+TEST(PodCreationTest, InjectedContainersPassPodSecurityRestricted) {
+  const ReconcilePlan plan = PlanReconcile(
+      JobBuilder("wd").Ps(1, 1).Set("/spec/runtime", "fleet").Erase("/spec/server/template").Obj(), Observed{},
+      T0(), OperatorSettings{});
+  const std::vector<Json> pods = CreatedPods(plan);
+  ASSERT_EQ(pods.size(), 2u);
+  for (const Json& pod : pods) {
+    SCOPED_TRACE(pod["metadata"].value("name", "?"));
+    ExpectRestricted(pod["spec"]["initContainers"][0]);   // fleet-sidecar
+  }
+  const Json& server = pods[0]["spec"]["containers"][0];
+  ASSERT_EQ(server["name"], "fleet-ps-server");
+  ExpectRestricted(server);
+}
+
 TEST(PodCreationTest, NewPsJobCreatesItsSixPodsAndNothingElse) {
   const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
 
