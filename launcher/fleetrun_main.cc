@@ -1,6 +1,7 @@
 // fleetrun: composition root. Flags -> host facts -> plan -> logs -> supervised processes.
 // Exit status: 0 success; 2 bad flags or environment (nothing was started); a failed process's
-// own status (128+signal when it died by a signal); 128+signal when fleetrun itself was signalled.
+// own status (128+signal when it died by a signal); 128+signal when fleetrun itself was signalled;
+// 124 when parameter servers did not accept connections within --server_timeout.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -80,6 +81,7 @@ int main(int argc, char** argv) {
 
   SupervisorOptions supervisor;
   supervisor.grace_period_seconds = options->grace_period_seconds;
+  supervisor.server_timeout_seconds = options->server_timeout_seconds;
   const int status = Supervise(*plan, host.env, supervisor);
   ::rmdir(gloo_dir.c_str());  // only when empty: a gloo FILE store that used it keeps its files
   return status;

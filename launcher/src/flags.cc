@@ -1,6 +1,7 @@
 #include "fleet/launcher/flags.h"
 
 #include <charconv>
+#include <cstdio>
 #include <functional>
 #include <map>
 #include <set>
@@ -38,6 +39,20 @@ Setter Port(std::optional<int> LaunchOptions::*field, const std::string& flag) {
   };
 }
 
+Setter Seconds(double LaunchOptions::*field, const std::string& flag, double maximum) {
+  return [=](LaunchOptions& o, const std::string& v) -> Status {
+    double seconds = -1;
+    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
+    if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || !(seconds >= 0) || seconds > maximum) {
+      char range[32];
+      std::snprintf(range, sizeof range, "[0, %.0f]", maximum);
+      return Error{"--" + flag + " must be a number of seconds in " + range + ", got '" + v + "'"};
+    }
+    o.*field = seconds;
+    return OkStatus();
+  };
+}
+
 const std::map<std::string, Setter>& Flags() {
   static const std::map<std::string, Setter> flags = {
       {"gpus", Text(&LaunchOptions::gpus)},
@@ -60,15 +75,8 @@ const std::map<std::string, Setter>& Flags() {
          o.log_dir = v;
          return OkStatus();
        }},
-      {"grace_period", [](LaunchOptions& o, const std::string& v) -> Status {
-         double seconds = -1;
-         auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
-         if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || seconds < 0 || seconds > 3600) {
-           return Error{"--grace_period must be a number of seconds in [0, 3600], got '" + v + "'"};
-         }
-         o.grace_period_seconds = seconds;
-         return OkStatus();
-       }},
+      {"grace_period", Seconds(&LaunchOptions::grace_period_seconds, "grace_period", 3600)},
+      {"server_timeout", Seconds(&LaunchOptions::server_timeout_seconds, "server_timeout", 86400)},
   };
   return flags;
 }
@@ -145,6 +153,7 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
       {"nproc_per_node", number(nproc_per_node)},
       {"run_mode", text(run_mode)},
       {"server_num", number(server_num)},
+      {"server_timeout", std::to_string(server_timeout_seconds)},
       {"servers", text(servers)},
       {"start_port", number(start_port)},
       {"training_script", training_script},
@@ -179,6 +188,8 @@ common:
   --run_mode MODE       collective, ps or ps-heter
   --log_dir DIR         where workerlog.N, serverlog.N, heterlog.N and endpoints.log go (default log)
   --grace_period SECS   SIGTERM-to-SIGKILL delay when stopping processes (default 5)
+  --server_timeout SECS PS: stop the job (exit 124) when a parameter server does not accept
+                        connections within SECS of the start (default 300; 0: wait forever)
   -h, --help            this text
   --version             version and build features
 )";

@@ -2,15 +2,20 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <netdb.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/statvfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -20,14 +25,63 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-void WriteAll(int fd, const char* data, size_t size) {
+// 0, or the errno of the write that failed. A closed terminal must not stop the job (the log
+// file still has it all), nor a full log disk (the terminal still shows it): callers only report.
+int WriteAll(int fd, const char* data, size_t size) {
   while (size > 0) {
     ssize_t n = ::write(fd, data, size);
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;  // a closed terminal must not stop the job; the log file still has it all
+    if (n < 0) return errno;
+    if (n == 0) return EIO;
     data += n;
     size -= static_cast<size_t>(n);
   }
+  return 0;
+}
+
+// Which of `endpoints` accept a TCP connection within `wait_ms`: non-blocking connects, all at
+// once, so that an address nobody answers costs `wait_ms` and not the kernel's connect timeout.
+std::vector<bool> AcceptingConnections(const std::vector<Endpoint>& endpoints, int wait_ms) {
+  std::vector<bool> accepting(endpoints.size(), false);
+  std::vector<pollfd> fds;
+  std::vector<size_t> which;
+  for (size_t i = 0; i < endpoints.size(); ++i) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    addrinfo* found = nullptr;
+    if (::getaddrinfo(endpoints[i].host.c_str(), std::to_string(endpoints[i].port).c_str(), &hints, &found) != 0) continue;
+    const int fd = ::socket(found->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    const int r = fd < 0 ? -1 : ::connect(fd, found->ai_addr, found->ai_addrlen);
+    const int error = errno;
+    ::freeaddrinfo(found);
+    if (fd >= 0 && r != 0 && error == EINPROGRESS) {
+      fds.push_back({fd, POLLOUT, 0});
+      which.push_back(i);
+      continue;
+    }
+    accepting[i] = fd >= 0 && r == 0;
+    if (fd >= 0) ::close(fd);
+  }
+  const auto deadline = Clock::now() + std::chrono::milliseconds(wait_ms);
+  size_t open = fds.size();
+  while (open > 0) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0 || ::poll(fds.data(), fds.size(), static_cast<int>(left)) < 0) break;
+    for (size_t k = 0; k < fds.size(); ++k) {
+      if (fds[k].fd < 0 || fds[k].revents == 0) continue;
+      int error = 0;
+      socklen_t len = sizeof error;
+      accepting[which[k]] = ::getsockopt(fds[k].fd, SOL_SOCKET, SO_ERROR, &error, &len) == 0 && error == 0;
+      ::close(fds[k].fd);
+      fds[k].fd = -1;   // poll ignores negative descriptors
+      --open;
+    }
+  }
+  for (const pollfd& p : fds) {
+    if (p.fd >= 0) ::close(p.fd);
+  }
+  return accepting;
 }
 
 std::string DescribeStatus(int status) {
@@ -77,6 +131,10 @@ class Supervisor {
   void CopyEcho(bool drain);
   bool AnyRunning() const;
   void KillAdoptedOrphans();
+  void Tick();
+  void WatchServers();
+  void CheckLogSpace();
+  void LogsLost(const std::string& why);
   void Say(const std::string& message) {
     const std::string line = "fleetrun: " + message + "\n";
     WriteAll(options_.messages_fd, line.data(), line.size());
@@ -93,6 +151,11 @@ class Supervisor {
   bool stopping_ = false;
   int exit_code_ = 0;
   Clock::time_point kill_deadline_ = Clock::time_point::max();
+  // PS jobs: the servers that have not accepted a connection yet, and until when they may take.
+  std::vector<Endpoint> waiting_for_servers_;
+  Clock::time_point servers_deadline_ = Clock::time_point::max();
+  std::string echo_log_path_;
+  std::string lost_logs_;   // why logs are incomplete, once noticed
 };
 
 bool Supervisor::Start(const LocalProcess& spec, Child& child) {
@@ -171,6 +234,7 @@ bool Supervisor::Start(const LocalProcess& spec, Child& child) {
     ::close(pipe_fds[1]);
     echo_fd_ = pipe_fds[0];
     echo_log_fd_ = log_fd;
+    echo_log_path_ = log_path;
     ::fcntl(echo_fd_, F_SETFL, ::fcntl(echo_fd_, F_GETFL) | O_NONBLOCK);
   } else {
     ::close(log_fd);
@@ -254,7 +318,9 @@ void Supervisor::CopyEcho(bool drain) {
   while (true) {
     ssize_t n = ::read(echo_fd_, buffer, sizeof buffer);
     if (n > 0) {
-      WriteAll(echo_log_fd_, buffer, static_cast<size_t>(n));
+      if (const int error = WriteAll(echo_log_fd_, buffer, static_cast<size_t>(n))) {
+        LogsLost("cannot write " + echo_log_path_ + ": " + std::strerror(error));
+      }
       WriteAll(options_.terminal_fd, buffer, static_cast<size_t>(n));
       if (!drain) return;  // one chunk per wake-up keeps signals responsive
       continue;
@@ -300,6 +366,50 @@ void Supervisor::KillAdoptedOrphans() {
   for (pid_t pid : orphans) ::waitpid(pid, nullptr, 0);
 }
 
+// Once a second: is the log disk full, have the parameter servers started listening.
+void Supervisor::Tick() {
+  CheckLogSpace();
+  if (!stopping_ && !waiting_for_servers_.empty()) WatchServers();
+}
+
+// Trainers wait for their servers without limit (Paddle's wait_server_ready), so a server that
+// never listens would hold the job until its trainers' own connect timeouts, if they have any.
+void Supervisor::WatchServers() {
+  const std::vector<bool> accepting = AcceptingConnections(waiting_for_servers_, 200);
+  std::vector<Endpoint> still;
+  for (size_t i = 0; i < waiting_for_servers_.size(); ++i) {
+    if (!accepting[i]) still.push_back(waiting_for_servers_[i]);
+  }
+  waiting_for_servers_ = std::move(still);
+  if (waiting_for_servers_.empty() || Clock::now() < servers_deadline_) return;
+  std::string which;
+  for (const Endpoint& server : waiting_for_servers_) {
+    which += (which.empty() ? "" : ", ") + server.ToString();
+    for (const LocalProcess& spec : plan_.processes) {
+      if (spec.process.role == Role::kServer && spec.process.endpoint == server) which += " (log " + LogPath(spec) + ")";
+    }
+  }
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%g", options_.server_timeout_seconds);
+  Say("ABORT: parameter server " + which + " did not accept connections within " + seconds +
+      " s (--server_timeout). Stopping all local processes.");
+  BeginStop(kServerTimeoutStatus, false);
+}
+
+void Supervisor::CheckLogSpace() {
+  struct statvfs fs {};
+  if (lost_logs_.empty() && ::statvfs(plan_.log_dir.c_str(), &fs) == 0 && fs.f_bavail == 0) {
+    LogsLost("the file system holding " + plan_.log_dir + " is full");
+  }
+}
+
+// Processes write their logs themselves and cannot tell us; say it once, here, when first seen.
+void Supervisor::LogsLost(const std::string& why) {
+  if (!lost_logs_.empty()) return;
+  lost_logs_ = why;
+  Say("WARNING: " + why + "; local processes' output is being lost from their logs in " + plan_.log_dir + ".");
+}
+
 int Supervisor::Run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
@@ -310,21 +420,30 @@ int Supervisor::Run() {
     Say(std::string("signalfd failed: ") + std::strerror(errno));
     return 1;
   }
+  if (!plan_.direct_start && options_.server_timeout_seconds > 0) {
+    waiting_for_servers_ = plan_.topology.EndpointsOf(Role::kServer);
+    servers_deadline_ = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                           std::chrono::duration<double>(options_.server_timeout_seconds));
+  }
   if (!StartAll()) BeginStop(1, false);
   Reap();  // a child that failed to exec may already be gone
 
+  auto next_tick = Clock::now() + std::chrono::seconds(1);
   while (AnyRunning()) {
-    int timeout_ms = -1;
+    if (Clock::now() >= next_tick) {
+      Tick();
+      next_tick = Clock::now() + std::chrono::seconds(1);
+    }
+    Clock::time_point wake = next_tick;
     if (stopping_) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(kill_deadline_ - Clock::now()).count();
-      if (left <= 0) {
+      if (kill_deadline_ <= Clock::now()) {
         SignalGroups(SIGKILL);
         kill_deadline_ = Clock::time_point::max();
-        timeout_ms = -1;
-      } else {
-        timeout_ms = static_cast<int>(left);
       }
+      wake = std::min(wake, kill_deadline_);
     }
+    const int timeout_ms = static_cast<int>(
+        std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count() + 1));
     pollfd fds[2] = {{signal_fd_, POLLIN, 0}, {echo_fd_, POLLIN, 0}};
     int ready = ::poll(fds, echo_fd_ >= 0 ? 2 : 1, timeout_ms);
     if (ready < 0 && errno != EINTR) break;
@@ -343,6 +462,9 @@ int Supervisor::Run() {
   CopyEcho(true);
   SignalGroups(SIGKILL);  // leftovers of finished groups: nothing outlives the job
   KillAdoptedOrphans();
+  // The exit summary: a job that succeeded still did, but nobody should trust its logs blindly.
+  CheckLogSpace();
+  if (!lost_logs_.empty()) Say("WARNING: the logs in " + plan_.log_dir + " are incomplete: " + lost_logs_ + ".");
   ::close(signal_fd_);
   ::sigprocmask(SIG_SETMASK, &previous, nullptr);
   return exit_code_;

@@ -30,6 +30,7 @@ TEST(FleetrunFlags, DefaultsWithOnlyAScript) {
   EXPECT_EQ(o.ips, "127.0.0.1");
   EXPECT_EQ(o.log_dir, "log");
   EXPECT_DOUBLE_EQ(o.grace_period_seconds, 5.0);
+  EXPECT_DOUBLE_EQ(o.server_timeout_seconds, 300.0);
   EXPECT_FALSE(o.gpus);
   EXPECT_FALSE(o.nproc_per_node);
   EXPECT_FALSE(o.start_port);
@@ -64,6 +65,7 @@ void ExpectAllFlagsSet(const LaunchOptions& o) {
   EXPECT_EQ(o.run_mode, "ps-heter");
   EXPECT_EQ(o.log_dir, "out/logs");
   EXPECT_DOUBLE_EQ(o.grace_period_seconds, 0.5);
+  EXPECT_DOUBLE_EQ(o.server_timeout_seconds, 30);
   EXPECT_EQ(o.training_script, "train.py");
   EXPECT_THAT(o.training_script_args, ElementsAre("x"));
 }
@@ -74,7 +76,7 @@ TEST(FleetrunFlags, EqualsForm) {
                                "--worker_num=3", "--servers=a:1,b:2", "--workers=c,d",
                                "--heter_workers=e:1;f:2", "--heter_worker_num=1;1",
                                "--heter_devices=gpu;cpu", "--http_port=6999", "--run_mode=ps-heter",
-                               "--log_dir=out/logs", "--grace_period=0.5", "train.py", "x"}));
+                               "--log_dir=out/logs", "--grace_period=0.5", "--server_timeout=30", "train.py", "x"}));
 }
 
 TEST(FleetrunFlags, SpaceForm) {
@@ -83,7 +85,7 @@ TEST(FleetrunFlags, SpaceForm) {
                                "--worker_num", "3", "--servers", "a:1,b:2", "--workers", "c,d",
                                "--heter_workers", "e:1;f:2", "--heter_worker_num", "1;1",
                                "--heter_devices", "gpu;cpu", "--http_port", "6999", "--run_mode",
-                               "ps-heter", "--log_dir", "out/logs", "--grace_period", "0.5", "train.py",
+                               "ps-heter", "--log_dir", "out/logs", "--grace_period", "0.5", "--server_timeout", "30", "train.py",
                                "x"}));
 }
 
@@ -180,6 +182,8 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"empty_log_dir", {"--log_dir=", "train.py"}, {"--log_dir must not be empty"}},
         BadFlags{"negative_grace_period", {"--grace_period=-1", "train.py"}, {"--grace_period", "'-1'"}},
         BadFlags{"text_grace_period", {"--grace_period=soon", "train.py"}, {"--grace_period", "'soon'"}},
+        BadFlags{"negative_server_timeout", {"--server_timeout=-5", "train.py"}, {"--server_timeout", "[0, 86400]", "'-5'"}},
+        BadFlags{"nan_server_timeout", {"--server_timeout=nan", "train.py"}, {"--server_timeout", "'nan'"}},
         BadFlags{"elastic_server", {"--elastic_server=127.0.0.1:2379", "--job_id=j", "--np=2", "train.py"},
                  {"--elastic_server", "elastic training is not supported"}},
         BadFlags{"elastic_job_id_space_form", {"--job_id", "j", "train.py"}, {"--job_id", "elastic"}},

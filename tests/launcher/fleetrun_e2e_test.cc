@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -699,6 +700,72 @@ TEST_F(FleetrunE2E, PsServerFailureStopsTheJob) {
   EXPECT_THAT(o.err, HasSubstr("server rank 0 exited with code 7"));
   EXPECT_THAT(o.err, HasSubstr("log/serverlog.0"));
   ExpectAllRecordedDead({"server", "trainer"}, 3);
+}
+
+// A PS job whose processes never listen: servers and trainers just wait (Paddle's trainers wait for
+// their servers without limit). LISTEN=1: servers listen on their port (python3), trainers exit 0
+// after 3.5 s, when fleetrun has seen the servers listen (it checks every second).
+constexpr char kQuietPsSh[] = R"SH(#!/bin/sh
+if [ "$TRAINING_ROLE" = PSERVER ] && [ -n "$LISTEN" ]; then
+  exec python3 -c 'import socket, sys, time
+s = socket.socket()
+s.bind(("127.0.0.1", int(sys.argv[1])))
+s.listen(8)
+time.sleep(1000)' "$PADDLE_PORT"
+fi
+[ "$TRAINING_ROLE" = TRAINER ] && [ -n "$LISTEN" ] && exec sleep 3.5
+exec sleep 1000
+)SH";
+
+// Issue 14: a parameter server that never listens held fleetrun until the trainers' own connect
+// timeouts (600 s for fleet_runtime's, none for Paddle's). --server_timeout bounds the wait.
+TEST_F(FleetrunE2E, PsServerThatNeverListensStopsTheJobAfterTheServerTimeout) {
+  WriteFile(work_ / "quiet.sh", kQuietPsSh, 0755);
+  const Outcome o = Run({"--server_num=2", "--worker_num=1", "--server_timeout=1", "./quiet.sh"});
+  EXPECT_EQ(o.code, 124) << Describe(o);
+  EXPECT_LT(o.seconds, 4) << Describe(o);
+  EXPECT_THAT(o.err, HasSubstr("ABORT: parameter server 127.0.0.1:"));
+  EXPECT_THAT(o.err, HasSubstr("(log log/serverlog.0)"));
+  EXPECT_THAT(o.err, HasSubstr("(log log/serverlog.1)"));
+  EXPECT_THAT(o.err, HasSubstr("did not accept connections within 1 s (--server_timeout)"));
+}
+
+TEST_F(FleetrunE2E, PsServersThatListenAreNotStoppedByTheServerTimeout) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  WriteFile(work_ / "quiet.sh", kQuietPsSh, 0755);
+  const Outcome o = Run({"--server_num=2", "--worker_num=1", "--server_timeout=2", "./quiet.sh"}, {{"LISTEN", "1"}});
+  EXPECT_EQ(o.code, 0) << Describe(o);
+  EXPECT_THAT(o.err, Not(HasSubstr("did not accept")));
+}
+
+// Issue 14: a full disk under the log dir lost the logs silently and the job exited 0. It still
+// exits 0 (the training did succeed), but fleetrun says so when it notices and again as it exits.
+TEST_F(FleetrunE2E, AFullLogDiskIsReportedWhenNoticedAndAtExit) {
+  const fs::path full = work_ / "full";
+  fs::create_directories(full);
+  if (::mount("tmpfs", full.c_str(), "tmpfs", 0, "size=64k") != 0) {
+    GTEST_SKIP() << "cannot mount a 64 KiB tmpfs (root only): " << std::strerror(errno);
+  }
+  struct Unmount {
+    fs::path path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{full};
+  // 300 KB each: worker 0's through fleetrun (its log and the terminal), worker 1's straight to its log.
+  // Worker 1's own writes fail: it ignores that, as a training script that prints would not care.
+  WriteFile(work_ / "spew.sh",
+            "#!/bin/sh\n{ head -c 300000 /dev/zero | tr '\\0' x; echo; echo done $PADDLE_TRAINER_ID; } 2>/dev/null\nexit 0\n",
+            0755);
+  const Outcome o = Run({"--nproc_per_node=2", "--log_dir=full", "./spew.sh"});
+  EXPECT_EQ(o.code, 0) << Describe(o);
+  EXPECT_THAT(o.out, HasSubstr("done 0\n"));   // the terminal still has worker 0's output
+  auto count = [&](const std::string& what) {
+    size_t n = 0;
+    for (size_t at = o.err.find(what); at != std::string::npos; at = o.err.find(what, at + 1)) ++n;
+    return n;
+  };
+  EXPECT_EQ(count("output is being lost from their logs in full."), 1u) << o.err;
+  EXPECT_EQ(count("WARNING: the logs in full are incomplete: "), 1u) << o.err;
+  EXPECT_TRUE(count("No space left on device") + count("is full") >= 1) << o.err;
 }
 
 TEST_F(FleetrunE2E, SecondSignalSkipsTheGracePeriod) {

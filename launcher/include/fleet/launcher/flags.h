@@ -31,6 +31,9 @@ struct LaunchOptions {
   std::optional<std::string> run_mode; // collective, ps, ps-heter; derived when omitted
   std::string log_dir = "log";
   double grace_period_seconds = 5.0;   // SIGTERM -> SIGKILL delay when stopping processes
+  // PS jobs: how long the parameter servers have to accept connections before the job is stopped
+  // (0: wait as long as it takes, as Paddle's launcher does).
+  double server_timeout_seconds = 300.0;
 
   std::string training_script;
   std::vector<std::string> training_script_args;

@@ -8,15 +8,24 @@
 //    stopped and the trainers' status (0) is returned;
 //  - SIGINT/SIGTERM/SIGHUP to fleetrun stop every process the same way (a second signal skips the
 //    grace period) and fleetrun exits 128+signal;
-//  - fleetrun is a child subreaper and children get PR_SET_PDEATHSIG: nothing it started outlives it.
+//  - fleetrun is a child subreaper and children get PR_SET_PDEATHSIG: nothing it started outlives it;
+//  - PS jobs: a parameter server that does not accept connections within server_timeout_seconds
+//    stops the job (status kServerTimeoutStatus), naming the server and its log;
+//  - logs that cannot be written (a full disk under the log dir) are reported once when noticed
+//    and again as fleetrun exits; the exit status stays the job's.
 #pragma once
 
 #include "fleet/launcher/plan.h"
 
 namespace fleet::launcher {
 
+// fleetrun's status when parameter servers never accepted connections: timeout(1)'s, below 128
+// so that the operator's ExitCode restart policy does not take it for a signal.
+constexpr int kServerTimeoutStatus = 124;
+
 struct SupervisorOptions {
   double grace_period_seconds = 5.0;
+  double server_timeout_seconds = 0;   // 0: no limit
   int terminal_fd = 1;   // where local worker 0's output is copied
   int messages_fd = 2;   // fleetrun's own messages
 };
