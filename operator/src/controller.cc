@@ -273,7 +273,8 @@ void Controller::Expect(const std::string& key, const Action& action, bool expec
 }
 
 void Controller::Forget(const std::string& key) {
-  ports_.Release(key);
+  // Jobs waiting for host ports would otherwise notice the freed block only on their 30 s requeue.
+  for (const std::string& waiting : ports_.Release(key)) queue_.Add(waiting);
   std::lock_guard<std::mutex> lock(mu_);
   written_.erase(key);
   expectations_.erase(key);

@@ -19,6 +19,7 @@ Result<int> HostPortAllocator::Allocate(const std::string& job, int size, std::o
   std::lock_guard<std::mutex> lock(mu_);
   auto held = blocks_.find(job);
   if (held != blocks_.end() && held->second.second == size) return held->second.first;
+  waiting_.erase(job);
   if (recorded && FreeLocked(*recorded, size, job)) {
     blocks_[job] = {*recorded, size};
     return *recorded;
@@ -40,13 +41,18 @@ Result<int> HostPortAllocator::Allocate(const std::string& job, int size, std::o
       return candidate;
     }
   }
+  waiting_.insert(job);
   return Error{"no block of " + std::to_string(size) + " free host ports is left in " + std::to_string(first_port_) +
                "-" + std::to_string(last_port_) + "; wait for HostNetwork jobs to finish or widen the operator's range"};
 }
 
-void HostPortAllocator::Release(const std::string& job) {
+std::vector<std::string> HostPortAllocator::Release(const std::string& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  blocks_.erase(job);
+  waiting_.erase(job);
+  if (blocks_.erase(job) == 0) return {};   // nothing freed: whoever waits still does
+  std::vector<std::string> woken(waiting_.begin(), waiting_.end());
+  waiting_.clear();
+  return woken;
 }
 
 size_t HostPortAllocator::Holders() const {

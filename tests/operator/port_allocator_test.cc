@@ -51,6 +51,19 @@ TEST(HostPortAllocatorTest, ReleasedBlocksAreReusedAndGapsFilledLowestFirst) {
   EXPECT_EQ(*ports.Allocate("ns/e", 8), 31030);  // 6 ports left in the gap are too few
 }
 
+// The controller requeues the jobs a release names: they may fit now.
+TEST(HostPortAllocatorTest, ReleasingABlockNamesTheJobsThatWaitedForOne) {
+  HostPortAllocator ports(31000, 31009);
+  ASSERT_TRUE(ports.Allocate("ns/a", 8).ok());
+  ASSERT_FALSE(ports.Allocate("ns/b", 3).ok());
+  ASSERT_FALSE(ports.Allocate("ns/c", 5).ok());
+  ASSERT_FALSE(ports.Allocate("ns/gone", 5).ok());
+  EXPECT_TRUE(ports.Release("ns/gone").empty()) << "a waiting job frees nothing";
+  EXPECT_EQ(ports.Release("ns/a"), (std::vector<std::string>{"ns/b", "ns/c"}));
+  ASSERT_TRUE(ports.Allocate("ns/b", 3).ok());
+  EXPECT_TRUE(ports.Release("ns/b").empty()) << "each waiting job is named once";
+}
+
 TEST(HostPortAllocatorTest, AnExhaustedRangeIsAClearError) {
   HostPortAllocator ports(31000, 31009);
   ASSERT_TRUE(ports.Allocate("ns/a", 8).ok());

@@ -450,6 +450,21 @@ TEST_F(WiringE2eTest, HostNetworkJobWaitingForPortsSaysSo) {
   EXPECT_TRUE(Pods("second").empty());
 }
 
+// A job waiting for host ports starts as soon as the job holding them is deleted, not on its next
+// 30 s requeue: the release wakes the jobs that waited (issue 14).
+TEST_F(WiringE2eTest, HostNetworkJobWaitingForPortsStartsWhenTheBlockingJobIsDeleted) {
+  StartOperator({"--host-port-range=20000-20010"});
+  ASSERT_FALSE(CreateJob(JobBuilder("first").Ps(1, 2).Network("HostNetwork").Obj()).is_null());   // 7 ports
+  ASSERT_FALSE(WaitForPhase("first", "Running").is_null());
+  ASSERT_FALSE(CreateJob(JobBuilder("second").Ps(1, 1).Network("HostNetwork").Obj()).is_null());  // 5 more: no room
+  ASSERT_FALSE(WaitForJob("second", "to wait for host ports", [](const Json& j) {
+    return j.value("status", Json::object()).dump().find("WaitingForHostPorts") != std::string::npos;
+  }, Seconds(5)).is_null());
+  ASSERT_EQ(api().Delete(JobPath(ns(), "first")).status, 200);
+  EXPECT_FALSE(WaitForPhase("second", "Running", Seconds(5)).is_null())
+      << "the second job did not start within 5 s of the deletion";
+}
+
 // HostNetwork port blocks are recorded in the jobs' statuses: an operator started afresh keeps
 // them, and a job created after the restart gets another block.
 TEST_F(WiringE2eTest, HostPortBlocksSurviveAnOperatorRestart) {

@@ -8,7 +8,9 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "fleet/runtime/result.h"
 
@@ -22,8 +24,9 @@ class HostPortAllocator {
   // The block of `job` ("namespace/name"): the one it already holds, else the one recorded in its
   // status (if still free and of the right size), else the lowest free block of `size` ports.
   Result<int> Allocate(const std::string& job, int size, std::optional<int> recorded = std::nullopt);
-  // The job is gone (deleted or finished): its block may be reused.
-  void Release(const std::string& job);
+  // The job is gone (deleted or finished): its block may be reused. Returns the jobs whose
+  // Allocate failed since the last release (they may fit now: reconcile them), and forgets them.
+  std::vector<std::string> Release(const std::string& job);
   size_t Holders() const;
 
  private:
@@ -33,6 +36,7 @@ class HostPortAllocator {
   const int last_port_;
   mutable std::mutex mu_;
   std::map<std::string, std::pair<int, int>> blocks_;  // job -> (base, size)
+  std::set<std::string> waiting_;                       // jobs refused a block
 };
 
 }  // namespace fleet::op
