@@ -83,7 +83,7 @@ const std::vector<std::pair<const char*, RestartPolicy>> kRestartPolicies = {
 // `hosted_server`: the servers of runtime fleet, whose server container the operator provides, so
 // the template is optional and may hold no container (or a fleet-ps-server one without an image).
 Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind kind, int min_replicas,
-                           bool hosted_server = false) {
+                           Network network, bool hosted_server = false) {
   RoleSpec role;
   role.kind = kind;
   if (!json.is_object()) return Error{path + ": must be an object with replicas and template"};
@@ -128,6 +128,13 @@ Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind k
     return Error{path + ".template.spec.restartPolicy: must be Never or unset; use " + path +
                  ".restartPolicy to choose how the operator restarts pods"};
   }
+  // A pod on the node's network listens on the node's IP, at ports other jobs' pods on the node
+  // may hold: only spec.network HostNetwork allocates each job its own host ports.
+  if (network != Network::kHostNetwork && spec.is_object() && spec.contains("hostNetwork") &&
+      spec["hostNetwork"] != false) {
+    return Error{path + ".template.spec.hostNetwork: must be false or unset; set spec.network: HostNetwork "
+                 "to run pods on the node's network (the operator then gives the job its own block of host ports)"};
+  }
   return role;
 }
 
@@ -169,6 +176,29 @@ int FleetJobSpec::TotalPods() const {
   return total;
 }
 
+Result<RunPolicy> ParseRunPolicy(const Json& spec) {
+  RunPolicy p;
+  if (!spec.is_object() || !spec.contains("runPolicy")) return p;
+  FieldReader rp(spec["runPolicy"], "spec.runPolicy");
+  rp.Int("backoffLimit", 0, 1000, p.backoff_limit);
+  if (rp.Has("activeDeadlineSeconds")) {
+    int64_t v = 0;
+    rp.Int("activeDeadlineSeconds", 1, int64_t{1} << 40, v);
+    p.active_deadline_seconds = v;
+  }
+  if (rp.Has("ttlSecondsAfterFinished")) {
+    int64_t v = 0;
+    rp.Int("ttlSecondsAfterFinished", 0, int64_t{1} << 40, v);
+    p.ttl_seconds_after_finished = v;
+  }
+  rp.Enum("cleanPodPolicy", {{"Running", CleanPodPolicy::kRunning}, {"All", CleanPodPolicy::kAll},
+                             {"None", CleanPodPolicy::kNone}}, p.clean_pod_policy);
+  rp.Bool("suspend", p.suspend);
+  rp.Int("pendingTimeoutSeconds", 1, int64_t{1} << 40, p.pending_timeout_seconds);
+  if (!rp.error().empty()) return Error{rp.error()};
+  return p;
+}
+
 Result<FleetJob> ParseFleetJob(const Json& object) {
   FleetJob job;
   job.object = object;
@@ -208,13 +238,13 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   if (!r.error().empty()) return Error{r.error()};
 
   if (r.Has("server")) {
-    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.runtime == Runtime::kFleet);
+    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.network, s.runtime == Runtime::kFleet);
     if (!server) return Error{server.error()};
     server->name = "server";
     if (server->replicas > 0) s.roles.push_back(*server);
   }
   if (!r.Has("worker")) return Error{"spec.worker: is required"};
-  auto worker = ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1);
+  auto worker = ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1, s.network);
   if (!worker) return Error{worker.error()};
   worker->name = "worker";
   s.roles.push_back(*worker);
@@ -224,7 +254,7 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     std::set<std::string> names;
     for (size_t i = 0; i < heter.size(); ++i) {
       const std::string path = "spec.heter[" + std::to_string(i) + "]";
-      auto stage = ParseRole(heter[i], path, RoleKind::kHeter, 1);
+      auto stage = ParseRole(heter[i], path, RoleKind::kHeter, 1, s.network);
       if (!stage) return Error{stage.error()};
       stage->stage = static_cast<int>(i) + 2;
       stage->name = "heter" + std::to_string(i + 1);
@@ -276,26 +306,9 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   }
   if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
 
-  if (spec.contains("runPolicy")) {
-    FieldReader rp(spec["runPolicy"], "spec.runPolicy");
-    RunPolicy& p = s.run_policy;
-    rp.Int("backoffLimit", 0, 1000, p.backoff_limit);
-    if (rp.Has("activeDeadlineSeconds")) {
-      int64_t v = 0;
-      rp.Int("activeDeadlineSeconds", 1, int64_t{1} << 40, v);
-      p.active_deadline_seconds = v;
-    }
-    if (rp.Has("ttlSecondsAfterFinished")) {
-      int64_t v = 0;
-      rp.Int("ttlSecondsAfterFinished", 0, int64_t{1} << 40, v);
-      p.ttl_seconds_after_finished = v;
-    }
-    rp.Enum("cleanPodPolicy", {{"Running", CleanPodPolicy::kRunning}, {"All", CleanPodPolicy::kAll},
-                               {"None", CleanPodPolicy::kNone}}, p.clean_pod_policy);
-    rp.Bool("suspend", p.suspend);
-    rp.Int("pendingTimeoutSeconds", 1, int64_t{1} << 40, p.pending_timeout_seconds);
-    if (!rp.error().empty()) return Error{rp.error()};
-  }
+  auto run_policy = ParseRunPolicy(spec);
+  if (!run_policy) return Error{run_policy.error()};
+  s.run_policy = *run_policy;
   if (spec.contains("scheduling")) {
     FieldReader sc(spec["scheduling"], "spec.scheduling");
     sc.Enum("gang", {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},

@@ -472,8 +472,12 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     recorder_.Record(*job_object, e.type, e.reason, e.message);
     Log(e.type == "Warning" ? LogLevel::kWarning : LogLevel::kInfo, key, e.reason + ": " + e.message);
   }
-  // An invalid spec gets no actions: nothing is created for it.
-  const ApiStatus executed = parsed ? Execute(key, *parsed, plan, epoch) : ApiStatus();
+  // An invalid spec's plan only deletes (its pods per cleanPodPolicy, the job after its TTL):
+  // those writes need the job's name alone.
+  FleetJob invalid;
+  invalid.ns = ns;
+  invalid.name = name;
+  const ApiStatus executed = Execute(key, parsed ? *parsed : invalid, plan, epoch);
   if (metrics_) {
     std::map<std::string, int> by_phase;
     {

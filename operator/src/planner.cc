@@ -184,6 +184,7 @@ class Planner {
       auto built = JobWiring::Build(*job_, settings_.host_port_base, settings_.cluster_domain);
       if (!built) {
         Fail("InvalidSpec", built.error());
+        FinishedJob();
         return nullptr;
       }
       wiring_.emplace(std::move(*built));
@@ -197,6 +198,7 @@ class Planner {
   const OperatorSettings& settings_;
   ReconcilePlan plan_;
   std::optional<FleetJob> job_;
+  RunPolicy policy_;   // job_'s, or what could be read of it when the spec is invalid
   std::vector<PodSlot> slots_;
   std::set<std::pair<ObjectKind, std::string>> deleted_;
   std::optional<JobWiring> wiring_;
@@ -213,8 +215,7 @@ void Planner::Fail(const std::string& reason, const std::string& message) {
 // What is left of a finished job, per cleanPodPolicy: Running deletes pods still running
 // (servers, heter trainers), All deletes every pod, None keeps them.
 void Planner::CleanUp() {
-  if (!job_) return;
-  switch (job_->spec.run_policy.clean_pod_policy) {
+  switch (policy_.clean_pod_policy) {
     case CleanPodPolicy::kNone: return;
     case CleanPodPolicy::kAll: DeletePods([](const Json&) { return true; }, "cleanPodPolicy All"); return;
     case CleanPodPolicy::kRunning:
@@ -225,12 +226,12 @@ void Planner::CleanUp() {
 
 void Planner::FinishedJob() {
   CleanUp();
-  const auto ttl = job_->spec.run_policy.ttl_seconds_after_finished;
+  const auto ttl = policy_.ttl_seconds_after_finished;
   if (!ttl) return;
   const auto finished = ParseTime(status().value("completionTime", ""));
   const Time expiry = finished.value_or(now_) + seconds(*ttl);
   if (now_ >= expiry) {
-    plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, job_->name, nullptr, "ttlSecondsAfterFinished"});
+    plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, Name(object_), nullptr, "ttlSecondsAfterFinished"});
   } else {
     RequeueAfter(std::chrono::duration_cast<seconds>(expiry - now_) + seconds(1));
   }
@@ -404,11 +405,18 @@ ReconcilePlan Planner::Run() {
 
   auto parsed = ParseFleetJob(object_);
   if (!parsed) {
-    // Nothing is created for a spec the operator cannot run; the message says what to fix.
-    if (PhaseNow() != "Failed") Fail("InvalidSpec", parsed.error());
+    // Nothing is created for a spec the operator cannot run; the message says what to fix. An
+    // edit can make a running job's spec invalid: it ends like any failed job, its pods cleaned
+    // up and its TTL counted per runPolicy (the defaults when runPolicy is what is invalid). A
+    // job that already finished keeps its outcome.
+    auto policy = ParseRunPolicy(Obj(object_, "spec"));
+    if (policy) policy_ = *policy;
+    if (PhaseNow() != "Failed" && PhaseNow() != "Succeeded") Fail("InvalidSpec", parsed.error());
+    FinishedJob();
     return plan_;
   }
   job_ = std::move(*parsed);
+  policy_ = job_->spec.run_policy;
   const FleetJobSpec& spec = job_->spec;
   const bool new_generation = !status().contains("observedGeneration") ||
                               status()["observedGeneration"] != job_->generation;
@@ -446,6 +454,7 @@ ReconcilePlan Planner::Run() {
   if (waiting_for_ports && !spec.run_policy.suspend) {
     if (settings_.host_ports_never) {
       Fail("HostPortRangeTooSmall", settings_.host_ports_unavailable);
+      FinishedJob();
       return plan_;
     }
     if (!ConditionTrue(status(), "WaitingForHostPorts")) Event("Warning", "WaitingForHostPorts", settings_.host_ports_unavailable);

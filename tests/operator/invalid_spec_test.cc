@@ -65,6 +65,12 @@ const InvalidSpecCase kInvalidSpecs[] = {
     {"RestartPolicyInTemplate",
      [](JobBuilder& j) { j.Set("/spec/worker/template/spec/restartPolicy", "OnFailure"); },
      "spec.worker.template.spec.restartPolicy"},
+    {"HostNetworkInTemplate",
+     [](JobBuilder& j) { j.Set("/spec/worker/template/spec/hostNetwork", true); },
+     "spec.worker.template.spec.hostNetwork"},
+    {"HostNetworkInTemplateOfAServiceJob",
+     [](JobBuilder& j) { j.Network("Service").Set("/spec/server/template/spec/hostNetwork", true); },
+     "spec.server.template.spec.hostNetwork"},
     {"UnknownRestartPolicy", [](JobBuilder& j) { j.RestartPolicy("worker", "Always"); }, "spec.worker.restartPolicy"},
     {"ServerWithoutTemplate", [](JobBuilder& j) { j.Erase("/spec/server/template"); }, "spec.server.template"},
     {"UnknownRuntime", [](JobBuilder& j) { j.Set("/spec/runtime", "tensorflow"); }, "spec.runtime"},
@@ -164,6 +170,100 @@ TEST(InvalidSpecTest, AFailedInvalidJobStaysFailedWithoutNewEvents) {
   EXPECT_TRUE(second.actions.empty());
   EXPECT_TRUE(second.events.empty());
   EXPECT_EQ(second.status, first.status);
+}
+
+// hostNetwork in a template would put the pods on the node's IP at spec.port, where pods of other
+// jobs on the node listen too: the message says which setting allocates host ports instead.
+TEST(InvalidSpecTest, HostNetworkInATemplatePointsToSpecNetwork) {
+  auto parsed = ParseFleetJob(JobBuilder("wd").Ps(1, 2).Set("/spec/worker/template/spec/hostNetwork", true).Obj());
+  ASSERT_FALSE(parsed.ok());
+  EXPECT_THAT(parsed.error(), HasSubstr("spec.network: HostNetwork"));
+
+  EXPECT_TRUE(ParseFleetJob(JobBuilder("wd").Ps(1, 2).Set("/spec/worker/template/spec/hostNetwork", false).Obj()).ok());
+  EXPECT_TRUE(ParseFleetJob(JobBuilder("wd").Ps(1, 2).Network("HostNetwork")
+                                .Set("/spec/worker/template/spec/hostNetwork", true).Obj()).ok())
+      << "with spec.network HostNetwork the template only says what the operator sets anyway";
+}
+
+// An edit can make a running job's spec invalid (issue 14): the job ends like any failed job, so
+// cleanPodPolicy (default Running) removes its running pods, and completionTime is set once.
+TEST(InvalidSpecTest, AnEditThatMakesARunningJobInvalidEndsItsRunningPods) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Succeeded(); });
+  world.Advance(10);
+  world.EditSpec("/spec/worker/template/spec/containers/0/image", "");
+  world.Step();
+
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_EQ(Condition(world.Status(), "Failed").value("reason", ""), "InvalidSpec");
+  EXPECT_THAT(world.Status().value("message", ""), StartsWith("spec.worker.template.spec.containers[0].image:"));
+  EXPECT_EQ(world.Status().value("completionTime", ""), FormatTime(At(10)));
+  EXPECT_EQ(world.LivePodNames(), std::vector<std::string>{"wd-worker-0"})
+      << "cleanPodPolicy Running: the running pods go, the finished one stays";
+
+  world.Reap();
+  world.Advance(60);
+  const ReconcilePlan& later = world.Step();
+  EXPECT_TRUE(later.actions.empty()) << Describe(later);
+  EXPECT_TRUE(later.events.empty());
+  EXPECT_EQ(world.Status().value("completionTime", ""), FormatTime(At(10))) << "set once";
+}
+
+TEST(InvalidSpecTest, AnInvalidJobsCleanPodPolicyApplies) {
+  World all = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("All").Obj());
+  all.Edit("wd-worker-0", [](PodBuilder& p) { p.Succeeded(); });
+  all.EditSpec("/spec/worker/template/spec/containers/0/image", "");
+  all.Step();
+  EXPECT_EQ(all.LivePodNames(), std::vector<std::string>{});
+
+  World none = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("None").Obj());
+  none.EditSpec("/spec/worker/template/spec/containers/0/image", "");
+  none.Step();
+  EXPECT_EQ(none.Status().value("phase", ""), "Failed");
+  EXPECT_EQ(none.LivePodNames(), kAllPods);
+}
+
+// When runPolicy itself is what the edit broke, its defaults apply (cleanPodPolicy Running).
+TEST(InvalidSpecTest, AnInvalidRunPolicyEndsTheJobWithTheDefaults) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("None").Obj());
+  world.EditSpec("/spec/runPolicy/cleanPodPolicy", "Finished");
+  world.Step();
+  EXPECT_EQ(Condition(world.Status(), "Failed").value("reason", ""), "InvalidSpec");
+  EXPECT_EQ(world.LivePodNames(), std::vector<std::string>{});
+}
+
+TEST(InvalidSpecTest, TtlDeletesAJobMadeInvalid) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).TtlSecondsAfterFinished(100).Obj());
+  world.EditSpec("/spec/worker/template/spec/containers/0/image", "");
+  world.Step();
+  ASSERT_EQ(world.Status().value("phase", ""), "Failed");
+  ASSERT_TRUE(world.plan.requeue_after.has_value()) << "requeued for the TTL";
+  EXPECT_GE(world.plan.requeue_after->count(), 100);
+  EXPECT_LE(world.plan.requeue_after->count(), 101);
+  EXPECT_FALSE(world.job_deleted);
+
+  world.Reap();
+  world.Advance(100);
+  world.Step();
+  EXPECT_TRUE(world.job_deleted) << Describe(world.plan);
+}
+
+TEST(InvalidSpecTest, TtlDeletesAJobInvalidFromTheStart) {
+  World world(JobBuilder("wd").Ps(2, 4).Workers(0).TtlSecondsAfterFinished(0).Obj());
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_TRUE(world.job_deleted) << Describe(world.plan);
+}
+
+// A finished job keeps its outcome when its spec is edited afterwards.
+TEST(InvalidSpecTest, AnEditAfterSuccessKeepsTheJobSucceeded) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  world.Step();
+  ASSERT_EQ(world.Status().value("phase", ""), "Succeeded");
+  world.EditSpec("/spec/worker/template/spec/containers/0/image", "");
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Succeeded");
 }
 
 // Endpoint lists past Linux's 128 KiB per-variable limit: the job is refused before any pod exists.

@@ -159,5 +159,24 @@ TEST_F(InvalidSpecE2eTest, EveryInvalidSpecFailsNamingTheFieldAndCreatesNothing)
   EXPECT_EQ(child_posts, 5) << "children were created for invalid jobs";
 }
 
+// An edit that makes a running job invalid ends it like any failure: its running pods go
+// (cleanPodPolicy Running), and its TTL deletes it (issue 14).
+TEST_F(InvalidSpecE2eTest, AnEditThatMakesARunningJobInvalidEndsIt) {
+  StartOperator();
+  ASSERT_FALSE(CreateJob(JobBuilder("edited").Ps(1, 2).TtlSecondsAfterFinished(2).Obj()).is_null());
+  WaitForRunningPods("edited", 3, 0);
+  PatchJob("edited", {{"spec", {{"worker", {{"template", {{"spec", {{"containers", Json::array({{{"name", "main"}}})}}}}}}}}}});
+  const Json failed = WaitForPhase("edited", "Failed", Seconds(5));
+  ASSERT_FALSE(failed.is_null());
+  EXPECT_NE(failed.dump().find("spec.worker.template.spec.containers[0].image"), std::string::npos) << failed.dump();
+  EXPECT_TRUE(Eventually("the running pods to go", [&](std::string& state) {
+    state = std::to_string(LivePods("edited").size()) + " live pods";
+    return LivePods("edited").empty();
+  }, Seconds(5)));
+  EXPECT_TRUE(Eventually("the FleetJob to be deleted after its TTL", [&](std::string&) {
+    return !GetJob("edited").has_value();
+  }, Seconds(10)));
+}
+
 }  // namespace
 }  // namespace fleet::op::e2e

@@ -104,6 +104,9 @@ struct FleetJob {
 
 // Reads a FleetJob object. Errors read like "spec.heter[0].device: must be cpu, gpu or xpu".
 Result<FleetJob> ParseFleetJob(const Json& object);
+// spec.runPolicy alone (defaults when absent): how a job ends even when the rest of its spec is
+// invalid (cleanPodPolicy, ttlSecondsAfterFinished).
+Result<RunPolicy> ParseRunPolicy(const Json& spec);
 
 std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
 
