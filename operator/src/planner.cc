@@ -485,7 +485,12 @@ ReconcilePlan Planner::Run() {
     SetCondition(status(), "Suspended", false, "Resumed", "spec.runPolicy.suspend is false", now_);
     Event("Normal", "Resumed", "the job is resumed");
   }
-  if (!status().contains("startTime")) status()["startTime"] = FormatTime(now_);
+  // Rounded up to the second: status times are whole seconds (metav1.Time), and a start rounded
+  // down would fire activeDeadlineSeconds up to a second early. Up, the deadline measures at least
+  // the full duration, from a time that survives operator restarts (nothing kept in memory).
+  if (!status().contains("startTime")) {
+    status()["startTime"] = FormatTime(Time(std::chrono::ceil<seconds>(now_.time_since_epoch())));
+  }
   if (spec.run_policy.active_deadline_seconds) {
     const Time deadline = ParseTime(status()["startTime"].get<std::string>()).value_or(now_) +
                           seconds(*spec.run_policy.active_deadline_seconds);

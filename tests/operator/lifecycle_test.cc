@@ -211,6 +211,25 @@ TEST(DeadlineTest, PastTheDeadlineTheJobFailsAndRunningPodsGo) {
   EXPECT_EQ(TypesAndReasons(plan.events), (std::vector<std::pair<std::string, std::string>>{{"Warning", "Failed"}}));
 }
 
+// status.startTime has whole seconds (metav1.Time): a job created at .5 s must not be failed by
+// activeDeadlineSeconds 3 at 3.0 s, 2.5 s after it started (issue 14).
+TEST(DeadlineTest, TheDeadlineIsNeverShorterThanItsSeconds) {
+  World world(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3).Obj());
+  const Time started = T0() + std::chrono::milliseconds(500);
+  world.now = started;
+  world.Step();
+  world.StartPods();
+  world.now = started + std::chrono::milliseconds(2999);
+  world.Step();
+  EXPECT_NE(world.Status().value("phase", ""), "Failed") << "failed 2.999 s after the start";
+  ASSERT_TRUE(world.plan.requeue_after.has_value());
+
+  world.now = started + std::chrono::seconds(4);   // at most a second late
+  world.Step();
+  EXPECT_EQ(world.Status().value("phase", ""), "Failed");
+  EXPECT_EQ(Condition(world.Status(), "Failed").value("reason", ""), "DeadlineExceeded");
+}
+
 // ---- suspend / resume ----
 
 TEST(SuspendTest, SuspendRemovesEveryPodAndKeepsTheJob) {
