@@ -293,6 +293,24 @@ TEST(PodEnvContractTest, CollectiveFourPodsOfEightGpus) {
   EXPECT_EQ(env->at("PADDLE_DISTRI_BACKEND"), "nccl");
 }
 
+// spec.port in collective jobs: the port of each pod's endpoint. Paddle's launcher sets no
+// PADDLE_PORT for collective trainers (the env contract, section 1) and neither does the operator;
+// pods running fleetrun (processesPerPod > 1) get it as the first of their ports, as fleetrun reads
+// it (section 4).
+TEST(PodEnvContractTest, CollectivePodsUseSpecPortForTheirEndpoints) {
+  World world = Published(JobBuilder("wd").Collective(2).Port(7000).Obj());
+  auto env = ResolveEnv(world.Pod("wd-worker-1"), world.observed.endpoints);
+  ASSERT_TRUE(env.ok()) << env.error();
+  EXPECT_EQ(env->at("PADDLE_CURRENT_ENDPOINT"), IpOf(world, "wd-worker-1") + ":7000");
+  EXPECT_EQ(env->count("PADDLE_PORT"), 0u) << "Paddle's collective launcher sets none";
+  EXPECT_EQ(world.Pod("wd-worker-1")["spec"]["containers"][0]["ports"][0]["containerPort"], 7000);
+
+  World fleetrun = Published(JobBuilder("wd").Collective(2).ProcessesPerPod(2).Port(7000).Obj());
+  auto cluster_env = ResolveEnv(fleetrun.Pod("wd-worker-1"), fleetrun.observed.endpoints);
+  ASSERT_TRUE(cluster_env.ok()) << cluster_env.error();
+  EXPECT_EQ(cluster_env->at("PADDLE_PORT"), "7000");
+}
+
 TEST(PodEnvContractTest, TwoStageHeterGpuThenCpu) {
   World world = Published(JobBuilder("wd").Ps(1, 2).Heter({"gpu", 2}).Heter({"cpu", 2}).Obj());
   ASSERT_EQ(world.PodNames().size(), 7u);

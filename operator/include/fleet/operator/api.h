@@ -83,7 +83,7 @@ struct FleetJobSpec {
   Network network = Network::kPodIP;
   Gloo gloo = Gloo::kNone;
   int processes_per_pod = 1;         // collective: pods running fleetrun get the cluster env
-  int port = 6170;                   // PADDLE_PORT of every pod (PodIP/Service); first port per pod
+  int port = 6170;                   // every pod's first port, in its endpoint (PodIP/Service)
   std::vector<RoleSpec> roles;       // server (if any), worker, heter stages
   RunPolicy run_policy;
   Scheduling scheduling;
