@@ -481,6 +481,59 @@ class TestChartRender(ChartTest):
                     if obj["apiVersion"] != "monitoring.coreos.com/v1":
                         deserialize(obj, KNOWN_CRD_DEFECTS)
 
+    # ---- the sidecars' pods/status policy (docs/operator.md, "The sidecar's permissions") ----
+
+    VAP_API = "admissionregistration.k8s.io/v1/ValidatingAdmissionPolicy"
+
+    def render_policy(self, values, *args):
+        out = helm("template", RELEASE, CHART, "--namespace", RELEASE_NS,
+                   "-f", values_file(self.dir, "policy", values), *args)
+        objs = [d for d in yaml.safe_load_all(out.stdout) if d]
+        return (by_kind(objs, "ValidatingAdmissionPolicy"), by_kind(objs, "ValidatingAdmissionPolicyBinding"))
+
+    def test_sidecar_status_policy_is_installed_where_the_cluster_serves_it(self):
+        served = ("--api-versions", self.VAP_API)
+        for values, args, installed in (({}, (), False),    # helm template with no cluster: 1.30+ unknown
+                                        ({}, served, True),
+                                        ({"sidecarStatusPolicy": {"enabled": False}}, served, False),
+                                        ({"sidecarStatusPolicy": {"enabled": True}}, (), True)):
+            with self.subTest(values=values, args=args):
+                policies, bindings = self.render_policy(values, *args)
+                self.assertEqual((len(policies), len(bindings)), (1, 1) if installed else (0, 0))
+        out = helm("lint", "--strict", CHART, "-f", values_file(self.dir, "policy", {"sidecarStatusPolicy": {"enabled": True}}))
+        self.assertIn("0 chart(s) failed", out.stdout)
+
+    def test_sidecar_status_policy_judges_only_sidecars_writes_of_fleetjob_pods_status(self):
+        (policy,), (binding,) = self.render_policy({}, "--api-versions", self.VAP_API)
+        spec = policy["spec"]
+        self.assertEqual(spec["failurePolicy"], "Fail")
+        self.assertEqual(spec["matchConstraints"]["resourceRules"],
+                         [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["UPDATE"],
+                           "resources": ["pods/status"]}])
+        conditions = {c["name"]: c["expression"] for c in spec["matchConditions"]}
+        # Sidecars' accounts only (operator/src/pod_builder.cc: <job>-fleet-sidecar).
+        account = re.search(r"matches\('([^']*)'\)", conditions["fleetjob-sidecar-account"]).group(1)
+        for user, judged in (("system:serviceaccount:team-a:wd-fleet-sidecar", True),
+                             ("system:serviceaccount:team-a:default", False),
+                             ("system:serviceaccount:team-a:fleet-sidecar-x", False),
+                             ("system:node:worker-1", False),
+                             ("alice", False)):
+            self.assertEqual(bool(re.search(account, user)), judged, user)
+        # FleetJob pods only (the operator's job label), and only tokens that name their pod.
+        self.assertIn("'fleet.paddlepaddle.org/job-name' in oldObject.metadata.labels", conditions["fleetjob-pod"])
+        self.assertIn("'authentication.kubernetes.io/pod-name' in request.userInfo.extra",
+                      conditions["token-names-its-pod"])
+        (validation,) = spec["validations"]
+        self.assertEqual(validation["expression"],
+                         "request.userInfo.extra['authentication.kubernetes.io/pod-name'][0] == request.name")
+        self.assertEqual(binding["spec"]["policyName"], policy["metadata"]["name"])
+        self.assertEqual(binding["spec"]["validationActions"], ["Deny"])
+        self.assertNotIn("matchResources", binding["spec"], "scope cluster: every namespace")
+
+        _, (ns_binding,) = self.render_policy(VALUE_SETS["namespace"], "--api-versions", self.VAP_API)
+        self.assertEqual(ns_binding["spec"]["matchResources"],
+                         {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "team-a"}}})
+
     def test_bad_values_are_refused_with_a_message(self):
         cases = [
             ({"replicaCount": 2, "leaderElection": {"enabled": False}}, "needs leaderElection.enabled=true"),
@@ -490,6 +543,7 @@ class TestChartRender(ChartTest):
             ({"operator": {"workers": 0}}, "workers"),
             ({"image": {"digest": "latest"}}, "digest"),
             ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
+            ({"sidecarStatusPolicy": {"enabled": "yes"}}, "sidecarStatusPolicy.enabled"),
         ]
         for values, message in cases:
             with self.subTest(values=values):
