@@ -743,8 +743,9 @@ TEST_F(PsDenseConnectionCrowdTest, ConnectionsStuckInAHeaderMakeWayForTrainersBu
   // More of them take each other's places, never the trainer's: its kept connection still works
   // (used again at once, it is not checked first: had it been closed, the call would fail).
   auto more = Stuck(10);
-  std::this_thread::sleep_for(std::chrono::milliseconds(300));
-  EXPECT_EQ(server_->open_dense_streams(), 8u);
+  EXPECT_TRUE(PollUntil([&] { return ClosedCount(stuck) + ClosedCount(more) == 11; }, std::chrono::seconds(3)))
+      << ClosedCount(stuck) + ClosedCount(more);
+  EXPECT_TRUE(OpenBecomes(8)) << server_->open_dense_streams();
   ASSERT_OK(TrainerPull());
   EXPECT_EQ(ClosedCount(stuck) + ClosedCount(more), 11u);
 }
@@ -757,7 +758,7 @@ TEST_F(PsDenseConnectionCrowdTest, OneAddressHoldsAtMostItsShareAndIsToldSo) {
   // Connections with answered requests push the stuck ones out, then keep their places.
   std::vector<std::unique_ptr<Socket>> answered;
   for (int i = 0; i < 4; ++i) answered.push_back(Answered("127.0.0.2"));
-  EXPECT_EQ(ClosedCount(stuck), 6u);
+  EXPECT_TRUE(PollUntil([&] { return ClosedCount(stuck) == 6; }, std::chrono::seconds(3))) << ClosedCount(stuck);
   ASSERT_TRUE(OpenBecomes(4)) << server_->open_dense_streams();
   Socket fifth(endpoint_, "127.0.0.2");
   ASSERT_TRUE(fifth.Send(kPreface + Frame(Pull(0, 2))));
