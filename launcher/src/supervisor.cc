@@ -391,7 +391,8 @@ void Supervisor::WatchServers() {
   }
   char seconds[32];
   std::snprintf(seconds, sizeof seconds, "%g", options_.server_timeout_seconds);
-  Say("ABORT: parameter server " + which + " did not accept connections within " + seconds +
+  Say(std::string("ABORT: parameter server") + (waiting_for_servers_.size() > 1 ? "s " : " ") + which +
+      " did not accept connections within " + seconds +
       " s (--server_timeout). Stopping all local processes.");
   BeginStop(kServerTimeoutStatus, false);
 }

@@ -724,7 +724,7 @@ TEST_F(FleetrunE2E, PsServerThatNeverListensStopsTheJobAfterTheServerTimeout) {
   const Outcome o = Run({"--server_num=2", "--worker_num=1", "--server_timeout=1", "./quiet.sh"});
   EXPECT_EQ(o.code, 124) << Describe(o);
   EXPECT_LT(o.seconds, 4) << Describe(o);
-  EXPECT_THAT(o.err, HasSubstr("ABORT: parameter server 127.0.0.1:"));
+  EXPECT_THAT(o.err, HasSubstr("ABORT: parameter servers 127.0.0.1:"));
   EXPECT_THAT(o.err, HasSubstr("(log log/serverlog.0)"));
   EXPECT_THAT(o.err, HasSubstr("(log log/serverlog.1)"));
   EXPECT_THAT(o.err, HasSubstr("did not accept connections within 1 s (--server_timeout)"));
