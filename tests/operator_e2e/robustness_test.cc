@@ -309,5 +309,29 @@ TEST_F(RobustnessE2eTest, StopsPromptlyWhenItsCachesCannotSync) {
   }
 }
 
+// The other way in: a leader that loses its lease before its caches synced (the FleetJob list keeps
+// failing) must exit 1 as any leader that loses it, not spin in WaitForSync.
+TEST_F(RobustnessE2eTest, LeaderThatLosesItsLeaseBeforeItsCachesSyncExits) {
+  fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "GET /apis/fleet.paddlepaddle.org/"}});
+  OperatorProcess& op = StartOperator({"--leader-elect", "--leader-election-namespace=default",
+                                       "--leader-election-id=fleet-e2e"});
+  ASSERT_TRUE(Eventually("the replica to lead", [&](std::string& state) {
+    auto lease = api().Get(LeasePath(ns(), "fleet-e2e"));
+    const std::string holder = lease ? lease->value("spec", Json::object()).value("holderIdentity", "") : "";
+    const std::string id = op.LogValue("campaigning for leadership", "identity").value_or("");
+    state = "holder '" + holder + "', identity '" + id + "'";
+    return !id.empty() && holder == id;
+  }));
+  EXPECT_EQ(op.Log().find("caches synced"), std::string::npos);
+  fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "PUT " + LeasePath(ns(), "fleet-e2e")}});
+  op.ExpectExit();
+  const auto status = op.WaitExit(Seconds(20));
+  ASSERT_TRUE(status.has_value()) << "still running 20 s after its lease renewals started failing; log is "
+                                  << op.Log().size() << " bytes";
+  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << "wait status " << *status;
+  EXPECT_NE(op.Log().find("lost the leader lease"), std::string::npos);
+  EXPECT_LT(op.Log().size(), 64u * 1024) << "the log grew to " << op.Log().size() << " bytes";
+}
+
 }  // namespace
 }  // namespace fleet::op::e2e
