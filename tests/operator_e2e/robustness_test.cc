@@ -36,6 +36,31 @@ class RobustnessE2eTest : public OperatorE2eTest {
     }
     return out;
   }
+
+  // Starts a replica with leader election (Lease fleet-e2e) and waits until it holds the lease.
+  OperatorProcess& StartLeader() {
+    OperatorProcess& op = StartOperator({"--leader-elect", "--leader-election-namespace=default",
+                                         "--leader-election-id=fleet-e2e"});
+    EXPECT_TRUE(Eventually("the replica to lead", [&](std::string& state) {
+      auto lease = api().Get(LeasePath(ns(), "fleet-e2e"));
+      const std::string holder = lease ? lease->value("spec", Json::object()).value("holderIdentity", "") : "";
+      const std::string id = op.LogValue("campaigning for leadership", "identity").value_or("");
+      state = "holder '" + holder + "', identity '" + id + "'";
+      return !id.empty() && holder == id;
+    }));
+    return op;
+  }
+
+  // Makes every renewal of the lease fail; `op` must exit 1 for it within the renew deadline.
+  void ExpectExitOnLostLease(OperatorProcess& op) {
+    fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "PUT " + LeasePath(ns(), "fleet-e2e")}});
+    op.ExpectExit();
+    const auto status = op.WaitExit(Seconds(20));
+    ASSERT_TRUE(status.has_value()) << "still running 20 s after its lease renewals started failing; log is "
+                                    << op.Log().size() << " bytes";
+    EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << "wait status " << *status;
+    EXPECT_NE(op.Log().find("lost the leader lease"), std::string::npos);
+  }
 };
 
 // Volcano gang scheduling: the PodGroup (minMember = every pod) comes first and no pod exists
@@ -241,21 +266,9 @@ TEST_F(RobustnessE2eTest, LeaderElectionHandsOverOnSigterm) {
 // replica took over during a partition) stops and exits 1 within the renew deadline, rather than
 // go on acting beside a new leader.
 TEST_F(RobustnessE2eTest, LeaderThatCannotRenewExits) {
-  OperatorProcess& op = StartOperator({"--leader-elect", "--leader-election-namespace=default",
-                                       "--leader-election-id=fleet-e2e"});
-  ASSERT_TRUE(Eventually("the replica to lead", [&](std::string& state) {
-    auto lease = api().Get(LeasePath(ns(), "fleet-e2e"));
-    const std::string holder = lease ? lease->value("spec", Json::object()).value("holderIdentity", "") : "";
-    const std::string id = op.LogValue("campaigning for leadership", "identity").value_or("");
-    state = "holder '" + holder + "', identity '" + id + "'";
-    return !id.empty() && holder == id;
-  }));
-  fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "PUT " + LeasePath(ns(), "fleet-e2e")}});
-  op.ExpectExit();
-  const auto status = op.WaitExit(Seconds(20));
-  ASSERT_TRUE(status.has_value()) << "still running 20 s after its lease renewals started failing";
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << "wait status " << *status;
-  EXPECT_NE(op.Log().find("lost the leader lease"), std::string::npos);
+  OperatorProcess& op = StartLeader();
+  ASSERT_FALSE(HasFailure());
+  ExpectExitOnLostLease(op);
 }
 
 // Issue 14 (slowloris): 20 connections that send nothing, or stall in the request line, made every
@@ -313,23 +326,10 @@ TEST_F(RobustnessE2eTest, StopsPromptlyWhenItsCachesCannotSync) {
 // failing) must exit 1 as any leader that loses it, not spin in WaitForSync.
 TEST_F(RobustnessE2eTest, LeaderThatLosesItsLeaseBeforeItsCachesSyncExits) {
   fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "GET /apis/fleet.paddlepaddle.org/"}});
-  OperatorProcess& op = StartOperator({"--leader-elect", "--leader-election-namespace=default",
-                                       "--leader-election-id=fleet-e2e"});
-  ASSERT_TRUE(Eventually("the replica to lead", [&](std::string& state) {
-    auto lease = api().Get(LeasePath(ns(), "fleet-e2e"));
-    const std::string holder = lease ? lease->value("spec", Json::object()).value("holderIdentity", "") : "";
-    const std::string id = op.LogValue("campaigning for leadership", "identity").value_or("");
-    state = "holder '" + holder + "', identity '" + id + "'";
-    return !id.empty() && holder == id;
-  }));
+  OperatorProcess& op = StartLeader();
+  ASSERT_FALSE(HasFailure());
   EXPECT_EQ(op.Log().find("caches synced"), std::string::npos);
-  fake().Control("faults", {{"failNext", 100000}, {"code", 403}, {"match", "PUT " + LeasePath(ns(), "fleet-e2e")}});
-  op.ExpectExit();
-  const auto status = op.WaitExit(Seconds(20));
-  ASSERT_TRUE(status.has_value()) << "still running 20 s after its lease renewals started failing; log is "
-                                  << op.Log().size() << " bytes";
-  EXPECT_TRUE(WIFEXITED(*status) && WEXITSTATUS(*status) == 1) << "wait status " << *status;
-  EXPECT_NE(op.Log().find("lost the leader lease"), std::string::npos);
+  ExpectExitOnLostLease(op);
   EXPECT_LT(op.Log().size(), 64u * 1024) << "the log grew to " << op.Log().size() << " bytes";
 }
 
