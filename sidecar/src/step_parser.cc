@@ -110,16 +110,6 @@ struct KeyChars {
 constexpr KeyChars kKeyChars;
 inline bool IsKeyChar(char c) { return kKeyChars.table[static_cast<unsigned char>(c)]; }
 
-inline bool IsFieldSeparator(char c) {
-  switch (c) {
-    case ' ': case '\t': case ',': case ';': case '|': case '[': case ']': case '(': case ')':
-    case '{': case '}': case '\r': case '"': case '\'':
-      return true;
-    default:
-      return false;
-  }
-}
-
 std::string_view Trim(std::string_view s) {
   while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
   while (!s.empty() && (s.back() == ' ' || s.back() == '\t')) s.remove_suffix(1);

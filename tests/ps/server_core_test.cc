@@ -5,6 +5,7 @@
 
 #include <cstring>
 #include <filesystem>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,11 +27,20 @@ std::vector<float> Floats(const std::string& s) {
   return v;
 }
 
-// Collects the answer of a call that may wait.
+// Collects the answer of a call that may wait. A core declared before its answers is destroyed
+// after them and aborts the waits still open: the callback then finds the answer gone instead of
+// writing into a dead stack frame (ASan: stack-use-after-scope).
 struct Answer {
   std::optional<Status> status;
+  std::shared_ptr<Answer*> self = std::make_shared<Answer*>(this);
+  Answer() = default;
+  Answer(const Answer&) = delete;
+  Answer& operator=(const Answer&) = delete;
+  ~Answer() { *self = nullptr; }
   Done done() {
-    return [this](Status s) { status = s; };
+    return [self = self](Status s) {
+      if (*self) (*self)->status = s;
+    };
   }
 };
 

@@ -83,6 +83,18 @@ std::string Describe(const std::string& input) {
   return "'" + shown + "'";
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+constexpr bool kAddressSanitizer = true;  // gcc
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr bool kAddressSanitizer = true;  // clang
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+#else
+constexpr bool kAddressSanitizer = false;
+#endif
+
 const char* g_probe = "";  // the probe running in the child, for the crash report
 
 extern "C" void ReportCrash(int sig) {
@@ -98,8 +110,12 @@ extern "C" void ReportCrash(int sig) {
 // Runs every probe in this (child) process; exits 0 when all behaved. Otherwise it reports each
 // probe that gave a wrong result or threw, and the one that crashed, on stderr and exits non-zero.
 [[noreturn]] void RunProbes(const std::vector<std::pair<std::string, Probe>>& probes) {
-  rlimit limit{size_t{1} << 30, size_t{1} << 30};  // 1 GiB of address space: a runaway allocation fails fast
-  setrlimit(RLIMIT_AS, &limit);
+  // 1 GiB of address space: a runaway allocation fails fast. Not under AddressSanitizer, which
+  // reserves terabytes of shadow memory up front (and reports runaway allocations itself).
+  if (!kAddressSanitizer) {
+    rlimit limit{size_t{1} << 30, size_t{1} << 30};
+    setrlimit(RLIMIT_AS, &limit);
+  }
   for (int sig : {SIGSEGV, SIGBUS, SIGABRT, SIGFPE}) std::signal(sig, ReportCrash);
   int failures = 0;
   for (const auto& [what, probe] : probes) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <deque>
 #include <random>
 #include <string>
 #include <vector>
@@ -17,7 +18,12 @@ namespace {
 
 using Json = nlohmann::json;
 
-StepRecord Parse(const std::string& line, ParseOutcome expected = ParseOutcome::kStep) {
+// A StepRecord's scalar names are views into the parsed line, so every line parsed here stays alive
+// for the whole test program (a deque never moves its elements). Parsing a temporary and reading
+// the names afterwards was a heap-use-after-free (ASan).
+StepRecord Parse(std::string text, ParseOutcome expected = ParseOutcome::kStep) {
+  static std::deque<std::string> lines;
+  const std::string& line = lines.emplace_back(std::move(text));
   StepRecord r;
   EXPECT_EQ(ParseStepLine(line, &r), expected) << line;
   return r;
