@@ -6,6 +6,7 @@ Run (ctest does):  /usr/bin/python3 -m unittest -v test_kubelet   (root, podman,
 
 import json
 import os
+import subprocess
 import tempfile
 import time
 import unittest
@@ -207,6 +208,20 @@ class PodmanKubeletTest(unittest.TestCase):
         # The API server answers pods only at the gateway and on loopback, not on other addresses.
         self.assertEqual(c.server.gateway_httpd.server_address[0], c.kubelet.gateway)
         c.kubectl("delete", "pod", "in-cluster", "--wait=true", timeout=60)
+
+    def test_what_a_killed_kubelet_left_is_removed_by_the_next(self):
+        pm = self.cluster.kubelet.podman
+        dead = subprocess.Popen(["true"])
+        dead.wait()
+        labels = ["--label", "io.fleetjob.kubelet=gone", "--label", "io.fleetjob.kubelet.pid=%d" % dead.pid]
+        pm.run("network", "create", *labels, "fleetjob-kubelet-gone-test")
+        pm.run("pod", "create", "--name", "fleetjob-kubelet-gone-test", "--infra-image",
+               self.cluster.kubelet.pause_image, *labels)
+        Cluster().close()
+        self.assertNotEqual(pm.run("network", "exists", "fleetjob-kubelet-gone-test", check=False).returncode, 0)
+        self.assertNotEqual(pm.run("pod", "exists", "fleetjob-kubelet-gone-test", check=False).returncode, 0)
+        self.assertEqual(pm.run("pod", "exists", self.cluster.kubelet.anchor, check=False).returncode, 0,
+                         "a live kubelet's pods stay")
 
 
 if __name__ == "__main__":

@@ -1100,10 +1100,10 @@ def make_kubelet_class(base):
         def _reap_stale(self):
             """Removes pods and networks of podman kubelets whose process is gone."""
             for kind in ("pod", "network"):
-                fmt = "{{.Name}} {{index .Labels \"%s\"}}" % LABEL_PID
-                p = self.podman.run(kind, "ls", "--filter", "label=" + LABEL, "--format", fmt, check=False)
-                for line in (p.stdout or "").splitlines():
-                    name, _, pid = line.partition(" ")
+                p = self.podman.run(kind, "ls", "--filter", "label=" + LABEL, "--format", "{{.Name}}", check=False)
+                for name in (p.stdout or "").split():
+                    pid = self.podman.run(kind, "inspect", "--format",
+                                          '{{index .Labels "%s"}}' % LABEL_PID, name, check=False).stdout.strip()
                     if pid.isdigit() and not os.path.exists("/proc/%s" % pid):
                         self.podman.run(kind, "rm", "-f", *(["-t", "0"] if kind == "pod" else []), name, check=False)
 
