@@ -165,8 +165,10 @@ int main(int argc, char** argv) {
     le.lease_namespace = flags->leader_election_namespace.empty() ? PodNamespace() : flags->leader_election_namespace;
     le.lease_name = flags->leader_election_id;
     le.identity = Identity();
-    le.on_started_leading = [&] {
-      Log(LogLevel::kInfo, "became the leader", {{"identity", le.identity}});
+    // The identity by value: `le` is moved into the elector and gone when the callback runs
+    // (gcc's ASan: stack-use-after-scope; the log showed an empty identity).
+    le.on_started_leading = [&, self = le.identity] {
+      Log(LogLevel::kInfo, "became the leader", {{"identity", self}});
       leading = true;
       controller.SetLeader(true);
       start_workers();
