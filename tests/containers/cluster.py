@@ -16,14 +16,15 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.join(ROOT, "tests", "controlplane"))
+sys.path.insert(0, os.path.join(ROOT, "tests", "chart"))
 sys.dont_write_bytecode = True
 import fake_apiserver  # noqa: E402
+import fleet_cluster  # noqa: E402
 import podman_kubelet  # noqa: E402
 
 
@@ -67,18 +68,8 @@ def require(images=()):
 
 
 def wait_for(what, check, timeout=60.0, poll=0.2):
-    deadline = time.monotonic() + timeout
-    last = None
-    while True:
-        try:
-            last = check()
-        except Exception as e:  # noqa: BLE001 - reported when it never succeeds
-            last = e
-        if last and not isinstance(last, Exception):
-            return last
-        if time.monotonic() > deadline:
-            raise AssertionError("timed out after %.0f s waiting for %s (last: %r)" % (timeout, what, last))
-        time.sleep(poll)
+    """fleet_cluster.wait_for with the longer waits containers need."""
+    return fleet_cluster.wait_for(what, check, timeout, poll)
 
 
 class Cluster:

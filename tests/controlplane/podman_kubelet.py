@@ -800,26 +800,21 @@ class PodWorker(threading.Thread):
 
     # ---- env, volumes, podman arguments -------------------------------------------------
     def _lookup(self, kind, name):
-        with self.store.lock:
-            rt = self.store.registry.get("", "v1", kind)
-            obj = self.store._find(rt, self.ns, name)
-            if obj is None:
-                return None
-            data = dict(obj.get("data") or {})
-            if kind == "secrets":
-                data = {k: base64.b64decode(v).decode("utf-8", "replace") for k, v in data.items()}
-            return data
+        """A ConfigMap's or Secret's data as text (env), or None when it does not exist."""
+        data = self._lookup_bytes(kind, name, binary=False)
+        return None if data is None else {k: v.decode("utf-8", "replace") for k, v in data.items()}
 
-    def _lookup_bytes(self, kind, name):
+    def _lookup_bytes(self, kind, name, binary=True):
+        """Its data as bytes (volumes; a ConfigMap's binaryData too unless binary is False)."""
         with self.store.lock:
-            rt = self.store.registry.get("", "v1", kind)
-            obj = self.store._find(rt, self.ns, name)
+            obj = self.store._find(self.store.registry.get("", "v1", kind), self.ns, name)
             if obj is None:
                 return None
             if kind == "secrets":
                 return {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()}
             out = {k: v.encode() for k, v in (obj.get("data") or {}).items()}
-            out.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
+            if binary:
+                out.update({k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()})
             return out
 
     def _current_pod(self):
