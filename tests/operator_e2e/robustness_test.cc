@@ -125,6 +125,9 @@ TEST_F(RobustnessE2eTest, VolcanoPodGroupHoldsPodsUntilAdmitted) {
 // finishes the job: exactly 200 pods, each created once (one 201 per pod and no deletes).
 TEST_F(RobustnessE2eTest, OperatorKilledMidCreationLeavesNoDuplicates) {
   constexpr int kPods = 200;
+  // Bounds that only stop a hung test: 2 s in all on an idle machine, but 40 s under the
+  // sanitizers' slow unwinder (scripts/sanitize.sh), and more on a loaded CI machine.
+  constexpr auto kPatience = Seconds(90);
   fake().Control("faults", {{"latencyMs", 20}});
   // A narrow create window so that creation takes a while and can be cut short.
   OperatorProcess& first = StartOperator({"--create-concurrency=4"});
@@ -135,7 +138,7 @@ TEST_F(RobustnessE2eTest, OperatorKilledMidCreationLeavesNoDuplicates) {
     at_kill = Pods("big").size();
     state = std::to_string(at_kill) + " pods";
     return at_kill >= 20;
-  }, Seconds(20), Millis(5)));
+  }, kPatience, Millis(5)));
   first.Signal(SIGKILL);
   ASSERT_TRUE(first.WaitExit(Seconds(5)).has_value());
   const size_t after_kill = Pods("big").size();
@@ -145,8 +148,8 @@ TEST_F(RobustnessE2eTest, OperatorKilledMidCreationLeavesNoDuplicates) {
   ASSERT_TRUE(Eventually("exactly " + std::to_string(kPods) + " pods", [&](std::string& state) {
     state = std::to_string(Pods("big").size()) + " pods";
     return Pods("big").size() == static_cast<size_t>(kPods);
-  }, Seconds(25)));
-  ASSERT_FALSE(WaitForPhase("big", "Running", Seconds(25)).is_null());
+  }, kPatience));
+  ASSERT_FALSE(WaitForPhase("big", "Running", kPatience).is_null());
 
   const std::vector<Json> pods = Pods("big");
   ASSERT_EQ(pods.size(), static_cast<size_t>(kPods));
