@@ -1,9 +1,20 @@
 #!/usr/bin/env bash
 # Configures and builds FleetJob into ./build (or $FLEET_BUILD_DIR). Warnings are errors.
-# Extra arguments go to cmake's configure step, e.g. -DFLEET_WITH_NCCL=OFF.
+#   scripts/build.sh                       everything
+#   scripts/build.sh --target fleetrun     only that target and what it needs (repeatable)
+# Other arguments go to cmake's configure step, e.g. -DFLEET_WITH_NCCL=OFF.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build=${FLEET_BUILD_DIR:-$root/build}
+configure=() targets=()
+while (($#)); do
+  case $1 in
+    --target) targets+=(--target "${2:?--target needs a target name}"); shift ;;
+    --target=*) targets+=(--target "${1#*=}") ;;
+    *) configure+=("$1") ;;
+  esac
+  shift
+done
 "$root/scripts/setup.sh"
-cmake -S "$root" -B "$build" -DFLEET_WERROR=ON "$@" >/dev/null
-cmake --build "$build" -j"$(nproc)"
+cmake -S "$root" -B "$build" -DFLEET_WERROR=ON "${configure[@]}" >/dev/null
+cmake --build "$build" -j"$(nproc)" "${targets[@]}"
