@@ -1,6 +1,7 @@
 #include "fleet/launcher/plan.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace fleet::launcher {
@@ -68,6 +69,7 @@ Result<int> FindThisNode(const std::vector<std::string>& nodes, const LaunchOpti
 struct Gpus {
   std::vector<std::string> physical;  // ids as CUDA_VISIBLE_DEVICES names them
   std::vector<int> positions;         // their positions in the visible list (what Paddle selects)
+  std::optional<std::string> ignored;  // why --gpus was ignored: the job runs on CPU
 };
 
 // --gpus names physical devices; Paddle's processes select by position in CUDA_VISIBLE_DEVICES.
@@ -84,6 +86,12 @@ Result<Gpus> ResolveGpus(const LaunchOptions& o, const HostFacts& host) {
   Gpus gpus;
   if (!IsSet(o.gpus)) {
     gpus.physical = visible;
+  } else if (visible.empty()) {
+    // Paddle's launcher picks its device mode from the machine (get_device_mode): with no GPU it
+    // runs on CPU, whatever --gpus says.
+    gpus.ignored = "no GPU is visible here (" +
+                   std::string(cvd ? "CUDA_VISIBLE_DEVICES is empty" : "none found") + "): --gpus=" + *o.gpus +
+                   " is ignored and the job runs on CPU, as Paddle's launcher does";
   } else {
     for (const std::string& raw : SplitString(*o.gpus, ',')) {
       const std::string id(TrimWhitespace(raw));
@@ -144,6 +152,7 @@ Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
                                            std::vector<std::string>& notes) {
   auto gpus = ResolveGpus(o, host);
   if (!gpus) return Error{gpus.error()};
+  if (gpus->ignored) notes.push_back(*gpus->ignored);
   CollectiveLayout layout;
   const int gpu_count = static_cast<int>(gpus->positions.size());
   layout.device_kind = gpu_count > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
@@ -324,7 +333,8 @@ Result<int> AssignPorts(PsLayout& layout, const LaunchOptions& o, const HostFact
   return http_port;
 }
 
-Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode mode) {
+Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode mode,
+                         std::vector<std::string>& notes) {
   PsLayout layout;
   // Servers: an ip:port list, or N local servers.
   if (IsSet(o.servers)) {
@@ -370,7 +380,8 @@ Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode 
   auto gpus = ResolveGpus(o, host);
   if (!gpus) return Error{gpus.error()};
   layout.gpu_pool = gpus->physical;
-  if (IsSet(o.gpus)) layout.trainer_device = DeviceKind::kGpu;
+  if (gpus->ignored) notes.push_back(*gpus->ignored);
+  else if (IsSet(o.gpus)) layout.trainer_device = DeviceKind::kGpu;
   if (const std::string* xpus = FindEnv(host, "XPU_VISIBLE_DEVICES")) {
     for (const std::string& id : SplitString(*xpus, ',')) {
       if (!TrimWhitespace(id).empty()) layout.xpu_pool.emplace_back(TrimWhitespace(id));
@@ -459,7 +470,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
   }
 
   auto placement = *mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)
-                                                 : PlanPs(options, host, *mode);
+                                                 : PlanPs(options, host, *mode, plan.notes);
   if (!placement) return Error{placement.error()};
   plan.topology = std::move(placement->topology);
   plan.node_rank = placement->node_rank;

@@ -253,6 +253,23 @@ std::vector<PlanCase> PlanCases() {
     cases.push_back(c);
   }
   {
+    PlanCase c{"collective_gpus_flag_on_a_cpu_only_host_runs_on_cpu", {"--gpus=0", "train.py"}, Host()};
+    c.topology_size = 1;
+    c.common = CollectiveCommon(1, L + "40000", 1, 1, "", false);
+    c.local = {Coll(0, 0, L + "40000", "")};
+    c.note = "no GPU is visible here (none found): --gpus=0 is ignored and the job runs on CPU";
+    cases.push_back(c);
+  }
+  {
+    PlanCase c{"collective_gpus_flag_with_empty_cuda_visible_devices_runs_on_cpu", {"--gpus=1", "train.py"},
+               Host({{"CUDA_VISIBLE_DEVICES", ""}}, 8)};
+    c.topology_size = 1;
+    c.common = CollectiveCommon(1, L + "40000", 1, 1, "", false);
+    c.local = {Coll(0, 0, L + "40000", "")};
+    c.note = "CUDA_VISIBLE_DEVICES is empty";
+    cases.push_back(c);
+  }
+  {
     // CUDA_VISIBLE_DEVICES set but empty: no GPUs visible, whatever the hardware has.
     PlanCase c{"collective_empty_cuda_visible_devices_is_cpu", {"train.py"}, Host({{"CUDA_VISIBLE_DEVICES", ""}}, 8)};
     c.topology_size = 1;
@@ -455,6 +472,18 @@ std::vector<PlanCase> PlanCases() {
     c.node_rank = 1;
     c.topology_size = 4;
     c.local = {Server(1, 0, "10.0.0.2:6000"), Trainer(1, 0, "10.0.0.2:6100")};
+    cases.push_back(c);
+  }
+  {
+    // Paddle's launcher runs on CPU where there is no GPU, whatever --gpus says; so does fleetrun.
+    PlanCase c{"ps_gpus_flag_on_a_cpu_only_host_runs_the_trainers_on_cpu",
+               {"--server_num=1", "--worker_num=2", "--gpus=0", "train.py"}, Host()};
+    c.mode = JobMode::kParameterServer;
+    c.topology_size = 3;
+    c.local = {With(Server(0, 0, L + "40000"), {}, {"CUDA_VISIBLE_DEVICES"}),
+               With(Trainer(0, 0, L + "40001"), {}, {"CUDA_VISIBLE_DEVICES"}),
+               With(Trainer(1, 1, L + "40002"), {}, {"CUDA_VISIBLE_DEVICES"})};
+    c.note = "--gpus=0 is ignored and the job runs on CPU";
     cases.push_back(c);
   }
   {
@@ -721,7 +750,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{"gpus_not_in_cuda_visible_devices", {"--gpus=4", "train.py"}, Host({{"CUDA_VISIBLE_DEVICES", "2,3"}}, 8),
                 {"--gpus", "GPU 4", "CUDA_VISIBLE_DEVICES=2,3"}},
         BadPlan{"gpus_not_present", {"--gpus=2", "train.py"}, Host({}, 2), {"--gpus", "GPU 2", "not present"}},
-        BadPlan{"gpus_on_cpu_only_host", {"--gpus=0", "train.py"}, Host(), {"--gpus", "GPU 0"}},
         BadPlan{"gpus_listed_twice", {"--gpus=1,1", "train.py"}, Host({}, 2), {"--gpus", "GPU 1 twice"}},
         BadPlan{"nproc_does_not_divide_gpus", {"--nproc_per_node=2", "train.py"}, Host({{"CUDA_VISIBLE_DEVICES", "0,1,2"}}),
                 {"--nproc_per_node=2", "does not divide", "3 GPUs"}},
