@@ -104,7 +104,8 @@ ENTRYPOINT ["/usr/local/bin/fleet-operator"]
 # fleet-sidecar: the operator injects it into every FleetJob pod with args only (gate ...), so the
 # entrypoint is the binary (spec.sidecar.image, default fleetjob/sidecar:<version>). It also ships
 # fleet-ps-server, which the operator runs (command fleet-ps-server) in the server pods of jobs with
-# spec.runtime fleet; gRPC and protobuf are for it.
+# spec.runtime fleet; gRPC and protobuf are for it. RE2 is for both (the sidecar runs its users'
+# regular expressions on it).
 # The sidecar's API client is fleet::kube_lite (Boost.Beast, header-only, on mbedTLS): no cpprestsdk,
 # no OpenSSL in fleet-sidecar. libssl3 is fleet-ps-server's (gRPC).
 FROM ${DEBIAN_SLIM} AS sidecar

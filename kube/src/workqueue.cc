@@ -154,6 +154,13 @@ bool WorkQueue::ShuttingDown() const {
   return shutting_down_;
 }
 
+void WorkQueue::ProcessThrew(const std::string& key, const std::string& what) {
+  ++process_exceptions_;
+  if (metrics_.on_exception) metrics_.on_exception(key, what);
+}
+
+uint64_t WorkQueue::ProcessExceptions() const { return process_exceptions_.load(); }
+
 void WorkQueue::DelayLoop() {
   std::unique_lock<std::mutex> lock(mu_);
   while (!shutting_down_) {
@@ -181,6 +188,21 @@ void WorkQueue::DelayLoop() {
   }
 }
 
+namespace {
+
+// The exception being handled, as text.
+std::string CurrentExceptionMessage() {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception not derived from std::exception";
+  }
+}
+
+}  // namespace
+
 void RunWorkers(WorkQueue& queue, int workers,
                 const std::function<ProcessResult(const std::string& key)>& process) {
   auto worker = [&queue, &process] {
@@ -189,7 +211,8 @@ void RunWorkers(WorkQueue& queue, int workers,
       try {
         result = process(*key);
       } catch (...) {
-        result.ok = false;   // contained: one bad key must not take the worker down
+        queue.ProcessThrew(*key, CurrentExceptionMessage());
+        result.ok = false;
       }
       if (!result.ok) {
         queue.AddRateLimited(*key);

@@ -7,6 +7,8 @@
 
 #include <array>
 
+#include "fleet/serving/log.h"
+
 namespace fleet::op {
 namespace {
 
@@ -37,6 +39,9 @@ ControllerMetrics::ControllerMetrics(prometheus::Registry& registry)
                          .Add({}, LatencyBuckets())),
       queue_retries_(BuildCounter().Name("fleet_operator_workqueue_retries_total")
                          .Help("FleetJobs requeued with backoff after a failed reconcile").Register(registry).Add({})),
+      reconcile_exceptions_(BuildCounter().Name("fleet_operator_reconcile_exceptions_total")
+                                .Help("Reconciles that threw an exception (contained; the FleetJob is retried with backoff)")
+                                .Register(registry).Add({})),
       jobs_(BuildGauge().Name("fleet_operator_jobs").Help("FleetJobs by phase").Register(registry)),
       pods_created_(BuildCounter().Name("fleet_operator_pods_created_total").Help("Pods created").Register(registry).Add({})),
       pods_deleted_(BuildCounter().Name("fleet_operator_pods_deleted_total").Help("Pods deleted").Register(registry).Add({})),
@@ -60,6 +65,10 @@ kube::WorkQueueMetrics ControllerMetrics::QueueHooks() {
   hooks.on_depth = [this](size_t depth) { queue_depth_.Set(static_cast<double>(depth)); };
   hooks.on_latency = [this](std::chrono::steady_clock::duration waited) { queue_latency_.Observe(Seconds(waited)); };
   hooks.on_retry = [this] { queue_retries_.Increment(); };
+  hooks.on_exception = [this](const std::string& key, const std::string& what) {
+    reconcile_exceptions_.Increment();
+    serving::Log(serving::LogLevel::kError, "reconcile threw: " + what + " (retried with backoff)", {{"fleetjob", key}});
+  };
   return hooks;
 }
 

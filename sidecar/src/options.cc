@@ -12,6 +12,7 @@
 
 #include "fleet/runtime/endpoint.h"
 #include "fleet/sidecar/step_parser.h"
+#include "fleet/sidecar/user_regex.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -301,10 +302,8 @@ Status ParseAgentFlags(RawFlags& raw, bool gate, AgentOptions* a) {
   }
   if (values.count("main-process-match")) {
     a->main_process_match = values["main-process-match"];
-    try {
-      std::regex check(a->main_process_match, std::regex::ECMAScript);
-    } catch (const std::regex_error& e) {
-      return Error{"--main-process-match: not a valid regular expression: " + std::string(e.what())};
+    if (auto compiled = CompileUserRegex(a->main_process_match); !compiled) {
+      return Error{"--main-process-match: not a valid regular expression: " + compiled.error()};
     }
   }
   if (auto s = Duration(raw, "peer-check-interval", &a->peer_check_interval); !s) return Error{s.error()};

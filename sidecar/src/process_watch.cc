@@ -7,7 +7,12 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <stdexcept>
 #include <string_view>
+
+#include <re2/re2.h>
+
+#include "fleet/sidecar/user_regex.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -38,7 +43,10 @@ std::string_view Basename(std::string_view path) {
 
 MainProcessWatcher::MainProcessWatcher(std::string proc, const std::string& match, pid_t self)
     : proc_(std::move(proc)), self_(self) {
-  if (!match.empty()) match_.emplace(match, std::regex::ECMAScript | std::regex::optimize);
+  if (match.empty()) return;
+  auto compiled = CompileUserRegex(match);
+  if (!compiled) throw std::invalid_argument("--main-process-match: not a valid regular expression: " + compiled.error());
+  match_ = *compiled;
 }
 
 bool MainProcessWatcher::Enabled(MainProcessMode mode, const std::string& proc) {
@@ -75,7 +83,7 @@ std::optional<MainProcessWatcher::Candidate> MainProcessWatcher::Read(pid_t pid)
   for (char& ch : cmdline) {
     if (ch == '\0') ch = ' ';
   }
-  if (match_ && !std::regex_search(cmdline, *match_)) return std::nullopt;
+  if (match_ && !re2::RE2::PartialMatch(cmdline, *match_)) return std::nullopt;
   c.command = cmdline.size() > 200 ? cmdline.substr(0, 200) + "..." : cmdline;
   return c;
 }

@@ -4,8 +4,12 @@
 #include <charconv>
 #include <cmath>
 #include <cstring>
-#include <regex>
+#include <map>
 #include <vector>
+
+#include <re2/re2.h>
+
+#include "fleet/sidecar/user_regex.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -622,83 +626,88 @@ ParseOutcome LineParser::Parse(std::string_view line, StepRecord* record) {
 // ---- user patterns ----
 
 struct StepPattern::Compiled {
-  std::regex regex;
+  std::shared_ptr<const re2::RE2> regex;
   struct Group {
-    size_t index;
+    int index;
     std::string name;
     Key key;
   };
-  std::vector<Group> groups;
+  std::vector<Group> groups;   // in the pattern's order
+  int submatches = 0;          // 1 + the highest index of a named group: what Match asks RE2 for
 };
 
 Result<StepPattern> StepPattern::Compile(std::string_view source) {
   const std::string quoted = "'" + std::string(source) + "'";
-  auto compiled = std::make_shared<Compiled>();
-  std::string ecma;
-  size_t group = 0;
+  struct Named {
+    std::string name;
+    Key key;
+  };
+  std::vector<Named> named;
+  // RE2 (Debian 12's) knows only the (?P<name>...) form of a named group: (?<name>...) is written
+  // as that. The names are checked here, where a bad one can be said plainly.
+  std::string re2_source;
   bool in_class = false;
   for (size_t i = 0; i < source.size(); ++i) {
     const char c = source[i];
     if (c == '\\') {
-      ecma += c;
-      if (i + 1 < source.size()) ecma += source[++i];
+      // An escaped character, or a quote "\Q...\E" (to its end or the pattern's): literal text.
+      size_t end = std::min(i + 2, source.size());
+      if (!in_class && source.compare(i, 2, "\\Q") == 0) end = std::min(source.find("\\E", i + 2), source.size());
+      re2_source.append(source.substr(i, end - i));
+      i = end - 1;
       continue;
     }
     if (in_class) {
       if (c == ']') in_class = false;
-      ecma += c;
+      re2_source += c;
       continue;
     }
     if (c == '[') {
       in_class = true;
-      ecma += c;
-      if (i + 1 < source.size() && source[i + 1] == '^') ecma += source[++i];
-      if (i + 1 < source.size() && source[i + 1] == ']') ecma += source[++i];  // "[]...]": a literal ']'
+      re2_source += c;
+      if (i + 1 < source.size() && source[i + 1] == '^') re2_source += source[++i];
+      if (i + 1 < source.size() && source[i + 1] == ']') re2_source += source[++i];  // "[]...]": a literal ']'
       continue;
     }
-    if (c != '(') {
-      ecma += c;
+    size_t name_at = 0;
+    if (source.compare(i, 4, "(?P<") == 0) name_at = i + 4;
+    else if (source.compare(i, 3, "(?<") == 0 && i + 3 < source.size() && IsNameStart(source[i + 3])) name_at = i + 3;
+    if (name_at == 0) {  // not a named group
+      re2_source += c;
       continue;
     }
-    if (i + 1 < source.size() && source[i + 1] == '?') {
-      size_t name_at = 0;
-      if (source.compare(i, 4, "(?P<") == 0) name_at = i + 4;
-      else if (source.compare(i, 3, "(?<") == 0 && i + 3 < source.size() && IsNameStart(source[i + 3])) name_at = i + 3;
-      if (name_at == 0) {  // (?: (?= (?! ...: not capturing
-        ecma += c;
-        continue;
-      }
-      size_t close = name_at;
-      while (close < source.size() && IsNameChar(source[close])) ++close;
-      if (close == name_at || close >= source.size() || source[close] != '>' || !IsNameStart(source[name_at])) {
-        return Error{"--pattern " + quoted + ": a group name must be a word ((?P<name>...) or (?<name>...))"};
-      }
-      std::string name(source.substr(name_at, close - name_at));
-      for (const auto& g : compiled->groups) {
-        if (g.name == name) return Error{"--pattern " + quoted + ": the group name '" + name + "' is used twice"};
-      }
-      Key key = Classify(name);
-      if (key == Key::kIgnored || key == Key::kTotalTime) {
-        return Error{"--pattern " + quoted + ": the group name '" + name + "' cannot be used"};
-      }
-      if (key == Key::kScalar && !IsScalarName(name)) {
-        return Error{"--pattern " + quoted + ": the group name '" + name + "' is too long"};
-      }
-      compiled->groups.push_back({++group, std::move(name), key});
-      ecma += '(';
-      i = close;
-      continue;
+    size_t close = name_at;
+    while (close < source.size() && IsNameChar(source[close])) ++close;
+    if (close == name_at || close >= source.size() || source[close] != '>' || !IsNameStart(source[name_at])) {
+      return Error{"--pattern " + quoted + ": a group name must be a word ((?P<name>...) or (?<name>...))"};
     }
-    ++group;
-    ecma += c;
+    std::string name(source.substr(name_at, close - name_at));
+    for (const Named& n : named) {
+      if (n.name == name) return Error{"--pattern " + quoted + ": the group name '" + name + "' is used twice"};
+    }
+    const Key key = Classify(name);
+    if (key == Key::kIgnored || key == Key::kTotalTime) {
+      return Error{"--pattern " + quoted + ": the group name '" + name + "' cannot be used"};
+    }
+    if (key == Key::kScalar && !IsScalarName(name)) {
+      return Error{"--pattern " + quoted + ": the group name '" + name + "' is too long"};
+    }
+    re2_source += "(?P<" + name + ">";
+    named.push_back({std::move(name), key});
+    i = close;
   }
-  if (compiled->groups.empty()) {
+  if (named.empty()) {
     return Error{"--pattern " + quoted + ": it has no named group; name what it captures, e.g. (?P<loss>[0-9.]+)"};
   }
-  try {
-    compiled->regex = std::regex(ecma, std::regex::ECMAScript | std::regex::optimize);
-  } catch (const std::regex_error& e) {
-    return Error{"--pattern " + quoted + ": not a valid regular expression: " + e.what()};
+  auto regex = CompileUserRegex(re2_source);
+  if (!regex) return Error{"--pattern " + quoted + ": not a valid regular expression: " + regex.error()};
+  auto compiled = std::make_shared<Compiled>();
+  compiled->regex = *regex;
+  const std::map<std::string, int>& indices = compiled->regex->NamedCapturingGroups();
+  for (Named& n : named) {
+    const int index = indices.at(n.name);  // every name above was written as (?P<name>
+    compiled->groups.push_back({index, std::move(n.name), n.key});
+    compiled->submatches = std::max(compiled->submatches, index + 1);
   }
   StepPattern pattern;
   pattern.source_ = std::string(source);
@@ -708,12 +717,15 @@ Result<StepPattern> StepPattern::Compile(std::string_view source) {
 
 ParseOutcome StepPattern::Match(std::string_view line, StepRecord* record) const {
   record->Clear();
-  std::cmatch m;
-  if (!std::regex_search(line.data(), line.data() + line.size(), m, compiled_->regex)) return ParseOutcome::kNone;
+  std::vector<re2::StringPiece> m(static_cast<size_t>(compiled_->submatches));
+  if (!compiled_->regex->Match(re2::StringPiece(line.data(), line.size()), 0, line.size(), re2::RE2::UNANCHORED,
+                               m.data(), compiled_->submatches)) {
+    return ParseOutcome::kNone;
+  }
   for (const Compiled::Group& g : compiled_->groups) {
-    if (g.index >= m.size() || !m[g.index].matched) continue;
-    const std::string_view text(m[g.index].first, static_cast<size_t>(m[g.index].length()));
-    const std::string_view value_text = Trim(text);
+    const re2::StringPiece& group = m[static_cast<size_t>(g.index)];
+    if (group.data() == nullptr) continue;  // its part of the pattern did not take part in the match
+    const std::string_view value_text = Trim(std::string_view(group.data(), group.size()));
     size_t pos = 0;
     double value = 0;
     std::string_view unit;

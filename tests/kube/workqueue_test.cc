@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include <gtest/gtest.h>
@@ -225,6 +226,42 @@ TEST(WorkQueueTest, WorkersRetryFailuresAndExceptionsThenForgetOnSuccess) {
   EXPECT_EQ(attempts.load(), 3);
   EXPECT_EQ(requeues_seen_at_success.load(), 2);
   EXPECT_EQ(queue.NumRequeues("ns/a"), 0) << "success Forget()s the key";
+}
+
+TEST(WorkQueueTest, WorkersReportAndCountExceptionsWithTheirKeysThenRetryWithBackoff) {
+  std::mutex mu;
+  std::vector<std::pair<std::string, std::string>> reported;
+  std::atomic<int> retries{0};
+  WorkQueueMetrics metrics;
+  metrics.on_exception = [&](const std::string& key, const std::string& what) {
+    std::lock_guard<std::mutex> lock(mu);
+    reported.emplace_back(key, what);
+  };
+  metrics.on_retry = [&] { retries++; };
+  WorkQueue queue(Unthrottled(milliseconds(1)), metrics);
+  std::atomic<int> attempts_a{0};
+  std::atomic<int> attempts_b{0};
+  std::atomic<int> successes{0};
+  std::thread workers([&] {
+    RunWorkers(queue, 1, [&](const std::string& key) -> ProcessResult {
+      if (key == "ns/a" && ++attempts_a == 1) throw std::runtime_error("boom");
+      if (key == "ns/b" && ++attempts_b == 1) throw 42;
+      successes++;
+      return ProcessResult{};
+    });
+  });
+  queue.Add("ns/a");
+  queue.Add("ns/b");
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(5);
+  while (successes < 2 && Clock::now() < deadline) std::this_thread::sleep_for(milliseconds(2));
+  queue.ShutDown();
+  workers.join();
+  EXPECT_EQ(successes.load(), 2) << "a key that threw is processed again";
+  EXPECT_EQ(queue.ProcessExceptions(), 2u);
+  const std::vector<std::pair<std::string, std::string>> expected = {
+      {"ns/a", "boom"}, {"ns/b", "an exception not derived from std::exception"}};
+  EXPECT_EQ(reported, expected);
+  EXPECT_EQ(retries.load(), 2) << "requeued rate-limited, as for an error result";
 }
 
 TEST(WorkQueueTest, RequeueAfterResultBringsTheKeyBackLater) {

@@ -5,12 +5,14 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 namespace fleet::sidecar {
@@ -254,6 +256,48 @@ TEST(StepPatternTest, NamedGroupsBecomeFields) {
   ASSERT_EQ(p->Match("ax(3) ( 64", &r), ParseOutcome::kStep);
   EXPECT_EQ(r.epoch, 3);
   EXPECT_DOUBLE_EQ(r.samples_per_second, 64);
+
+  // A quote, \Q...\E, is literal text: a group written in it is none.
+  p = StepPattern::Compile(R"(\Q(?P<x>)\E (?P<loss>\d+))");
+  ASSERT_TRUE(p.ok()) << p.error();
+  ASSERT_EQ(p->Match("(?P<x>) 7", &r), ParseOutcome::kStep);
+  EXPECT_DOUBLE_EQ(r.loss, 7);
+  EXPECT_EQ(r.scalar_count, 0u);
+}
+
+TEST(StepPatternTest, BytesAreCharacters) {
+  // As std::regex on char had them: "步" is three bytes to '.', and invalid UTF-8 is just bytes.
+  auto p = StepPattern::Compile(R"(^.{3}=(?P<step>\d+) 步 (?P<loss>\S+))");
+  ASSERT_TRUE(p.ok()) << p.error();
+  StepRecord r;
+  ASSERT_EQ(p->Match("步=12 步 0.5", &r), ParseOutcome::kStep);
+  EXPECT_EQ(r.step, 12);
+  ASSERT_EQ(p->Match("\xff\xfe\xfd=13 步 0.25", &r), ParseOutcome::kStep);
+  EXPECT_EQ(r.step, 13);
+  EXPECT_DOUBLE_EQ(r.loss, 0.25);
+}
+
+TEST(StepPatternTest, PathologicalPatternsOnAMebibyteLineFinishQuickly) {
+  // std::regex backtracks on these (time exponential in the line) and recurses once per character
+  // (a stack overflow on a long line); RE2 takes time linear in the line.
+  const std::string as(1 << 20, 'a');
+  const std::string ones(1 << 20, '1');
+  for (const auto& [source, line, outcome] : std::vector<std::tuple<std::string, std::string, ParseOutcome>>{
+           {"(?P<loss>(a*)*b)", as, ParseOutcome::kNone},
+           {"(?P<loss>(a|aa)*c)", as, ParseOutcome::kNone},
+           {"^(a|aa)*x(?P<step>\\d+)", as + "x42", ParseOutcome::kStep},
+           {"(?P<step>(1|11)*)x", ones, ParseOutcome::kNone},
+           {"(?P<step>(1|11)*)x", ones + "x", ParseOutcome::kMalformed}}) {  // a million digits: no count
+    auto p = StepPattern::Compile(source);
+    ASSERT_TRUE(p.ok()) << p.error();
+    StepRecord r;
+    const auto started = std::chrono::steady_clock::now();
+    EXPECT_EQ(p->Match(line, &r), outcome) << source;
+    EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(5)) << source;
+    if (outcome == ParseOutcome::kStep) {
+      EXPECT_EQ(r.step, 42);
+    }
+  }
 }
 
 TEST(StepPatternTest, BadPatternsAreRefusedWithAReason) {

@@ -6,11 +6,13 @@
 //    overall token bucket; Forget() resets a key's failures;
 //  - AddAfter: delayed adds (requeue-after); a key waiting twice keeps the earlier time;
 //  - ShutDown: Get() returns nullopt once the queue is drained (or at once with ShutDownNow).
-// Metrics hooks report depth, queue latency and retries.
+// Metrics hooks report depth, queue latency, retries and the exceptions RunWorkers contained.
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <map>
@@ -36,6 +38,9 @@ struct WorkQueueMetrics {
   std::function<void(size_t depth)> on_depth;
   std::function<void(std::chrono::steady_clock::duration waited)> on_latency;
   std::function<void()> on_retry;
+  // RunWorkers' `process` threw for `key`; `what` is the exception's message. (The kube library
+  // logs nothing itself: this hook is where the binary logs it.)
+  std::function<void(const std::string& key, const std::string& what)> on_exception;
 };
 
 class WorkQueue {
@@ -56,6 +61,10 @@ class WorkQueue {
   void ShutDown();         // stop accepting; Get() drains what is queued, then returns nullopt
   void ShutDownNow();      // Get() returns nullopt at once
   bool ShuttingDown() const;
+  // RunWorkers: processing `key` threw. Counted (ProcessExceptions) and reported to on_exception;
+  // the caller still requeues the key.
+  void ProcessThrew(const std::string& key, const std::string& what);
+  uint64_t ProcessExceptions() const;
 
  private:
   void DelayLoop();
@@ -76,13 +85,14 @@ class WorkQueue {
   std::condition_variable delayed_cv_;
   bool shutting_down_ = false;
   bool drain_ = true;
+  std::atomic<uint64_t> process_exceptions_{0};
   std::thread delay_thread_;
 };
 
 // Runs `workers` threads that take keys and call `process`; a returned error requeues the key
 // rate-limited, success Forget()s it. A RequeueAfter > 0 also AddAfter()s it. Returns when the
-// queue shuts down and all workers have finished. Exceptions from `process` are caught and counted
-// as errors.
+// queue shuts down and all workers have finished. An exception from `process` is contained (one bad
+// key must not take a worker down): reported with WorkQueue::ProcessThrew, then treated as an error.
 struct ProcessResult {
   bool ok = true;
   std::chrono::milliseconds requeue_after{0};

@@ -1,5 +1,6 @@
 // The operator's Prometheus metrics (prometheus-cpp), all prefixed fleet_operator_:
 //   reconciles_total{result}           success | error | requeue (cache behind, conflict)
+//   reconcile_exceptions_total         reconciles that threw (contained by kube::RunWorkers)
 //   reconcile_duration_seconds         histogram
 //   workqueue_depth, workqueue_queue_duration_seconds, workqueue_retries_total
 //   api_requests_total{verb,code}      every API call (after the client's own retries)
@@ -33,6 +34,8 @@ class ControllerMetrics {
   explicit ControllerMetrics(prometheus::Registry& registry);
 
   void Reconciled(const std::string& result, std::chrono::steady_clock::duration took);
+  // The work queue's hooks; on_exception also logs the exception with its FleetJob (the kube
+  // library logs nothing).
   kube::WorkQueueMetrics QueueHooks();
   void PodsCreated(int n);
   void PodsDeleted(int n);
@@ -47,6 +50,7 @@ class ControllerMetrics {
   prometheus::Gauge& queue_depth_;
   prometheus::Histogram& queue_latency_;
   prometheus::Counter& queue_retries_;
+  prometheus::Counter& reconcile_exceptions_;
   prometheus::Family<prometheus::Gauge>& jobs_;
   prometheus::Counter& pods_created_;
   prometheus::Counter& pods_deleted_;

@@ -14,8 +14,11 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
-#include <regex>
 #include <string>
+
+namespace re2 {
+class RE2;
+}  // namespace re2
 
 namespace fleet::sidecar {
 
@@ -30,7 +33,9 @@ struct MainProcessObservation {
 
 class MainProcessWatcher {
  public:
-  // `proc` is the procfs mount (a fake tree in tests). `match`: "" = any process.
+  // `proc` is the procfs mount (a fake tree in tests). `match`: "" = any process; else a regular
+  // expression (user_regex.h) that must be valid (the flag parser checks it; throws
+  // std::invalid_argument otherwise).
   MainProcessWatcher(std::string proc, const std::string& match, pid_t self);
 
   // kAuto: on when PID 1 is the pod's pause process (its namespace is shared), else off.
@@ -48,7 +53,7 @@ class MainProcessWatcher {
   std::optional<Candidate> Scan() const;
 
   std::string proc_;
-  std::optional<std::regex> match_;
+  std::shared_ptr<const re2::RE2> match_;   // null: any process
   pid_t self_;
   std::optional<Candidate> current_;
   bool seen_ = false;

@@ -11,8 +11,8 @@
 //                    Fields are "key: value" / "key = value" / "key=value", separated by commas or
 //                    spaces; numbers may be wrapped as a one-element array ("loss: [0.69]") or carry a
 //                    unit ("0.5s", "64 images/sec").
-//   StepPattern      a user's regular expression (ECMAScript) with named groups, (?P<name>...) or
-//                    (?<name>...): each match is one step report.
+//   StepPattern      a user's regular expression (RE2, user_regex.h) with named groups,
+//                    (?P<name>...) or (?<name>...): each match is one step report.
 //   ParseTextReport  the push API's one-line text protocol: "step=12 loss=0.53 samples=32 acc=0.91".
 //   ParseJsonReport  the push API's JSON: {"step": 12, "loss": 0.53, "scalars": {"acc": 0.91}}.
 //
