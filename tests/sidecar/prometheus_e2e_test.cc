@@ -45,12 +45,12 @@ std::string ReadText(const std::string& path) {
 }
 
 // A dashboard's queries with Grafana's variables filled in: every namespace, job and role; a 10 s
-// rate window (the test scrapes every second). Grafana's label_values(metric, label) variable
+// rate window (the test scrapes every second); the 10 slowest ranks in per-rank panels. Grafana's label_values(metric, label) variable
 // queries become `count by (label) (metric)`.
 std::vector<std::pair<std::string, std::string>> DashboardQueries(const Json& dashboard) {
   const std::vector<std::pair<std::string, std::string>> variables = {
       {"$__rate_interval", "10s"}, {"$namespace", ".*"}, {"$job", ".*"}, {"$role", ".*"},
-      {"$scrape_job", "fleet-sidecar"}};
+      {"$scrape_job", "fleet-sidecar"}, {"$ranks", "10"}};
   auto fill = [&](std::string expr) {
     for (const auto& [name, value] : variables) {
       for (size_t at = expr.find(name); at != std::string::npos; at = expr.find(name, at + value.size())) {
@@ -281,6 +281,17 @@ TEST(PrometheusE2eTest, ScrapesSidecarsOfARealJobAndEveryDashboardQueryHasData) 
       },
       seconds(20));
   for (const auto& [name, why] : empty) ADD_FAILURE() << name << ": " << why;
+
+  // The straggler panels name the slowest rank (one series per job and role, with its rank).
+  for (const auto& [name, query] : queries) {
+    if (name != "Slowest rank vs median / A" && name != "Slowest / median / A") continue;
+    const Json answer = get("/api/v1/query?query=" + UrlEncode(query));
+    ASSERT_TRUE(answer.is_object()) << name;
+    for (const Json& series : answer["data"]["result"]) {
+      EXPECT_TRUE(series["metric"].contains("rank")) << name << ": " << series.dump();
+    }
+    EXPECT_EQ(answer["data"]["result"].size(), 1u) << name << " (the trainers): " << answer.dump();
+  }
 
   // What the job did, as Prometheus sees it: both trainers step, the loss is there, fleetrun runs.
   const Json steps = get("/api/v1/query?query=" + UrlEncode("sum by (rank) (fleet_training_steps_total{job=\"ps-example\"})"));
