@@ -87,7 +87,7 @@ FROM build-${BUILD} AS build
 
 # ---- runtime images ------------------------------------------------------------------------------
 
-# What fleet::kube and fleet::serving link: cpprestsdk, yaml-cpp, OpenSSL, prometheus-cpp, CivetWeb.
+# What fleet::kube and fleet::httpd link: cpprestsdk, yaml-cpp, OpenSSL, prometheus-cpp, CivetWeb.
 FROM ${DEBIAN_SLIM} AS kube-runtime
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       libcpprest2.10 libyaml-cpp0.7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 libbrotli1 zlib1g \

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 
+#include "fleet/base/strings.h"
 #include "fleet/launcher/flags.h"
 #include "fleet/launcher/host.h"
 #include "fleet/launcher/plan.h"

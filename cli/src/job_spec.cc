@@ -4,13 +4,10 @@
 #include <cctype>
 #include <regex>
 
+#include "fleet/base/dns.h"
+
 namespace fleet::cli {
 namespace {
-
-bool IsDnsLabel(const std::string& s) {
-  static const std::regex kLabel("[a-z0-9]([-a-z0-9]*[a-z0-9])?");
-  return s.size() <= 63 && std::regex_match(s, kLabel);
-}
 
 std::string Basename(const std::string& path) {
   const auto slash = path.rfind('/');
@@ -105,25 +102,18 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
   const bool ps = o.server_num > 0;
   std::string restart_policy, network, gang, runtime;
   if (!o.restart_policy.empty()) {
-    auto p = OneOf("restart_policy", o.restart_policy, {"Never", "OnFailure", "ExitCode"});
-    if (!p) return Error{p.error()};
-    restart_policy = *p;
+    FLEET_ASSIGN_OR_RETURN(restart_policy,
+                           OneOf("restart_policy", o.restart_policy, {"Never", "OnFailure", "ExitCode"}));
   }
   if (!o.network.empty()) {
-    auto n = OneOf("network", o.network, {"PodIP", "Service", "HostNetwork"});
-    if (!n) return Error{n.error()};
-    network = *n;
+    FLEET_ASSIGN_OR_RETURN(network, OneOf("network", o.network, {"PodIP", "Service", "HostNetwork"}));
   }
   if (!o.runtime.empty()) {
-    auto r = OneOf("runtime", o.runtime, {"paddle", "fleet"});
-    if (!r) return Error{r.error()};
-    runtime = *r;
+    FLEET_ASSIGN_OR_RETURN(runtime, OneOf("runtime", o.runtime, {"paddle", "fleet"}));
     if (runtime == "fleet" && !ps) return Error{"--runtime=fleet serves parameter servers: it needs --server_num > 0"};
   }
   if (!o.gang.empty()) {
-    auto g = OneOf("gang", o.gang, {"None", "Volcano", "SchedulerPlugins"});
-    if (!g) return Error{g.error()};
-    gang = *g;
+    FLEET_ASSIGN_OR_RETURN(gang, OneOf("gang", o.gang, {"None", "Volcano", "SchedulerPlugins"}));
   }
   if (!o.queue.empty() && gang != "Volcano") return Error{"--queue needs --gang=Volcano"};
 
@@ -144,9 +134,8 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
     Json& limits = worker["resources"]["limits"];
     limits["nvidia.com/gpu"] = o.gpus;
     if (!ps && o.gpus > 1) {
-      auto command = FleetrunCommand(o.command);
-      if (!command) return Error{command.error()};
-      worker["command"] = *command;
+      FLEET_ASSIGN_OR_RETURN(auto command, FleetrunCommand(o.command));
+      worker["command"] = command;
       processes_per_pod = o.gpus;
     }
   }

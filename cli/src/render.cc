@@ -2,8 +2,9 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <ctime>
 #include <map>
+
+#include "fleet/base/time.h"
 
 namespace fleet::cli {
 namespace {
@@ -93,29 +94,8 @@ std::string FormatAge(int64_t s) {
 }
 
 int64_t ParseTime(const std::string& text) {
-  std::tm tm{};
-  int consumed = 0;
-  if (std::sscanf(text.c_str(), "%4d-%2d-%2dT%2d:%2d:%2d%n", &tm.tm_year, &tm.tm_mon, &tm.tm_mday, &tm.tm_hour,
-                  &tm.tm_min, &tm.tm_sec, &consumed) != 6) {
-    return -1;
-  }
-  tm.tm_year -= 1900;
-  tm.tm_mon -= 1;
-  int64_t t = static_cast<int64_t>(timegm(&tm));
-  // Fractions, then Z or an offset.
-  size_t i = static_cast<size_t>(consumed);
-  if (i < text.size() && text[i] == '.') {
-    ++i;
-    while (i < text.size() && text[i] >= '0' && text[i] <= '9') ++i;
-  }
-  if (i < text.size() && (text[i] == '+' || text[i] == '-')) {
-    int hh = 0, mm = 0;
-    if (std::sscanf(text.c_str() + i + 1, "%2d:%2d", &hh, &mm) == 2) {
-      const int64_t offset = hh * 3600 + mm * 60;
-      t += text[i] == '+' ? -offset : offset;
-    }
-  }
-  return t;
+  const auto t = ParseRfc3339(text);
+  return t ? std::chrono::floor<std::chrono::seconds>(t->time_since_epoch()).count() : -1;
 }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {

@@ -13,6 +13,8 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::kube {
 namespace {
 
@@ -28,13 +30,6 @@ StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 bool FileExists(const std::string& path) { return ::access(path.c_str(), F_OK) == 0; }
-
-std::string Trim(const std::string& s) {
-  const char* ws = " \t\r\n";
-  const size_t begin = s.find_first_not_of(ws);
-  if (begin == std::string::npos) return "";
-  return s.substr(begin, s.find_last_not_of(ws) - begin + 1);
-}
 
 std::string DirName(const std::string& path) {
   const size_t slash = path.rfind('/');
@@ -293,15 +288,15 @@ StatusOr<ClusterConfig> LoadInClusterConfig(const std::map<std::string, std::str
   config.token_file = root + "/token";
   auto token = ReadFile(config.token_file);
   if (!token.ok()) return ConfigError("in-cluster config: service-account token " + token.status().message());
-  if (Trim(*token).empty()) {
+  if (TrimWhitespace(*token).empty()) {
     return ConfigError("in-cluster config: service-account token " + config.token_file + " is empty");
   }
   config.ca_file = root + "/ca.crt";
   if (!FileExists(config.ca_file)) {
     return ConfigError("in-cluster config: service-account CA " + config.ca_file + " does not exist");
   }
-  if (auto ns = ReadFile(root + "/namespace"); ns.ok() && !Trim(*ns).empty()) {
-    config.default_namespace = Trim(*ns);
+  if (auto ns = ReadFile(root + "/namespace"); ns.ok() && !TrimWhitespace(*ns).empty()) {
+    config.default_namespace = std::string(TrimWhitespace(*ns));
   }
   return config;
 }

@@ -1,7 +1,8 @@
 #include "fleet/kube/events.h"
 
 #include <cstdio>
-#include <ctime>
+
+#include "fleet/base/time.h"
 
 namespace fleet::kube {
 namespace {
@@ -9,16 +10,6 @@ namespace {
 // Past this many remembered events, ones outside the window are forgotten (client-go keeps an LRU
 // of 4096).
 constexpr size_t kMaxSeen = 4096;
-
-// metav1.Time: "2006-01-02T15:04:05Z".
-std::string RfcTime(std::chrono::system_clock::time_point t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
 
 std::string MetaField(const Json& object, const char* field) {
   auto meta = object.find("metadata");
@@ -110,7 +101,7 @@ void EventRecorder::Write(const Pending& pending) {
   auto seen = seen_.find(key);
   if (seen != seen_.end() && pending.at - seen->second.last <= options_.aggregation_window) {
     Seen& s = seen->second;
-    const Json patch = {{"count", s.count + 1}, {"lastTimestamp", RfcTime(pending.at)}};
+    const Json patch = {{"count", s.count + 1}, {"lastTimestamp", FormatRfc3339(pending.at)}};
     StatusOr<Json> patched = client_->MergePatch(Resource::Events(), ns, s.event_name, patch);
     if (patched.ok()) {
       s.count += 1;
@@ -140,8 +131,8 @@ void EventRecorder::Write(const Pending& pending) {
       {"type", pending.type},
       {"source", {{"component", options_.component}}},
       {"reportingComponent", options_.component},
-      {"firstTimestamp", RfcTime(pending.at)},
-      {"lastTimestamp", RfcTime(pending.at)},
+      {"firstTimestamp", FormatRfc3339(pending.at)},
+      {"lastTimestamp", FormatRfc3339(pending.at)},
       {"count", 1},
   };
   for (int attempt = 0; attempt < 2; ++attempt) {

@@ -1,26 +1,13 @@
 #include "fleet/kube/leader_election.h"
 
 #include <algorithm>
-#include <cstdio>
-#include <ctime>
 #include <random>
 #include <stdexcept>
 
+#include "fleet/base/time.h"
+
 namespace fleet::kube {
 namespace {
-
-// metav1.MicroTime: "2006-01-02T15:04:05.000000Z".
-std::string MicroTime(std::chrono::system_clock::time_point t) {
-  const auto micros = std::chrono::duration_cast<std::chrono::microseconds>(t.time_since_epoch()).count();
-  const std::time_t secs = static_cast<std::time_t>(micros / 1000000);
-  std::tm tm{};
-  gmtime_r(&secs, &tm);
-  char buf[40];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  char out[64];
-  std::snprintf(out, sizeof out, "%s.%06lldZ", buf, static_cast<long long>(micros % 1000000));
-  return out;
-}
 
 std::string StringField(const Json& object, const char* field) {
   auto it = object.find(field);
@@ -146,8 +133,8 @@ bool LeaderElector::TryAcquireOrRenew() {
         {"spec",
          {{"holderIdentity", config_.identity},
           {"leaseDurationSeconds", lease_seconds},
-          {"acquireTime", MicroTime(now)},
-          {"renewTime", MicroTime(now)},
+          {"acquireTime", FormatRfc3339(now, TimePrecision::kMicros)},
+          {"renewTime", FormatRfc3339(now, TimePrecision::kMicros)},
           {"leaseTransitions", 0}}},
     };
     StatusOr<Json> created = client_->Create(Resource::Leases(), config_.lease_namespace, lease);
@@ -173,9 +160,9 @@ bool LeaderElector::TryAcquireOrRenew() {
   Json next = spec;
   next["holderIdentity"] = config_.identity;
   next["leaseDurationSeconds"] = lease_seconds;
-  next["renewTime"] = MicroTime(now);
+  next["renewTime"] = FormatRfc3339(now, TimePrecision::kMicros);
   if (!mine) {
-    next["acquireTime"] = MicroTime(now);
+    next["acquireTime"] = FormatRfc3339(now, TimePrecision::kMicros);
     next["leaseTransitions"] = IntField(spec, "leaseTransitions") + 1;
   }
   lease["spec"] = std::move(next);
@@ -193,7 +180,7 @@ void LeaderElector::Release() {
   if (!lease.contains("spec") || !lease["spec"].is_object()) return;
   Json& spec = lease["spec"];
   if (StringField(spec, "holderIdentity") != config_.identity) return;
-  const std::string now = MicroTime(std::chrono::system_clock::now());
+  const std::string now = FormatRfc3339(std::chrono::system_clock::now(), TimePrecision::kMicros);
   spec["holderIdentity"] = "";
   spec["leaseDurationSeconds"] = 1;
   spec["acquireTime"] = now;

@@ -6,6 +6,7 @@
 #include <map>
 #include <set>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
 
 namespace fleet::launcher {

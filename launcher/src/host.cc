@@ -12,6 +12,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::launcher {
 namespace {
 

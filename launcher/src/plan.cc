@@ -4,6 +4,8 @@
 #include <optional>
 #include <set>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::launcher {
 namespace {
 
@@ -150,29 +152,26 @@ struct Placement {
 
 Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
                                            std::vector<std::string>& notes) {
-  auto gpus = ResolveGpus(o, host);
-  if (!gpus) return Error{gpus.error()};
-  if (gpus->ignored) notes.push_back(*gpus->ignored);
+  FLEET_ASSIGN_OR_RETURN(auto gpus, ResolveGpus(o, host));
+  if (gpus.ignored) notes.push_back(*gpus.ignored);
   CollectiveLayout layout;
-  const int gpu_count = static_cast<int>(gpus->positions.size());
+  const int gpu_count = static_cast<int>(gpus.positions.size());
   layout.device_kind = gpu_count > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
   const int procs = o.nproc_per_node.value_or(gpu_count > 0 ? gpu_count : 1);
   if (gpu_count > 0) {
     if (gpu_count % procs != 0) {
       return Error{"--nproc_per_node=" + std::to_string(procs) + " does not divide the " +
-                   std::to_string(gpu_count) + " GPUs (" + JoinStrings(gpus->physical, ",") + ")"};
+                   std::to_string(gpu_count) + " GPUs (" + JoinStrings(gpus.physical, ",") + ")"};
     }
     const int per_proc = gpu_count / procs;
     for (int p = 0; p < procs; ++p) {
-      layout.device_groups.emplace_back(gpus->positions.begin() + p * per_proc,
-                                        gpus->positions.begin() + (p + 1) * per_proc);
+      layout.device_groups.emplace_back(gpus.positions.begin() + p * per_proc,
+                                        gpus.positions.begin() + (p + 1) * per_proc);
     }
   } else {
     layout.device_groups.assign(static_cast<size_t>(procs), {});
   }
-  auto gloo = GlooFromEnv(host);
-  if (!gloo) return Error{gloo.error()};
-  layout.gloo = *gloo;
+  FLEET_ASSIGN_OR_RETURN(layout.gloo, GlooFromEnv(host));
 
   Placement placement;
   if (auto cluster = DetectClusterEnv(host.env)) {
@@ -199,26 +198,21 @@ Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
       }
       layout.nodes.push_back(*node);
     }
-    auto node_rank = FindThisNode(layout.nodes, o, host, "--ips");
-    if (!node_rank) return Error{node_rank.error()};
-    placement.node_rank = *node_rank;
+    FLEET_ASSIGN_OR_RETURN(placement.node_rank, FindThisNode(layout.nodes, o, host, "--ips"));
     const bool fixed = o.start_port || FindEnv(host, "FLAGS_START_PORT") || layout.nodes.size() > 1;
     for (size_t n = 0; n < layout.nodes.size(); ++n) {
-      Result<std::vector<int>> ports = std::vector<int>{};
+      std::vector<int> ports;
       if (fixed) {
-        auto start = StartPort(o, host);
-        if (!start) return Error{start.error()};
-        ports = PortRange(*start, procs, "start port");
+        FLEET_ASSIGN_OR_RETURN(auto start, StartPort(o, host));
+        FLEET_ASSIGN_OR_RETURN(ports, PortRange(start, procs, "start port"));
       } else {
-        ports = host.free_ports(procs);
+        FLEET_ASSIGN_OR_RETURN(ports, host.free_ports(procs));
       }
-      if (!ports) return Error{ports.error()};
-      layout.node_ports.push_back(*ports);
+      layout.node_ports.push_back(std::move(ports));
     }
   }
-  auto topology = BuildCollectiveTopology(layout);
-  if (!topology) return Error{topology.error()};
-  placement.topology = std::move(*topology);
+  FLEET_ASSIGN_OR_RETURN(auto topology, BuildCollectiveTopology(layout));
+  placement.topology = std::move(topology);
   return placement;
 }
 
@@ -248,9 +242,7 @@ Status PlanHeterStages(const LaunchOptions& o, PsLayout& layout) {
   }
   std::vector<int> counts;
   if (IsSet(o.heter_worker_num)) {
-    auto parsed = StageCounts(*o.heter_worker_num);
-    if (!parsed) return Error{parsed.error()};
-    counts = *parsed;
+    FLEET_ASSIGN_OR_RETURN(counts, StageCounts(*o.heter_worker_num));
   }
   if (IsSet(o.heter_workers)) {
     for (const std::string& stage : SplitString(*o.heter_workers, ';')) {
@@ -307,9 +299,7 @@ Result<int> AssignPorts(PsLayout& layout, const LaunchOptions& o, const HostFact
   const int wanted = missing + (o.http_port ? 0 : 1);
   std::vector<int> free;
   if (local && wanted > 0) {
-    auto ports = host.free_ports(wanted);
-    if (!ports) return Error{ports.error()};
-    free = *ports;
+    FLEET_ASSIGN_OR_RETURN(free, host.free_ports(wanted));
   }
   size_t next_free = 0;
   for (size_t i = 0; i < all.size(); ++i) {
@@ -371,35 +361,29 @@ Result<Placement> PlanPs(const LaunchOptions& o, const HostFacts& host, JobMode 
     return Error{"a parameter-server job needs --worker_num or --workers"};
   }
   if (mode == JobMode::kHeterParameterServer) {
-    if (auto s = PlanHeterStages(o, layout); !s) return Error{s.error()};
+    FLEET_RETURN_IF_ERROR(PlanHeterStages(o, layout));
   }
-  auto http_port = AssignPorts(layout, o, host);
-  if (!http_port) return Error{http_port.error()};
+  FLEET_ASSIGN_OR_RETURN(auto http_port, AssignPorts(layout, o, host));
 
   // Devices: trainers use GPUs only when --gpus is given; gpu/xpu heter stages always do.
-  auto gpus = ResolveGpus(o, host);
-  if (!gpus) return Error{gpus.error()};
-  layout.gpu_pool = gpus->physical;
-  if (gpus->ignored) notes.push_back(*gpus->ignored);
+  FLEET_ASSIGN_OR_RETURN(auto gpus, ResolveGpus(o, host));
+  layout.gpu_pool = gpus.physical;
+  if (gpus.ignored) notes.push_back(*gpus.ignored);
   else if (IsSet(o.gpus)) layout.trainer_device = DeviceKind::kGpu;
   if (const std::string* xpus = FindEnv(host, "XPU_VISIBLE_DEVICES")) {
     for (const std::string& id : SplitString(*xpus, ',')) {
       if (!TrimWhitespace(id).empty()) layout.xpu_pool.emplace_back(TrimWhitespace(id));
     }
   }
-  auto gloo = GlooFromEnv(host);
-  if (!gloo) return Error{gloo.error()};
-  layout.gloo = *gloo;
-  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, *http_port}.ToString();
+  FLEET_ASSIGN_OR_RETURN(layout.gloo, GlooFromEnv(host));
+  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, http_port}.ToString();
 
-  auto topology = BuildPsTopology(layout);
-  if (!topology) return Error{topology.error()};
+  FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(layout));
   Placement placement;
-  placement.topology = std::move(*topology);
+  placement.topology = std::move(topology);
   if (placement.topology.nodes.size() > 1) {
-    auto node = FindThisNode(placement.topology.nodes, o, host, "--servers/--workers/--heter_workers");
-    if (!node) return Error{node.error()};
-    placement.node_rank = *node;
+    FLEET_ASSIGN_OR_RETURN(placement.node_rank,
+                           FindThisNode(placement.topology.nodes, o, host, "--servers/--workers/--heter_workers"));
   }
   return placement;
 }
@@ -434,26 +418,24 @@ std::vector<std::string> ScriptCommand(const std::string& program, const LaunchO
 }
 
 Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host) {
-  auto mode = DecideMode(options);
-  if (!mode) return Error{mode.error()};
+  FLEET_ASSIGN_OR_RETURN(auto mode, DecideMode(options));
   // Elastic mode switches on from the env alone in Paddle; refuse it rather than run non-elastic.
   if (FindEnv(host, "PADDLE_ELASTIC_SERVER") && FindEnv(host, "PADDLE_ELASTIC_JOB_ID") &&
       FindEnv(host, "PADDLE_ELASTIC_NP")) {
     return Error{"PADDLE_ELASTIC_SERVER/JOB_ID/NP are set: elastic training is not supported by this fleetrun yet"};
   }
-  auto program = host.resolve_program(options.training_script);
-  if (!program) return Error{program.error()};
+  FLEET_ASSIGN_OR_RETURN(auto program, host.resolve_program(options.training_script));
 
   LaunchPlan plan;
   plan.log_dir = options.log_dir;
-  const std::vector<std::string> command = ScriptCommand(*program, options);
+  const std::vector<std::string> command = ScriptCommand(program, options);
 
   // Paddle's PS path on a managed cluster: the platform set the role env already.
   const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
                               FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
-  if (*mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+  if (mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
     plan.direct_start = true;
-    plan.topology.mode = *mode;
+    plan.topology.mode = mode;
     LocalProcess only;
     only.argv = command;
     const std::string* role = FindEnv(host, "TRAINING_ROLE");
@@ -469,11 +451,10 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
     return plan;
   }
 
-  auto placement = *mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)
-                                                 : PlanPs(options, host, *mode, plan.notes);
-  if (!placement) return Error{placement.error()};
-  plan.topology = std::move(placement->topology);
-  plan.node_rank = placement->node_rank;
+  FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)
+                                                                       : PlanPs(options, host, mode, plan.notes));
+  plan.topology = std::move(placement.topology);
+  plan.node_rank = placement.node_rank;
 
   const EnvRenderer renderer(plan.topology);
   for (Role role : {Role::kServer, Role::kTrainer, Role::kHeterTrainer}) {
@@ -492,10 +473,10 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
     return Error{"no process of this job is placed on this node"};
   }
   plan.endpoints_log = EndpointsSection("PADDLE_TRAINER_ENDPOINTS", plan.topology.EndpointsOf(Role::kTrainer));
-  if (*mode != JobMode::kCollective) {
+  if (mode != JobMode::kCollective) {
     plan.endpoints_log += EndpointsSection("PADDLE_PSERVERS_IP_PORT_LIST", plan.topology.EndpointsOf(Role::kServer));
   }
-  if (*mode == JobMode::kHeterParameterServer) {
+  if (mode == JobMode::kHeterParameterServer) {
     plan.endpoints_log += EndpointsSection("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
                                            plan.topology.EndpointsOf(Role::kHeterTrainer));
   }

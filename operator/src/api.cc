@@ -3,6 +3,8 @@
 #include <cstdint>
 #include <set>
 
+#include "fleet/base/dns.h"
+
 namespace fleet::op {
 namespace {
 
@@ -138,14 +140,6 @@ Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind k
   return role;
 }
 
-bool IsDnsLabel(const std::string& s, size_t max) {
-  if (s.empty() || s.size() > max) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return s.front() != '-' && s.back() != '-';
-}
-
 }  // namespace
 
 std::string_view RoleKindName(RoleKind kind) {
@@ -238,37 +232,35 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   if (!r.error().empty()) return Error{r.error()};
 
   if (r.Has("server")) {
-    auto server = ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.network, s.runtime == Runtime::kFleet);
-    if (!server) return Error{server.error()};
-    server->name = "server";
-    if (server->replicas > 0) s.roles.push_back(*server);
+    FLEET_ASSIGN_OR_RETURN(auto server, ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.network,
+                                                  s.runtime == Runtime::kFleet));
+    server.name = "server";
+    if (server.replicas > 0) s.roles.push_back(server);
   }
   if (!r.Has("worker")) return Error{"spec.worker: is required"};
-  auto worker = ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1, s.network);
-  if (!worker) return Error{worker.error()};
-  worker->name = "worker";
-  s.roles.push_back(*worker);
+  FLEET_ASSIGN_OR_RETURN(auto worker, ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1, s.network));
+  worker.name = "worker";
+  s.roles.push_back(worker);
   if (r.Has("heter")) {
     const Json& heter = r.Get("heter");
     if (!heter.is_array()) return Error{"spec.heter: must be a list of heter stages"};
     std::set<std::string> names;
     for (size_t i = 0; i < heter.size(); ++i) {
       const std::string path = "spec.heter[" + std::to_string(i) + "]";
-      auto stage = ParseRole(heter[i], path, RoleKind::kHeter, 1, s.network);
-      if (!stage) return Error{stage.error()};
-      stage->stage = static_cast<int>(i) + 2;
-      stage->name = "heter" + std::to_string(i + 1);
+      FLEET_ASSIGN_OR_RETURN(auto stage, ParseRole(heter[i], path, RoleKind::kHeter, 1, s.network));
+      stage.stage = static_cast<int>(i) + 2;
+      stage.name = "heter" + std::to_string(i + 1);
       FieldReader hn(heter[i], path);
-      hn.String("name", stage->name);
+      hn.String("name", stage.name);
       if (!hn.error().empty()) return Error{hn.error()};
-      if (!IsDnsLabel(stage->name, 12) || stage->name == "server" || stage->name == "worker") {
+      if (!IsDnsLabel(stage.name, 12) || stage.name == "server" || stage.name == "worker") {
         return Error{path + ".name: must be a short DNS label (at most 12 characters), not server or worker"};
       }
-      if (!names.insert(stage->name).second) return Error{path + ".name: '" + stage->name + "' is used twice"};
+      if (!names.insert(stage.name).second) return Error{path + ".name: '" + stage.name + "' is used twice"};
       FieldReader hr(heter[i], path);
-      hr.Enum("device", {{"cpu", DeviceKind::kCpu}, {"gpu", DeviceKind::kGpu}, {"xpu", DeviceKind::kXpu}}, stage->device);
+      hr.Enum("device", {{"cpu", DeviceKind::kCpu}, {"gpu", DeviceKind::kGpu}, {"xpu", DeviceKind::kXpu}}, stage.device);
       if (!hr.error().empty()) return Error{hr.error()};
-      s.roles.push_back(*stage);
+      s.roles.push_back(stage);
     }
   }
 
@@ -306,9 +298,7 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   }
   if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
 
-  auto run_policy = ParseRunPolicy(spec);
-  if (!run_policy) return Error{run_policy.error()};
-  s.run_policy = *run_policy;
+  FLEET_ASSIGN_OR_RETURN(s.run_policy, ParseRunPolicy(spec));
   if (spec.contains("scheduling")) {
     FieldReader sc(spec["scheduling"], "spec.scheduling");
     sc.Enum("gang", {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},

@@ -4,7 +4,7 @@
 
 #include <algorithm>
 
-#include "fleet/serving/log.h"
+#include "fleet/base/log.h"
 #include "fleet/operator/metrics.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
@@ -52,10 +52,8 @@ kube::Resource PodGroupResource(GangScheduler gang) {
                                          : kube::Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
 }
 
-using serving::LogLevel;
-
 void Log(LogLevel level, const std::string& key, const std::string& message) {
-  serving::Log(level, message, {{"fleetjob", key}});
+  fleet::Log(level, message, {{"fleetjob", key}});
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <functional>
 #include <map>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
 
 namespace fleet::op {
@@ -106,10 +107,10 @@ Result<OperatorFlags> ParseOperatorFlags(const std::vector<std::string>& args) {
       {"metrics-bind-address", [&](const std::string& v) { f.metrics_bind_address = v; return OkStatus(); }},
       {"health-probe-bind-address", [&](const std::string& v) { f.health_probe_bind_address = v; return OkStatus(); }},
       {"log-level", [&](const std::string& v) -> Status {
-         if (!serving::ParseLogLevel(v, &f.log_level)) return Error{"--log-level=" + v + ": expected debug, info, warning or error"};
+         if (!ParseLogLevel(v, &f.log_level)) return Error{"--log-level=" + v + ": expected debug, info, warning or error"};
          return OkStatus(); }},
       {"log-format", [&](const std::string& v) -> Status {
-         if (!serving::ParseLogFormat(v, &f.log_format)) return Error{"--log-format=" + v + ": expected text or json"};
+         if (!ParseLogFormat(v, &f.log_format)) return Error{"--log-format=" + v + ": expected text or json"};
          return OkStatus(); }},
   };
   for (size_t i = 0; i < args.size(); ++i) {

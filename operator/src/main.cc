@@ -18,20 +18,20 @@
 #include <random>
 #include <thread>
 
+#include "fleet/base/log.h"
+#include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/config.h"
 #include "fleet/kube/leader_election.h"
 #include "fleet/operator/controller.h"
 #include "fleet/operator/flags.h"
-#include "fleet/serving/log.h"
 #include "fleet/operator/metrics.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/serving/http_server.h"
 
 namespace {
 
-using fleet::serving::Log;
-using fleet::serving::LogLevel;
+using fleet::Log;
+using fleet::LogLevel;
 
 std::string Identity() {
   char host[256] = {0};
@@ -54,11 +54,11 @@ std::string PodNamespace() {
   return ns.empty() ? "default" : ns;
 }
 
-std::unique_ptr<fleet::serving::HttpServer> Serve(const std::string& what, const std::string& address,
-                                                  std::vector<fleet::serving::Route> routes,
-                                                  fleet::serving::HttpServerOptions options = {}) {
+std::unique_ptr<fleet::httpd::HttpServer> Serve(const std::string& what, const std::string& address,
+                                                std::vector<fleet::httpd::Route> routes,
+                                                fleet::httpd::HttpServerOptions options = {}) {
   if (address == "0" || address.empty()) return nullptr;
-  auto server = fleet::serving::HttpServer::Start(address, std::move(routes), options);
+  auto server = fleet::httpd::HttpServer::Start(address, std::move(routes), options);
   if (!server) {
     Log(LogLevel::kError, what + ": " + server.error());
     std::exit(1);
@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
     std::fputs(fleet::op::OperatorUsage().c_str(), stdout);
     return 0;
   }
-  fleet::serving::ConfigureLog(flags->log_level, flags->log_format);
+  fleet::ConfigureLog(flags->log_level, flags->log_format);
 
   // Signals are taken synchronously by the main thread; every other thread has them blocked.
   sigset_t signals;
@@ -122,14 +122,14 @@ int main(int argc, char** argv) {
   fleet::op::Controller controller(api, flags->controller, registry);
 
   std::atomic<bool> leading{!flags->leader_elect};
-  auto metrics_server = Serve("metrics", flags->metrics_bind_address, {fleet::serving::MetricsRoute(registry)});
+  auto metrics_server = Serve("metrics", flags->metrics_bind_address, {fleet::httpd::MetricsRoute(registry)});
   // The kubelet restarts an operator whose /healthz times out: its probes get workers to spare
   // beside idle or stalled connections (http_server.h).
-  fleet::serving::HttpServerOptions probe_options;
+  fleet::httpd::HttpServerOptions probe_options;
   probe_options.threads = 32;
   auto probe_server = Serve("health probes", flags->health_probe_bind_address,
-                            {fleet::serving::HealthRoute("/healthz", [] { return std::string(); }),
-                             fleet::serving::HealthRoute("/readyz", [&controller] {
+                            {fleet::httpd::HealthRoute("/healthz", [] { return std::string(); }),
+                             fleet::httpd::HealthRoute("/readyz", [&controller] {
                                return controller.HasSynced() ? std::string() : std::string("informers have not synced yet");
                              })},
                             probe_options);

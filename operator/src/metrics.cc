@@ -7,7 +7,7 @@
 
 #include <array>
 
-#include "fleet/serving/log.h"
+#include "fleet/base/log.h"
 
 namespace fleet::op {
 namespace {
@@ -67,7 +67,7 @@ kube::WorkQueueMetrics ControllerMetrics::QueueHooks() {
   hooks.on_retry = [this] { queue_retries_.Increment(); };
   hooks.on_exception = [this](const std::string& key, const std::string& what) {
     reconcile_exceptions_.Increment();
-    serving::Log(serving::LogLevel::kError, "reconcile threw: " + what + " (retried with backoff)", {{"fleetjob", key}});
+    Log(LogLevel::kError, "reconcile threw: " + what + " (retried with backoff)", {{"fleetjob", key}});
   };
   return hooks;
 }

@@ -1,13 +1,14 @@
 #include "fleet/operator/planner.h"
 
 #include <algorithm>
-#include <ctime>
 #include <functional>
 #include <map>
 #include <set>
 #include <string_view>
 #include <unordered_map>
 
+#include "fleet/base/strings.h"
+#include "fleet/base/time.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
 
@@ -89,7 +90,7 @@ void SetCondition(Json& status, const std::string& type, bool value, const std::
   const std::string v = value ? "True" : "False";
   for (Json& c : conditions) {
     if (c.value("type", "") != type) continue;
-    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatTime(now);
+    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatRfc3339(now);
     c["status"] = v;
     c["reason"] = reason;
     c["message"] = message;
@@ -97,7 +98,7 @@ void SetCondition(Json& status, const std::string& type, bool value, const std::
     return;
   }
   conditions.push_back({{"type", type}, {"status", v}, {"reason", reason}, {"message", message},
-                        {"lastTransitionTime", FormatTime(now)}});
+                        {"lastTransitionTime", FormatRfc3339(now)}});
   status["conditions"] = conditions;
 }
 
@@ -209,7 +210,7 @@ void Planner::Fail(const std::string& reason, const std::string& message) {
   SetCondition(status(), "Running", false, reason, message, now_);
   SetCondition(status(), "Restarting", false, reason, message, now_);
   SetPhase("Failed", message);
-  if (!status().contains("completionTime")) status()["completionTime"] = FormatTime(now_);
+  if (!status().contains("completionTime")) status()["completionTime"] = FormatRfc3339(now_);
 }
 
 // What is left of a finished job, per cleanPodPolicy: Running deletes pods still running
@@ -228,7 +229,7 @@ void Planner::FinishedJob() {
   CleanUp();
   const auto ttl = policy_.ttl_seconds_after_finished;
   if (!ttl) return;
-  const auto finished = ParseTime(status().value("completionTime", ""));
+  const auto finished = ParseRfc3339(status().value("completionTime", ""));
   const Time expiry = finished.value_or(now_) + seconds(*ttl);
   if (now_ >= expiry) {
     plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, Name(object_), nullptr, "ttlSecondsAfterFinished"});
@@ -376,7 +377,7 @@ void Planner::CheckPending(const RunPods& current) {
     if (!pod) continue;
     const std::string& name = slot.name;
     if (Phase(*pod) != "Pending" || !PodHost(*pod, Network::kPodIP).empty()) continue;
-    const auto created = ParseTime(Obj(*pod, "metadata").value("creationTimestamp", ""));
+    const auto created = ParseRfc3339(Obj(*pod, "metadata").value("creationTimestamp", ""));
     if (!created) continue;
     if (now_ - *created < timeout) {
       RequeueAfter(std::chrono::duration_cast<seconds>(timeout - (now_ - *created)) + seconds(1));
@@ -489,10 +490,10 @@ ReconcilePlan Planner::Run() {
   // down would fire activeDeadlineSeconds up to a second early. Up, the deadline measures at least
   // the full duration, from a time that survives operator restarts (nothing kept in memory).
   if (!status().contains("startTime")) {
-    status()["startTime"] = FormatTime(Time(std::chrono::ceil<seconds>(now_.time_since_epoch())));
+    status()["startTime"] = FormatRfc3339(Time(std::chrono::ceil<seconds>(now_.time_since_epoch())));
   }
   if (spec.run_policy.active_deadline_seconds) {
-    const Time deadline = ParseTime(status()["startTime"].get<std::string>()).value_or(now_) +
+    const Time deadline = ParseRfc3339(status()["startTime"].get<std::string>()).value_or(now_) +
                           seconds(*spec.run_policy.active_deadline_seconds);
     if (now_ >= deadline) {
       Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
@@ -591,7 +592,7 @@ ReconcilePlan Planner::Run() {
     SetCondition(status(), "Succeeded", true, "WorkersSucceeded", "all workers finished successfully", now_);
     SetCondition(status(), "Running", false, "WorkersSucceeded", "", now_);
     SetPhase("Succeeded", "all " + std::to_string(workers->replicas) + " workers finished successfully");
-    status()["completionTime"] = FormatTime(now_);
+    status()["completionTime"] = FormatRfc3339(now_);
     FinishedJob();
     return plan_;
   }
@@ -692,27 +693,6 @@ ReconcilePlan Planner::Run() {
 
 }  // namespace
 
-std::string FormatTime(Time t) {
-  const std::time_t secs = std::chrono::system_clock::to_time_t(t);
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[32];
-  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", &tm);
-  return buf;
-}
-
-std::optional<Time> ParseTime(const std::string& text) {
-  std::tm tm{};
-  const char* end = ::strptime(text.c_str(), "%Y-%m-%dT%H:%M:%S", &tm);
-  if (!end) return std::nullopt;
-  if (*end == '.') {  // fractional seconds: ignored
-    ++end;
-    while (*end >= '0' && *end <= '9') ++end;
-  }
-  if (*end != 'Z') return std::nullopt;
-  return std::chrono::system_clock::from_time_t(::timegm(&tm));
-}
-
 Json PodForPlanning(const Json& pod) {
   // Only what the planner reads: the controller keeps one of these per pod of every job in
   // memory, so every member left out counts (a whole running pod is ~20 KB of JSON).
@@ -757,7 +737,7 @@ Json FailedStatus(Json status, const std::string& reason, const std::string& mes
   SetCondition(status, "Running", false, reason, message, now);
   status["phase"] = "Failed";
   status["message"] = message;
-  if (!status.contains("completionTime")) status["completionTime"] = FormatTime(now);
+  if (!status.contains("completionTime")) status["completionTime"] = FormatRfc3339(now);
   return status;
 }
 

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::op {
 namespace {
 
@@ -135,9 +137,8 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     for (int g = 0; g < gpus; ++g) devices.push_back(g);
     layout.device_groups = {devices};
     layout.gloo.with_gloo = GlooLevel(spec.gloo);
-    auto topology = BuildCollectiveTopology(layout);
-    if (!topology) return Error{topology.error()};
-    w.topology_ = std::make_shared<Topology>(std::move(*topology));
+    FLEET_ASSIGN_OR_RETURN(auto topology, BuildCollectiveTopology(layout));
+    w.topology_ = std::make_shared<Topology>(std::move(topology));
   } else {
     PsLayout layout;
     for (const PodSlot& slot : w.slots_) {
@@ -156,9 +157,8 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     if (TemplateGpus(spec.Find(RoleKind::kWorker)->template_) > 0) layout.trainer_device = DeviceKind::kGpu;
     layout.gloo.with_gloo = GlooLevel(spec.gloo);
     layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, GlooHttpPort(job, host_port_base)}.ToString();
-    auto topology = BuildPsTopology(layout);
-    if (!topology) return Error{topology.error()};
-    w.topology_ = std::make_shared<Topology>(std::move(*topology));
+    FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(layout));
+    w.topology_ = std::make_shared<Topology>(std::move(topology));
   }
   if (w.topology_) {
     w.renderer_ = std::make_shared<EnvRenderer>(*w.topology_);

@@ -7,8 +7,8 @@
 
 #include <pybind11/pybind11.h>
 
+#include "fleet/base/result.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/runtime/result.h"
 
 namespace fleet::python {
 

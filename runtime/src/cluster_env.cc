@@ -1,5 +1,6 @@
 #include <algorithm>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/env_contract.h"
 
 extern char** environ;

@@ -3,10 +3,10 @@
 #include <charconv>
 #include <set>
 
+#include "fleet/base/strings.h"
+
 namespace fleet {
 namespace {
-
-std::string Quote(std::string_view text) { return "'" + std::string(text) + "'"; }
 
 Result<std::vector<Endpoint>> ParseList(std::string_view text, bool port_optional) {
   std::vector<Endpoint> endpoints;
@@ -18,13 +18,9 @@ Result<std::vector<Endpoint>> ParseList(std::string_view text, bool port_optiona
     if (entry.empty()) return Error{"endpoint list " + Quote(text) + " has an empty entry"};
     Endpoint endpoint;
     if (port_optional && entry.find(':') == std::string_view::npos) {
-      auto host = ParseHost(entry);
-      if (!host) return Error{host.error()};
-      endpoint.host = *host;
+      FLEET_ASSIGN_OR_RETURN(endpoint.host, ParseHost(entry));
     } else {
-      auto parsed = ParseEndpoint(entry);
-      if (!parsed) return Error{parsed.error()};
-      endpoint = *parsed;
+      FLEET_ASSIGN_OR_RETURN(endpoint, ParseEndpoint(entry));
       ++with_port;
     }
     endpoints.push_back(endpoint);
@@ -45,46 +41,6 @@ Result<std::vector<Endpoint>> ParseList(std::string_view text, bool port_optiona
 }  // namespace
 
 std::string Endpoint::ToString() const { return host + ":" + std::to_string(port); }
-
-std::vector<std::string> SplitString(std::string_view text, char separator) {
-  std::vector<std::string> parts;
-  size_t start = 0;
-  while (true) {
-    size_t pos = text.find(separator, start);
-    parts.emplace_back(text.substr(start, pos == std::string_view::npos ? pos : pos - start));
-    if (pos == std::string_view::npos) break;
-    start = pos + 1;
-  }
-  return parts;
-}
-
-std::string_view TrimWhitespace(std::string_view text) {
-  const char* ws = " \t\r\n";
-  size_t begin = text.find_first_not_of(ws);
-  if (begin == std::string_view::npos) return {};
-  size_t end = text.find_last_not_of(ws);
-  return text.substr(begin, end - begin + 1);
-}
-
-std::string JoinStrings(const std::vector<std::string>& parts, std::string_view separator) {
-  std::string out;
-  for (size_t i = 0; i < parts.size(); ++i) {
-    if (i) out += separator;
-    out += parts[i];
-  }
-  return out;
-}
-
-Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what) {
-  int value = 0;
-  const char* end = text.data() + text.size();
-  auto [ptr, ec] = std::from_chars(text.data(), end, value);
-  // from_chars accepts a leading '-' ("-0" would pass): digits only.
-  if (text.empty() || text[0] < '0' || text[0] > '9' || ec != std::errc() || ptr != end) {
-    return Error{std::string(what) + " must be a non-negative integer, got " + Quote(text)};
-  }
-  return value;
-}
 
 Result<int> ParsePort(std::string_view text, std::string_view what) {
   long value = 0;
@@ -123,9 +79,8 @@ Result<Endpoint> ParseEndpoint(std::string_view text) {
   }
   auto host = ParseHost(entry.substr(0, colon));
   if (!host) return Error{"endpoint " + Quote(entry) + ": " + host.error()};
-  auto port = ParsePort(entry.substr(colon + 1), "endpoint " + Quote(entry));
-  if (!port) return Error{port.error()};
-  return Endpoint{*host, *port};
+  FLEET_ASSIGN_OR_RETURN(auto port, ParsePort(entry.substr(colon + 1), "endpoint " + Quote(entry)));
+  return Endpoint{*host, port};
 }
 
 Result<std::vector<Endpoint>> ParseEndpointList(std::string_view text) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <set>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace fleet {
@@ -25,9 +26,8 @@ Result<std::string> Require(const EnvMap& env, const std::string& name) {
 }
 
 Result<int> RequireInt(const EnvMap& env, const std::string& name) {
-  auto value = Require(env, name);
-  if (!value) return Error{value.error()};
-  return ParseNonNegativeInt(TrimWhitespace(*value), name);
+  FLEET_ASSIGN_OR_RETURN(auto value, Require(env, name));
+  return ParseNonNegativeInt(TrimWhitespace(value), name);
 }
 
 // Paddle splits lists on ',' and uses the pieces as they are; every piece must be host:port for
@@ -68,9 +68,8 @@ Result<std::vector<int>> ParseIntListLiteral(const std::string& name, const std:
   }
   std::vector<int> values;
   for (const std::string& item : SplitString(body.substr(1, body.size() - 2), ',')) {
-    auto value = ParseNonNegativeInt(TrimWhitespace(item), name + " item");
-    if (!value) return Error{value.error()};
-    values.push_back(*value);
+    FLEET_ASSIGN_OR_RETURN(auto value, ParseNonNegativeInt(TrimWhitespace(item), name + " item"));
+    values.push_back(value);
   }
   return values;
 }
@@ -79,9 +78,8 @@ Result<std::vector<int>> ParseIntCsv(const std::string& name, const std::string&
   std::vector<int> values;
   if (text.empty()) return values;
   for (const std::string& item : SplitString(text, ',')) {
-    auto value = ParseNonNegativeInt(item, name + " item");
-    if (!value) return Error{value.error()};
-    values.push_back(*value);
+    FLEET_ASSIGN_OR_RETURN(auto value, ParseNonNegativeInt(item, name + " item"));
+    values.push_back(value);
   }
   return values;
 }
@@ -90,9 +88,8 @@ Result<std::vector<int>> ParseIntCsv(const std::string& name, const std::string&
 Status CheckGloo(const EnvMap& env) {
   const std::string* with = Find(env, "PADDLE_WITH_GLOO");
   if (!with) return OkStatus();
-  auto use_gloo = ParseNonNegativeInt(*with, "PADDLE_WITH_GLOO");
-  if (!use_gloo) return Error{use_gloo.error()};
-  if (*use_gloo != 1 && *use_gloo != 2) return OkStatus();
+  FLEET_ASSIGN_OR_RETURN(auto use_gloo, ParseNonNegativeInt(*with, "PADDLE_WITH_GLOO"));
+  if (use_gloo != 1 && use_gloo != 2) return OkStatus();
   const std::string* rendezvous_text = Find(env, "PADDLE_GLOO_RENDEZVOUS");
   auto rendezvous = ParseNonNegativeInt(rendezvous_text ? *rendezvous_text : "0", "PADDLE_GLOO_RENDEZVOUS");
   if (!rendezvous || *rendezvous < 1 || *rendezvous > 3) {
@@ -113,9 +110,8 @@ Status CheckGloo(const EnvMap& env) {
   } else if (*rendezvous == 2) {
     if (auto s = non_empty("PADDLE_GLOO_FS_PATH"); !s) return s;
   } else if (Find(env, "TRAINING_ROLE")) {  // PS jobs: server 0 hosts the HTTP store
-    auto http = Require(env, "PADDLE_GLOO_HTTP_ENDPOINT");
-    if (!http) return Error{http.error()};
-    if (auto e = ParseEndpoint(*http); !e) return Error{"PADDLE_GLOO_HTTP_ENDPOINT: " + e.error()};
+    FLEET_ASSIGN_OR_RETURN(auto http, Require(env, "PADDLE_GLOO_HTTP_ENDPOINT"));
+    if (auto e = ParseEndpoint(http); !e) return Error{"PADDLE_GLOO_HTTP_ENDPOINT: " + e.error()};
   }
   return OkStatus();
 }
@@ -156,20 +152,16 @@ Result<ParsedRole> ParseCollective(const EnvMap& env) {
                    *backend + "'"};
     }
   }
-  auto list = EndpointList("PADDLE_TRAINER_ENDPOINTS", *endpoints);
-  if (!list) return Error{list.error()};
-  if (list->empty()) return Error{"PADDLE_TRAINER_ENDPOINTS is empty"};
-  role.trainer_endpoints = *list;
-  role.trainers_num = static_cast<int>(list->size());
-  role.nodes_num = CountNodes(*list);
+  FLEET_ASSIGN_OR_RETURN(auto list, EndpointList("PADDLE_TRAINER_ENDPOINTS", *endpoints));
+  if (list.empty()) return Error{"PADDLE_TRAINER_ENDPOINTS is empty"};
+  role.trainer_endpoints = list;
+  role.trainers_num = static_cast<int>(list.size());
+  role.nodes_num = CountNodes(list);
 
-  auto id = RequireInt(env, "PADDLE_TRAINER_ID");
-  if (!id) return Error{id.error()};
-  role.id = *id;
-  auto declared = RequireInt(env, "PADDLE_TRAINERS_NUM");
-  if (!declared) return Error{declared.error()};
-  if (*declared != role.trainers_num) {
-    return Error{"PADDLE_TRAINERS_NUM is " + std::to_string(*declared) + " but PADDLE_TRAINER_ENDPOINTS lists " +
+  FLEET_ASSIGN_OR_RETURN(role.id, RequireInt(env, "PADDLE_TRAINER_ID"));
+  FLEET_ASSIGN_OR_RETURN(auto declared, RequireInt(env, "PADDLE_TRAINERS_NUM"));
+  if (declared != role.trainers_num) {
+    return Error{"PADDLE_TRAINERS_NUM is " + std::to_string(declared) + " but PADDLE_TRAINER_ENDPOINTS lists " +
                  std::to_string(role.trainers_num) + " trainers"};
   }
   role.current_endpoint = *Find(env, "PADDLE_CURRENT_ENDPOINT");
@@ -185,10 +177,9 @@ Result<ParsedRole> ParseCollective(const EnvMap& env) {
                  " of PADDLE_TRAINER_ENDPOINTS"};
   }
   if (!device_flag.empty()) {
-    auto devices = ParseIntCsv(device_flag, *Find(env, device_flag));
-    if (!devices) return Error{devices.error()};
-    if (devices->empty()) return Error{device_flag + " is empty for a " + (backend ? *backend : "nccl") + " job"};
-    role.selected_devices = *devices;
+    FLEET_ASSIGN_OR_RETURN(auto devices, ParseIntCsv(device_flag, *Find(env, device_flag)));
+    if (devices.empty()) return Error{device_flag + " is empty for a " + (backend ? *backend : "nccl") + " job"};
+    role.selected_devices = devices;
     const std::string* local_ids = Find(env, "PADDLE_LOCAL_DEVICE_IDS");
     if (local_ids && *local_ids != *Find(env, device_flag)) {
       return Error{"PADDLE_LOCAL_DEVICE_IDS '" + *local_ids + "' differs from " + device_flag +
@@ -205,28 +196,25 @@ Result<ParsedRole> ParseCollective(const EnvMap& env) {
   auto same = [&](const char* name, int expected) -> Status {
     const std::string* value = Find(env, name);
     if (!value) return OkStatus();
-    auto parsed = ParseNonNegativeInt(*value, name);
-    if (!parsed) return Error{parsed.error()};
-    if (*parsed != expected) {
+    FLEET_ASSIGN_OR_RETURN(auto parsed, ParseNonNegativeInt(*value, name));
+    if (parsed != expected) {
       return Error{std::string(name) + " is " + *value + " but should be " + std::to_string(expected)};
     }
     return OkStatus();
   };
-  if (auto s = same("PADDLE_GLOBAL_SIZE", role.trainers_num); !s) return Error{s.error()};
-  if (auto s = same("PADDLE_GLOBAL_RANK", role.id); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(same("PADDLE_GLOBAL_SIZE", role.trainers_num));
+  FLEET_RETURN_IF_ERROR(same("PADDLE_GLOBAL_RANK", role.id));
   if (const std::string* in_node = Find(env, "PADDLE_RANK_IN_NODE")) {
-    auto local = ParseNonNegativeInt(*in_node, "PADDLE_RANK_IN_NODE");
-    if (!local) return Error{local.error()};
-    if (auto s = same("PADDLE_LOCAL_RANK", *local); !s) return Error{s.error()};
+    FLEET_ASSIGN_OR_RETURN(auto local, ParseNonNegativeInt(*in_node, "PADDLE_RANK_IN_NODE"));
+    FLEET_RETURN_IF_ERROR(same("PADDLE_LOCAL_RANK", local));
     if (const std::string* size = Find(env, "PADDLE_LOCAL_SIZE")) {
-      auto local_size = ParseNonNegativeInt(*size, "PADDLE_LOCAL_SIZE");
-      if (!local_size) return Error{local_size.error()};
-      if (*local >= *local_size) {
+      FLEET_ASSIGN_OR_RETURN(auto local_size, ParseNonNegativeInt(*size, "PADDLE_LOCAL_SIZE"));
+      if (local >= local_size) {
         return Error{"PADDLE_RANK_IN_NODE " + *in_node + " is not below PADDLE_LOCAL_SIZE " + *size};
       }
     }
   }
-  if (auto s = CheckGloo(env); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckGloo(env));
   return role;
 }
 
@@ -237,18 +225,13 @@ Result<ParsedRole> ParsePs(const EnvMap& env) {
     role.non_distributed = true;
     return role;
   }
-  auto server_list = EndpointList("PADDLE_PSERVERS_IP_PORT_LIST", *servers);
-  if (!server_list) return Error{server_list.error()};
-  if (server_list->empty()) return Error{"PADDLE_PSERVERS_IP_PORT_LIST is empty"};
-  role.server_endpoints = *server_list;
+  FLEET_ASSIGN_OR_RETURN(auto server_list, EndpointList("PADDLE_PSERVERS_IP_PORT_LIST", *servers));
+  if (server_list.empty()) return Error{"PADDLE_PSERVERS_IP_PORT_LIST is empty"};
+  role.server_endpoints = server_list;
   if (const std::string* workers = Find(env, "PADDLE_TRAINER_ENDPOINTS")) {
-    auto worker_list = EndpointList("PADDLE_TRAINER_ENDPOINTS", *workers);
-    if (!worker_list) return Error{worker_list.error()};
-    role.trainer_endpoints = *worker_list;
+    FLEET_ASSIGN_OR_RETURN(role.trainer_endpoints, EndpointList("PADDLE_TRAINER_ENDPOINTS", *workers));
   }
-  auto trainers_num = RequireInt(env, "PADDLE_TRAINERS_NUM");
-  if (!trainers_num) return Error{trainers_num.error()};
-  role.trainers_num = *trainers_num;
+  FLEET_ASSIGN_OR_RETURN(role.trainers_num, RequireInt(env, "PADDLE_TRAINERS_NUM"));
   const std::string* training_role = Find(env, "TRAINING_ROLE");
   if (!training_role) return Missing("TRAINING_ROLE");
   if (*training_role == "TRAINER") {
@@ -265,24 +248,19 @@ Result<ParsedRole> ParsePs(const EnvMap& env) {
   const std::string* all_heter = Find(env, "PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST");
   const bool heter_mode = all_heter && !all_heter->empty();
   if (heter_mode) {
-    auto all = EndpointList("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST", *all_heter);
-    if (!all) return Error{all.error()};
-    role.heter_endpoints = *all;
+    FLEET_ASSIGN_OR_RETURN(role.heter_endpoints, EndpointList("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST", *all_heter));
     const std::string* previous = Find(env, "PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST");
     const std::string* next = Find(env, "PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST");
     if (!previous || previous->empty()) {
       if (role.role == Role::kHeterTrainer) return Error{"training_role should be trainer or pserver"};
     } else {
-      auto list = EndpointList("PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST", *previous);
-      if (!list) return Error{list.error()};
-      role.previous_stage_endpoints = *list;
+      FLEET_ASSIGN_OR_RETURN(role.previous_stage_endpoints,
+                             EndpointList("PADDLE_PREVIOUS_HETER_TRAINER_IP_PORT_LIST", *previous));
     }
     if (!next || next->empty()) {
       if (role.role == Role::kTrainer) return Error{"training_role should be heter trainer or pserver"};
     } else {
-      auto list = EndpointList("PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST", *next);
-      if (!list) return Error{list.error()};
-      role.next_stage_endpoints = *list;
+      FLEET_ASSIGN_OR_RETURN(role.next_stage_endpoints, EndpointList("PADDLE_NEXT_HETER_TRAINER_IP_PORT_LIST", *next));
     }
     // Paddle 2.0/2.1 turn heter mode on only through the older list.
     const std::string* legacy = Find(env, "PADDLE_HETER_TRAINER_IP_PORT_LIST");
@@ -293,17 +271,13 @@ Result<ParsedRole> ParsePs(const EnvMap& env) {
   }
 
   auto read_stages = [&]() -> Status {
-    auto stage_id = RequireInt(env, "STAGE_ID");
-    if (!stage_id) return Error{stage_id.error()};
-    auto stage_num = RequireInt(env, "STAGE_NUM");
-    if (!stage_num) return Error{stage_num.error()};
-    auto stage_trainers = Require(env, "PADDLE_STAGE_TRAINERS_NUM");
-    if (!stage_trainers) return Error{stage_trainers.error()};
-    auto counts = ParseIntListLiteral("PADDLE_STAGE_TRAINERS_NUM", *stage_trainers);
-    if (!counts) return Error{counts.error()};
-    role.stage_id = *stage_id;
-    role.stage_num = *stage_num;
-    role.stage_trainers = *counts;
+    FLEET_ASSIGN_OR_RETURN(auto stage_id, RequireInt(env, "STAGE_ID"));
+    FLEET_ASSIGN_OR_RETURN(auto stage_num, RequireInt(env, "STAGE_NUM"));
+    FLEET_ASSIGN_OR_RETURN(auto stage_trainers, Require(env, "PADDLE_STAGE_TRAINERS_NUM"));
+    FLEET_ASSIGN_OR_RETURN(auto counts, ParseIntListLiteral("PADDLE_STAGE_TRAINERS_NUM", stage_trainers));
+    role.stage_id = stage_id;
+    role.stage_num = stage_num;
+    role.stage_trainers = counts;
     if (role.stage_id < 1 || role.stage_id > role.stage_num) {
       return Error{"STAGE_ID " + std::to_string(role.stage_id) + " is outside 1.." + std::to_string(role.stage_num)};
     }
@@ -322,24 +296,20 @@ Result<ParsedRole> ParsePs(const EnvMap& env) {
     return OkStatus();
   };
   auto own_endpoint = [&]() -> Status {
-    auto port = Require(env, "PADDLE_PORT");
-    if (!port) return Error{port.error()};
-    auto ip = Require(env, "POD_IP");
-    if (!ip) return Error{ip.error()};
-    role.current_endpoint = *ip + ":" + *port;
+    FLEET_ASSIGN_OR_RETURN(auto port, Require(env, "PADDLE_PORT"));
+    FLEET_ASSIGN_OR_RETURN(auto ip, Require(env, "POD_IP"));
+    role.current_endpoint = ip + ":" + port;
     if (auto e = ParseEndpoint(role.current_endpoint); !e) return Error{"POD_IP:PADDLE_PORT: " + e.error()};
     return OkStatus();
   };
 
   if (role.role == Role::kTrainer) {
-    auto id = RequireInt(env, "PADDLE_TRAINER_ID");
-    if (!id) return Error{id.error()};
-    role.id = *id;
+    FLEET_ASSIGN_OR_RETURN(role.id, RequireInt(env, "PADDLE_TRAINER_ID"));
     if (heter_mode) {
-      if (auto s = read_stages(); !s) return Error{s.error()};
+      FLEET_RETURN_IF_ERROR(read_stages());
       if (role.stage_id != 1) return Error{"a TRAINER is stage 1, but STAGE_ID is " + std::to_string(role.stage_id)};
     }
-    if (auto s = own_endpoint(); !s) return Error{s.error()};
+    FLEET_RETURN_IF_ERROR(own_endpoint());
     if (role.id >= role.trainers_num) {
       return Error{"PADDLE_TRAINER_ID " + std::to_string(role.id) + " is not below PADDLE_TRAINERS_NUM " +
                    std::to_string(role.trainers_num)};
@@ -357,31 +327,28 @@ Result<ParsedRole> ParsePs(const EnvMap& env) {
       }
     }
   } else if (role.role == Role::kServer) {
-    if (auto s = own_endpoint(); !s) return Error{s.error()};
+    FLEET_RETURN_IF_ERROR(own_endpoint());
     role.id = IndexOf(role.server_endpoints, role.current_endpoint);
     if (role.id < 0) return NotInList(role.current_endpoint);
   } else {
-    if (auto s = read_stages(); !s) return Error{s.error()};
-    auto device = Require(env, "HETER_DEVICE_TYPE");
-    if (!device) return Error{device.error()};
-    if (*device != "cpu" && *device != "gpu" && *device != "xpu") {
+    FLEET_RETURN_IF_ERROR(read_stages());
+    FLEET_ASSIGN_OR_RETURN(auto device, Require(env, "HETER_DEVICE_TYPE"));
+    if (device != "cpu" && device != "gpu" && device != "xpu") {
       return Error{"HETER_DEVICE_TYPE should be cpu,gpu or xpu"};
     }
-    role.heter_device_type = *device;
-    if (auto s = own_endpoint(); !s) return Error{s.error()};
+    role.heter_device_type = device;
+    FLEET_RETURN_IF_ERROR(own_endpoint());
     const int position = IndexOf(role.heter_endpoints, role.current_endpoint);
     if (position < 0) return NotInList(role.current_endpoint);
     role.id = position + role.trainers_num;
     if (role.stage_id < 2) return Error{"a HETER_TRAINER is stage 2 or later, but STAGE_ID is " + std::to_string(role.stage_id)};
-    const char* flag = *device == "xpu" ? "FLAGS_selected_xpus" : "FLAGS_selected_gpus";
-    if (*device != "cpu") {
-      auto ids = ParseIntCsv(flag, Find(env, flag) ? *Find(env, flag) : "0");
-      if (!ids) return Error{ids.error()};
-      role.selected_devices = *ids;
+    const char* flag = device == "xpu" ? "FLAGS_selected_xpus" : "FLAGS_selected_gpus";
+    if (device != "cpu") {
+      FLEET_ASSIGN_OR_RETURN(role.selected_devices, ParseIntCsv(flag, Find(env, flag) ? *Find(env, flag) : "0"));
     }
   }
   role.nodes_num = CountNodes(role.trainer_endpoints);
-  if (auto s = CheckGloo(env); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckGloo(env));
   return role;
 }
 

@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <set>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace fleet {

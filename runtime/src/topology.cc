@@ -139,7 +139,7 @@ Result<Topology> BuildCollectiveTopology(const CollectiveLayout& layout) {
     return Error{"collective layout has ports for " + std::to_string(layout.node_ports.size()) +
                  " nodes but " + std::to_string(layout.nodes.size()) + " nodes"};
   }
-  if (auto s = CheckGloo(layout.gloo); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckGloo(layout.gloo));
   if (layout.device_kind != DeviceKind::kCpu) {
     for (const auto& group : layout.device_groups) {
       if (group.empty()) return Error{"a GPU/XPU collective job needs at least one device per process"};
@@ -147,7 +147,7 @@ Result<Topology> BuildCollectiveTopology(const CollectiveLayout& layout) {
   }
   std::set<std::string> distinct;
   for (const std::string& node : layout.nodes) {
-    if (auto host = ParseHost(node); !host) return Error{host.error()};
+    FLEET_RETURN_IF_ERROR(ParseHost(node));
     if (!distinct.insert(node).second) return Error{"node '" + node + "' is listed twice"};
   }
 
@@ -174,14 +174,14 @@ Result<Topology> BuildCollectiveTopology(const CollectiveLayout& layout) {
       topology.processes.push_back(std::move(p));
     }
   }
-  if (auto s = CheckUniqueEndpoints(topology.processes); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckUniqueEndpoints(topology.processes));
   return topology;
 }
 
 Result<Topology> BuildPsTopology(const PsLayout& layout) {
   if (layout.servers.empty()) return Error{"a parameter-server job needs at least one server"};
   if (layout.trainers.empty()) return Error{"a parameter-server job needs at least one trainer"};
-  if (auto s = CheckGloo(layout.gloo); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckGloo(layout.gloo));
   for (size_t s = 0; s < layout.heter_stages.size(); ++s) {
     if (layout.heter_stages[s].endpoints.empty()) {
       return Error{"heter stage " + std::to_string(s + 2) + " has no heter workers"};
@@ -196,12 +196,12 @@ Result<Topology> BuildPsTopology(const PsLayout& layout) {
   std::map<std::pair<int, Role>, int> next_local;  // (node, role) -> next local index
   for (const auto* list : {&layout.servers, &layout.trainers}) {
     for (const Endpoint& e : *list) {
-      if (auto host = ParseHost(e.host); !host) return Error{host.error()};
+      FLEET_RETURN_IF_ERROR(ParseHost(e.host));
     }
   }
   for (const HeterStage& stage : layout.heter_stages) {
     for (const Endpoint& e : stage.endpoints) {
-      if (auto host = ParseHost(e.host); !host) return Error{host.error()};
+      FLEET_RETURN_IF_ERROR(ParseHost(e.host));
     }
   }
   auto add = [&](Role role, int rank, int stage, const Endpoint& endpoint) -> Process& {
@@ -236,7 +236,7 @@ Result<Topology> BuildPsTopology(const PsLayout& layout) {
       }
     }
   }
-  if (auto s = CheckUniqueEndpoints(topology.processes); !s) return Error{s.error()};
+  FLEET_RETURN_IF_ERROR(CheckUniqueEndpoints(topology.processes));
   if (topology.gloo.http_endpoint.empty() && topology.gloo.rendezvous == 3) {
     return Error{"PS jobs need the gloo HTTP endpoint (server 0's host and the --http_port)"};
   }

@@ -20,6 +20,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include "fleet/base/strings.h"
 #include "fleet/sidecar/log_tailer.h"
 #include "fleet/sidecar/peer_probe.h"
 #include "fleet/sidecar/process_watch.h"
@@ -633,7 +634,7 @@ std::string Agent::NotReady() const {
   return NotReadyLocked();
 }
 
-serving::Response Agent::ApplyReports(const std::vector<StepRecord>& records) {
+httpd::Response Agent::ApplyReports(const std::vector<StepRecord>& records) {
   const int s = static_cast<int>(Source::kHttp);
   std::vector<TrainingMetrics::Input> inputs;
   inputs.reserve(records.size());
@@ -646,21 +647,21 @@ serving::Response Agent::ApplyReports(const std::vector<StepRecord>& records) {
   if (stats.dropped_scalars) health_->scalars[s]->Increment(static_cast<double>(stats.dropped_scalars));
   if (stats.applied == 0 && stats.dropped_rank > 0) {
     const PodIdentity& id = config_.identity;
-    return serving::Response::Text(422, "rank out of range: this pod has ranks " + std::to_string(id.first_rank) +
-                                            "-" + std::to_string(id.first_rank + id.ranks - 1) + "\n");
+    return httpd::Response::Text(422, "rank out of range: this pod has ranks " + std::to_string(id.first_rank) +
+                                          "-" + std::to_string(id.first_rank + id.ranks - 1) + "\n");
   }
-  return serving::Response{200, "application/json",
-                           Json{{"accepted", stats.applied}, {"dropped", stats.dropped_rank}}.dump() + "\n"};
+  return httpd::Response{200, "application/json",
+                         Json{{"accepted", stats.applied}, {"dropped", stats.dropped_rank}}.dump() + "\n"};
 }
 
-serving::Route Agent::ReportRoute() {
-  return {"/v1/report", {"POST"}, [this](const serving::Request& request) {
+httpd::Route Agent::ReportRoute() {
+  return {"/v1/report", {"POST"}, [this](const httpd::Request& request) {
             if (!IsLoopbackPeer(request.remote_addr)) {
-              return serving::Response::Text(403, "reports are taken from this pod (loopback) only\n");
+              return httpd::Response::Text(403, "reports are taken from this pod (loopback) only\n");
             }
             const int s = static_cast<int>(Source::kHttp);
             const size_t first = request.body.find_first_not_of(" \t\r\n");
-            if (first == std::string::npos) return serving::Response::Text(400, "the body is empty\n");
+            if (first == std::string::npos) return httpd::Response::Text(400, "the body is empty\n");
             if (request.body[first] != '{' && request.body[first] != '[') {
               // Text protocol lines, as over UDP.
               std::vector<StepRecord> records;
@@ -675,13 +676,13 @@ serving::Route Agent::ReportRoute() {
                 const ParseOutcome outcome = ParseTextReport(line, &record, &error);
                 if (outcome == ParseOutcome::kMalformed) {
                   health_->parse_errors[s]->Increment();
-                  return serving::Response::Text(400, "line " + std::to_string(records.size() + 1) + ": " + error + "\n");
+                  return httpd::Response::Text(400, "line " + std::to_string(records.size() + 1) + ": " + error + "\n");
                 }
                 if (outcome != ParseOutcome::kStep) continue;
                 if (records.size() == kMaxReportsPerRequest) {
                   health_->parse_errors[s]->Increment();
-                  return serving::Response::Text(400, "at most " + std::to_string(kMaxReportsPerRequest) +
-                                                          " reports per request\n");
+                  return httpd::Response::Text(400, "at most " + std::to_string(kMaxReportsPerRequest) +
+                                                        " reports per request\n");
                 }
                 records.push_back(record);
               }
@@ -690,19 +691,19 @@ serving::Route Agent::ReportRoute() {
             Json body = Json::parse(request.body, nullptr, /*allow_exceptions=*/false);
             if (body.is_discarded()) {
               health_->parse_errors[s]->Increment();
-              return serving::Response::Text(400, "the body is not JSON\n");
+              return httpd::Response::Text(400, "the body is not JSON\n");
             }
             auto records = ParseJsonReport(body, kMaxReportsPerRequest);
             if (!records) {
               health_->parse_errors[s]->Increment();
-              return serving::Response::Text(400, records.error() + "\n");
+              return httpd::Response::Text(400, records.error() + "\n");
             }
             return ApplyReports(*records);
           }};
 }
 
-serving::Route Agent::StatusRoute() {
-  return {"/status", {}, [this](const serving::Request&) {
+httpd::Route Agent::StatusRoute() {
+  return {"/status", {}, [this](const httpd::Request&) {
             Json status;
             {
               std::lock_guard<std::mutex> lock(mu_);
@@ -733,7 +734,7 @@ serving::Route Agent::StatusRoute() {
               const std::string error = writer_->last_error();
               if (!error.empty()) status["conditionError"] = error;
             }
-            return serving::Response{200, "application/json", status.dump(2) + "\n"};
+            return httpd::Response{200, "application/json", status.dump(2) + "\n"};
           }};
 }
 

@@ -1,10 +1,11 @@
 #include "fleet/sidecar/condition.h"
 
 #include <algorithm>
-#include <ctime>
 
 #include <prometheus/counter.h>
 #include <prometheus/registry.h>
+
+#include "fleet/base/time.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -16,15 +17,6 @@ std::string Describe(const PodCondition& c) {
 }
 
 }  // namespace
-
-std::string Rfc3339Seconds(std::chrono::system_clock::time_point t) {
-  const std::time_t seconds = std::chrono::system_clock::to_time_t(t);
-  std::tm utc{};
-  gmtime_r(&seconds, &utc);
-  char buffer[32];
-  std::strftime(buffer, sizeof buffer, "%Y-%m-%dT%H:%M:%SZ", &utc);
-  return buffer;
-}
 
 std::optional<Json> ConditionPatch(const Json& pod, const PodCondition& condition, const std::string& now) {
   Json conditions = Json::array();
@@ -121,7 +113,7 @@ std::string ConditionWriter::Write(const PodCondition& condition) {
   for (int attempt = 0; attempt <= config_.conflict_retries; ++attempt) {
     kube::StatusOr<Json> pod = client_->Get(pods, config_.ns, config_.pod);
     if (!pod.ok()) return "cannot read pod " + config_.ns + "/" + config_.pod + ": " + pod.status().ToString();
-    const auto patch = ConditionPatch(*pod, condition, Rfc3339Seconds(std::chrono::system_clock::now()));
+    const auto patch = ConditionPatch(*pod, condition, FormatRfc3339(std::chrono::system_clock::now()));
     if (!patch) return "";
     kube::StatusOr<Json> patched = client_->MergePatch(pods, config_.ns, config_.pod, *patch, "status");
     if (patched.ok()) return "";

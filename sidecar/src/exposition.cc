@@ -139,11 +139,11 @@ void AppendExposition(const std::vector<prometheus::MetricFamily>& families, std
   }
 }
 
-serving::Route ExpositionRoute(std::shared_ptr<prometheus::Registry> registry, std::function<void(std::string*)> more,
-                               std::string path) {
+httpd::Route ExpositionRoute(std::shared_ptr<prometheus::Registry> registry, std::function<void(std::string*)> more,
+                             std::string path) {
   auto last_size = std::make_shared<std::atomic<size_t>>(16 * 1024);
-  return {std::move(path), {}, [registry = std::move(registry), more = std::move(more), last_size](const serving::Request&) {
-            serving::Response response{200, "text/plain; version=0.0.4; charset=utf-8", std::string()};
+  return {std::move(path), {}, [registry = std::move(registry), more = std::move(more), last_size](const httpd::Request&) {
+            httpd::Response response{200, "text/plain; version=0.0.4; charset=utf-8", std::string()};
             response.body.reserve(last_size->load() + last_size->load() / 8);   // one allocation
             AppendExposition(registry->Collect(), &response.body);
             if (more) more(&response.body);

@@ -1,5 +1,6 @@
 #include "fleet/sidecar/gate.h"
 
+#include "fleet/base/strings.h"
 #include "fleet/sidecar/exposition.h"
 
 #include <algorithm>
@@ -472,14 +473,14 @@ double Gate::PeerWaitSeconds() const {
   return Seconds((open_ ? opened_at_ : Clock::now()) - peers_since_);
 }
 
-std::vector<serving::Route> Gate::Routes(std::function<std::string()> ready,
-                                         std::function<void(std::string*)> more_metrics) {
-  serving::Route startup{"/startup", {}, [this](const serving::Request&) {
-                           std::lock_guard<std::mutex> lock(mu_);
-                           return serving::Response::Text(open_ ? 200 : 503, DescribeLocked().second + "\n");
-                         }};
-  serving::Route metrics = ExpositionRoute(registry_, std::move(more_metrics));
-  metrics.handler = [this, serialize = metrics.handler](const serving::Request& request) {
+std::vector<httpd::Route> Gate::Routes(std::function<std::string()> ready,
+                                       std::function<void(std::string*)> more_metrics) {
+  httpd::Route startup{"/startup", {}, [this](const httpd::Request&) {
+                         std::lock_guard<std::mutex> lock(mu_);
+                         return httpd::Response::Text(open_ ? 200 : 503, DescribeLocked().second + "\n");
+                       }};
+  httpd::Route metrics = ExpositionRoute(registry_, std::move(more_metrics));
+  metrics.handler = [this, serialize = metrics.handler](const httpd::Request& request) {
     {
       std::lock_guard<std::mutex> lock(mu_);
       RefreshGaugesLocked();  // the wait times run on while the gate is closed
@@ -487,14 +488,14 @@ std::vector<serving::Route> Gate::Routes(std::function<std::string()> ready,
     return serialize(request);
   };
   return {std::move(startup),
-          serving::HealthRoute("/readyz", [this, ready = std::move(ready)] {
+          httpd::HealthRoute("/readyz", [this, ready = std::move(ready)] {
             {
               std::lock_guard<std::mutex> lock(mu_);
               if (!open_) return DescribeLocked().second;
             }
             return ready ? ready() : std::string();
           }),
-          serving::HealthRoute("/healthz", [this] { return HealthProblem(); }),
+          httpd::HealthRoute("/healthz", [this] { return HealthProblem(); }),
           std::move(metrics)};
 }
 

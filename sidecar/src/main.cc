@@ -18,21 +18,21 @@
 
 #include <prometheus/registry.h>
 
+#include "fleet/base/log.h"
+#include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/config.h"
 #include "fleet/kube/lite_client.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/serving/http_server.h"
 #include "fleet/sidecar/agent.h"
 #include "fleet/sidecar/exposition.h"
 #include "fleet/sidecar/gate.h"
-#include "fleet/sidecar/log.h"
 #include "fleet/sidecar/options.h"
 
 namespace {
 
+using fleet::Logger;
 using fleet::sidecar::GateOptions;
-using fleet::sidecar::Logger;
 
 // Ends the process at once: after the gate's threads are done (or wedged in a request that cannot
 // be cancelled), nothing is left to flush (log lines are single write(2)s) and the kernel closes the
@@ -50,7 +50,7 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
   const bool gated = command_line.command == fleet::sidecar::Command::kGate;
   const GateOptions& options = command_line.gate;
   const fleet::sidecar::AgentOptions& agent_options = command_line.agent;
-  Logger log(options.ns + "/" + options.pod);
+  Logger log("fleet-sidecar[" + options.ns + "/" + options.pod + "]");
 
   // Signals arrive through a signalfd: blocked here, before any thread exists, so every thread
   // inherits the mask. SIGPIPE: a peer that closes early is an error value, not a death.
@@ -109,7 +109,7 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
         agent_options.pod_condition ? client : nullptr);
   }
 
-  std::vector<fleet::serving::Route> routes;
+  std::vector<fleet::httpd::Route> routes;
   if (gate) {
     if (agent) {
       routes = gate->Routes([a = agent.get()] { return a->NotReady(); },
@@ -118,16 +118,16 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
       routes = gate->Routes();
     }
   } else {
-    routes = {{"/startup", {}, [](const fleet::serving::Request&) {
-                 return fleet::serving::Response::Text(200, "no startup gate: fleet-sidecar agent\n");
+    routes = {{"/startup", {}, [](const fleet::httpd::Request&) {
+                 return fleet::httpd::Response::Text(200, "no startup gate: fleet-sidecar agent\n");
                }},
-              fleet::serving::HealthRoute("/readyz", [a = agent.get()] { return a->NotReady(); }),
-              fleet::serving::HealthRoute("/healthz", [] { return std::string(); }),
+              fleet::httpd::HealthRoute("/readyz", [a = agent.get()] { return a->NotReady(); }),
+              fleet::httpd::HealthRoute("/healthz", [] { return std::string(); }),
               fleet::sidecar::ExpositionRoute(
                   registry, [a = agent.get()](std::string* out) { a->metrics().AppendExposition(out); })};
   }
   if (agent) routes.push_back(agent->StatusRoute());
-  auto server = fleet::serving::HttpServer::Start(options.listen, std::move(routes));
+  auto server = fleet::httpd::HttpServer::Start(options.listen, std::move(routes));
   if (!server.ok()) {
     log(server.error());
     return 1;
@@ -135,7 +135,7 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
   log("serving /startup, /readyz, /healthz, /metrics" + std::string(agent ? " and /status" : "") + " on " +
       options.listen + PortNote(options.listen, (*server)->port()));
 
-  std::unique_ptr<fleet::serving::HttpServer> report_server;
+  std::unique_ptr<fleet::httpd::HttpServer> report_server;
   if (agent) {
     if (auto started = agent->Start(); !started) {
       log(started.error());
@@ -144,10 +144,10 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
     if (!agent_options.report_http.empty()) {
       // Loopback pushes from the trainer's ranks: a few workers, so that one stalled client (one
       // worker for the 2 s request timeout) does not hold the others' reports (http_server.h).
-      fleet::serving::HttpServerOptions report_options;
+      fleet::httpd::HttpServerOptions report_options;
       report_options.threads = 4;
       report_options.max_body_bytes = 64 * 1024;
-      auto reports = fleet::serving::HttpServer::Start(agent_options.report_http, {agent->ReportRoute()}, report_options);
+      auto reports = fleet::httpd::HttpServer::Start(agent_options.report_http, {agent->ReportRoute()}, report_options);
       if (!reports.ok()) {
         log("--report-http: " + reports.error());
         return 1;

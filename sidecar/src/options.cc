@@ -10,32 +10,14 @@
 #include <regex>
 #include <set>
 
+#include "fleet/base/dns.h"
+#include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
 #include "fleet/sidecar/step_parser.h"
 #include "fleet/sidecar/user_regex.h"
 
 namespace fleet::sidecar {
 namespace {
-
-std::string Quote(std::string_view text) { return "'" + std::string(text) + "'"; }
-
-bool IsDnsLabel(std::string_view s) {
-  if (s.empty() || s.size() > 63) return false;
-  for (char c : s) {
-    if (!((c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-')) return false;
-  }
-  return s.front() != '-' && s.back() != '-';
-}
-
-// An object name (RFC 1123 subdomain): dot-separated DNS labels, at most 253 characters. Pod and
-// ConfigMap names are such names; the check also keeps ',' and '=' out of the field selector.
-bool IsDnsSubdomain(std::string_view s) {
-  if (s.empty() || s.size() > 253) return false;
-  for (const std::string& label : SplitString(s, '.')) {
-    if (!IsDnsLabel(label)) return false;
-  }
-  return true;
-}
 
 // A Prometheus label value and a log field: printable, no spaces.
 bool IsPlainToken(std::string_view s) {
@@ -183,6 +165,7 @@ Status ParseIdentity(RawFlags& raw, const EnvMap& env, bool gate, GateOptions* o
              : host != env.end() && !host->second.empty() ? host->second
                                                            : "local";
   }
+  // Object names are DNS subdomains; the check also keeps ',' and '=' out of the field selector.
   if (!IsDnsSubdomain(o->pod)) return Error{"--pod: " + Quote(o->pod) + " is not a pod name"};
   o->role = values["role"];
   if (!IsPlainToken(o->role)) return Error{"--role: " + Quote(o->role) + " is not a role name"};

@@ -2,6 +2,8 @@
 
 #include <string_view>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::sidecar {
 namespace {
 

@@ -12,6 +12,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "fleet/base/strings.h"
 #include "fleet/collective/communicator.h"
 #include "test_util.h"
 

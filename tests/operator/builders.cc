@@ -3,10 +3,12 @@
 #include <stdexcept>
 #include <utility>
 
+#include "fleet/base/time.h"
+
 namespace fleet::op::testing {
 
 Time T0() {
-  static const Time t0 = *ParseTime("2024-05-01T12:00:00Z");
+  static const Time t0 = *ParseRfc3339("2024-05-01T12:00:00Z");
   return t0;
 }
 
@@ -153,7 +155,7 @@ JobBuilder& JobBuilder::Status(const Json& status) {
 }
 
 JobBuilder& JobBuilder::Deleting(Time when) {
-  obj_["metadata"]["deletionTimestamp"] = FormatTime(when);
+  obj_["metadata"]["deletionTimestamp"] = FormatRfc3339(when);
   return *this;
 }
 
@@ -180,7 +182,7 @@ PodBuilder PodFor(const Json& job, const std::string& role, int index) {
         {"namespace", job["metadata"].value("namespace", "default")},
         {"uid", "pod-" + role + "-" + std::to_string(index)},
         {"labels", {{kJobLabel, job_name}, {kRoleLabel, role}, {kIndexLabel, std::to_string(index)}, {kRunLabel, "0"}}},
-        {"creationTimestamp", FormatTime(T0())}}},
+        {"creationTimestamp", FormatRfc3339(T0())}}},
       {"spec", {{"containers", Json::array({{{"name", "main"}, {"image", kImage}}})}}},
       {"status", {{"phase", "Pending"}}}};
   return PodBuilder(std::move(pod));
@@ -252,12 +254,12 @@ PodBuilder& PodBuilder::Evicted() {
 }
 
 PodBuilder& PodBuilder::Terminating(Time since) {
-  pod_["metadata"]["deletionTimestamp"] = FormatTime(since);
+  pod_["metadata"]["deletionTimestamp"] = FormatRfc3339(since);
   return *this;
 }
 
 PodBuilder& PodBuilder::Created(Time when) {
-  pod_["metadata"]["creationTimestamp"] = FormatTime(when);
+  pod_["metadata"]["creationTimestamp"] = FormatRfc3339(when);
   return *this;
 }
 

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "builders.h"
+#include "fleet/base/time.h"
 #include "fleet/operator/planner.h"
 #include "world.h"
 
@@ -62,7 +63,7 @@ TEST_P(RestartPolicyTest, DecidesBetweenFailingAndRestarting) {
     EXPECT_EQ(failed.value("reason", ""), "PodFailed");
     EXPECT_THAT(failed.value("message", ""), HasSubstr(c.message));
     EXPECT_EQ(plan.status["restartCount"], 0);
-    EXPECT_EQ(plan.status["completionTime"], FormatTime(At(50)));
+    EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(50)));
     // cleanPodPolicy Running: the pods still running go, the failed one stays for its logs.
     EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
               (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-3"}));

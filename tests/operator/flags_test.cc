@@ -52,8 +52,8 @@ TEST(OperatorFlagsTest, EveryFlagIsRead) {
   EXPECT_EQ(f->leader_election_namespace, "team") << "the Lease lives in the watched namespace by default";
   EXPECT_EQ(f->metrics_bind_address, "127.0.0.1:9090");
   EXPECT_EQ(f->health_probe_bind_address, "0");
-  EXPECT_EQ(f->log_level, serving::LogLevel::kDebug);
-  EXPECT_EQ(f->log_format, serving::LogFormat::kJson);
+  EXPECT_EQ(f->log_level, LogLevel::kDebug);
+  EXPECT_EQ(f->log_format, LogFormat::kJson);
 }
 
 TEST(OperatorFlagsTest, LeaderElectTakesAnExplicitValue) {

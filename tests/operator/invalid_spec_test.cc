@@ -7,6 +7,7 @@
 #include <string>
 
 #include "builders.h"
+#include "fleet/base/time.h"
 #include "fleet/operator/api.h"
 #include "fleet/operator/planner.h"
 #include "world.h"
@@ -197,7 +198,7 @@ TEST(InvalidSpecTest, AnEditThatMakesARunningJobInvalidEndsItsRunningPods) {
   EXPECT_EQ(world.Status().value("phase", ""), "Failed");
   EXPECT_EQ(Condition(world.Status(), "Failed").value("reason", ""), "InvalidSpec");
   EXPECT_THAT(world.Status().value("message", ""), StartsWith("spec.worker.template.spec.containers[0].image:"));
-  EXPECT_EQ(world.Status().value("completionTime", ""), FormatTime(At(10)));
+  EXPECT_EQ(world.Status().value("completionTime", ""), FormatRfc3339(At(10)));
   EXPECT_EQ(world.LivePodNames(), std::vector<std::string>{"wd-worker-0"})
       << "cleanPodPolicy Running: the running pods go, the finished one stays";
 
@@ -206,7 +207,7 @@ TEST(InvalidSpecTest, AnEditThatMakesARunningJobInvalidEndsItsRunningPods) {
   const ReconcilePlan& later = world.Step();
   EXPECT_TRUE(later.actions.empty()) << Describe(later);
   EXPECT_TRUE(later.events.empty());
-  EXPECT_EQ(world.Status().value("completionTime", ""), FormatTime(At(10))) << "set once";
+  EXPECT_EQ(world.Status().value("completionTime", ""), FormatRfc3339(At(10))) << "set once";
 }
 
 TEST(InvalidSpecTest, AnInvalidJobsCleanPodPolicyApplies) {

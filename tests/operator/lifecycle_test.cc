@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "builders.h"
+#include "fleet/base/time.h"
 #include "fleet/operator/planner.h"
 #include "world.h"
 
@@ -86,7 +87,7 @@ TEST(SuccessTest, AllWorkersSucceededFinishesTheJobAndStopsTheServers) {
   const ReconcilePlan& plan = world.Step();
 
   EXPECT_EQ(plan.status["phase"], "Succeeded");
-  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(100)));
+  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(100)));
   EXPECT_EQ(Condition(plan.status, "Succeeded").value("status", ""), "True");
   EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), std::vector<std::string>{"wd-server-0"});
@@ -140,7 +141,7 @@ TEST(SuccessTest, FinishedJobStaysFinished) {
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
   EXPECT_TRUE(plan.events.empty());
   EXPECT_EQ(plan.status["phase"], "Succeeded");
-  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(100))) << "completionTime is not moved";
+  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(100))) << "completionTime is not moved";
 }
 
 TEST(SuccessTest, TtlRequeuesUntilExpiryThenDeletesTheJob) {
@@ -204,7 +205,7 @@ TEST(DeadlineTest, PastTheDeadlineTheJobFailsAndRunningPodsGo) {
   const Json failed = Condition(plan.status, "Failed");
   EXPECT_EQ(failed.value("reason", ""), "DeadlineExceeded");
   EXPECT_THAT(failed.value("message", ""), HasSubstr("activeDeadlineSeconds=3600"));
-  EXPECT_EQ(plan.status["completionTime"], FormatTime(At(3600)));
+  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(3600)));
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
             (std::vector<std::string>{"wd-server-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   EXPECT_EQ(plan.actions.size(), 4u);
@@ -275,8 +276,8 @@ TEST(SuspendTest, ResumeRecreatesThePods) {
   const Json suspended = Condition(plan.status, "Suspended");
   EXPECT_EQ(suspended.value("status", ""), "False");
   EXPECT_EQ(suspended.value("reason", ""), "Resumed");
-  EXPECT_EQ(suspended.value("lastTransitionTime", ""), FormatTime(At(600)));
-  EXPECT_EQ(plan.status["startTime"], FormatTime(At(600))) << "activeDeadlineSeconds counts from the resume";
+  EXPECT_EQ(suspended.value("lastTransitionTime", ""), FormatRfc3339(At(600)));
+  EXPECT_EQ(plan.status["startTime"], FormatRfc3339(At(600))) << "activeDeadlineSeconds counts from the resume";
   EXPECT_EQ(plan.status["phase"], "Pending");
   bool resumed_event = false;
   for (const PlannedEvent& e : plan.events) resumed_event = resumed_event || e.reason == "Resumed";
@@ -307,7 +308,7 @@ TEST(SuspendTest, ResumeIsNotCountedAsARestart) {
 TEST(DeletionTest, JobBeingDeletedGetsNoActions) {
   World running = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
   Json job = running.job;
-  job["metadata"]["deletionTimestamp"] = FormatTime(At(10));
+  job["metadata"]["deletionTimestamp"] = FormatRfc3339(At(10));
   for (int i = 0; i < 4; ++i) running.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Failed(1); });
 
   const ReconcilePlan plan = PlanReconcile(job, running.observed, At(20), running.settings);

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "builders.h"
+#include "fleet/base/time.h"
 #include "fleet/operator/planner.h"
 #include "world.h"
 
@@ -144,7 +145,7 @@ TEST(PodCreationTest, NewPsJobCreatesItsSixPodsAndNothingElse) {
   EXPECT_EQ(plan.actions.size(), kPsPods.size() + 3) << Describe(plan);
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kConfigMap), IsEmpty());
   EXPECT_EQ(plan.status.value("phase", ""), "Pending");
-  EXPECT_EQ(plan.status.value("startTime", ""), FormatTime(T0()));
+  EXPECT_EQ(plan.status.value("startTime", ""), FormatRfc3339(T0()));
   EXPECT_EQ(plan.status.value("restartCount", -1), 0);
   EXPECT_EQ(plan.status.value("mode", ""), "ps");
   EXPECT_EQ(plan.status.value("observedGeneration", 0), 1);

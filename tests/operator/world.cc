@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "fleet/base/time.h"
+
 namespace fleet::op::testing {
 
 World::World(Json job_object, OperatorSettings operator_settings)
@@ -39,13 +41,13 @@ void World::Apply() {
             break;
           }
           Json pod = a.object;
-          pod["metadata"]["creationTimestamp"] = FormatTime(now);
+          pod["metadata"]["creationTimestamp"] = FormatRfc3339(now);
           pod["metadata"]["uid"] = "pod-uid-" + std::to_string(resource_version_++);
           pod["status"] = {{"phase", "Pending"}};
           observed.pods.push_back(std::move(pod));
         } else if (a.verb == Verb::kDelete) {
           if (Json* pod = FindPod(a.name); pod && !pod->at("metadata").contains("deletionTimestamp")) {
-            (*pod)["metadata"]["deletionTimestamp"] = FormatTime(now);
+            (*pod)["metadata"]["deletionTimestamp"] = FormatRfc3339(now);
           }
         } else {
           ADD_FAILURE() << "the planner updates pod " << a.name << "; pods are immutable";

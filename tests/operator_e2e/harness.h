@@ -29,8 +29,8 @@
 #include <nlohmann/json.hpp>
 
 #include "fake_apiserver_fixture.h"
+#include "fleet/base/result.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/runtime/result.h"
 #include "world.h"
 
 namespace fleet::op::e2e {

@@ -17,7 +17,7 @@
 #include "builders.h"
 #include "harness.h"
 #include "../common/test_process.h"
-#include "../serving/idle_connections.h"
+#include "../httpd/idle_connections.h"
 
 namespace fleet::op::e2e {
 namespace {

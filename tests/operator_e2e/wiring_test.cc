@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "builders.h"
+#include "fleet/base/strings.h"
 #include "harness.h"
 
 namespace fleet::op::e2e {

@@ -74,7 +74,7 @@ INSTANTIATE_TEST_SUITE_P(
                      "endpoint 'a;b:6070': host 'a;b' " + std::string(kBadHostChars)}),
     CaseName<::testing::TestParamInfo<EndpointCase>>);
 
-// ---- ParsePort / ParseHost / ParseNonNegativeInt ----
+// ---- ParsePort / ParseHost ----
 
 TEST(ParsePort, AcceptsOneTo65535AndNamesTheValueInErrors) {
   EXPECT_EQ(*ParsePort("1", "PADDLE_PORT"), 1);
@@ -103,21 +103,6 @@ TEST(ParseHost, AcceptsNamesPaddleCanSplitAndRefusesSeparatorsAndWhitespace) {
     auto parsed = ParseHost(bad.host);
     ASSERT_FALSE(parsed.ok()) << "accepted " << *parsed;
     EXPECT_EQ(parsed.error(), "host '" + bad.host + "' " + kBadHostChars);
-  }
-}
-
-TEST(ParseNonNegativeInt, AcceptsPlainDecimalsOnly) {
-  EXPECT_EQ(*ParseNonNegativeInt("0", "N"), 0);
-  EXPECT_EQ(*ParseNonNegativeInt("42", "N"), 42);
-  EXPECT_EQ(*ParseNonNegativeInt("2147483647", "N"), 2147483647);
-  // The header promises "no sign, no whitespace, no overflow".
-  // Digits only: std::from_chars alone would accept "-0".
-  for (const std::string bad : {"", "-1", "-0", "+1", " 1", "1 ", "1x", "0x10", "2147483648",
-                                "99999999999999999999"}) {
-    SCOPED_TRACE("'" + bad + "'");
-    auto parsed = ParseNonNegativeInt(bad, "PADDLE_TRAINER_ID");
-    ASSERT_FALSE(parsed.ok()) << "accepted as " << *parsed;
-    EXPECT_EQ(parsed.error(), "PADDLE_TRAINER_ID must be a non-negative integer, got '" + bad + "'");
   }
 }
 
@@ -190,14 +175,6 @@ TEST(JoinEndpoints, JoinsHostPortWithCommasAndRoundTripsThroughTheParser) {
   EXPECT_EQ(JoinEndpoints(endpoints), "10.0.0.1:6070,node-b:1");
   EXPECT_EQ(JoinEndpoints({}), "");
   EXPECT_EQ(*ParseEndpointList(JoinEndpoints(endpoints)), endpoints);
-}
-
-TEST(StringHelpers, SplitKeepsEmptyPiecesAndTrimRemovesOnlyTheEnds) {
-  EXPECT_EQ(SplitString("a,,b", ','), (std::vector<std::string>{"a", "", "b"}));
-  EXPECT_EQ(SplitString("", ','), (std::vector<std::string>{""}));
-  EXPECT_EQ(TrimWhitespace(" \t a b \r\n"), "a b");
-  EXPECT_EQ(TrimWhitespace(" \t "), "");
-  EXPECT_EQ(JoinStrings({"a", "b", "c"}, ", "), "a, b, c");
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <gtest/gtest.h>
 
 #include "contract_fixtures.h"
+#include "fleet/base/strings.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace fleet {

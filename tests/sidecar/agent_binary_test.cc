@@ -24,7 +24,7 @@
 
 #include "fake_apiserver_fixture.h"
 #include "sidecar_process.h"
-#include "../serving/idle_connections.h"
+#include "../httpd/idle_connections.h"
 
 namespace fleet::sidecar::testing {
 namespace {

@@ -30,7 +30,7 @@ class GateTest : public ::testing::Test {
     config.target = GateTarget{"default", "j-endpoints", role, 3, ""};
     config.job = "j";
     config.pod = "j-" + role + "-0";
-    Logger log("default/" + config.pod, [this](const std::string& line) {
+    Logger log("fleet-sidecar[default/" + config.pod + "]", [this](const std::string& line) {
       std::lock_guard<std::mutex> lock(mu_);
       lines_.push_back(line);
     });
@@ -104,7 +104,7 @@ TEST_F(GateTest, MalformedSaysWhy) {
 
 TEST_F(GateTest, RoutesServeTheState) {
   auto gate = MakeGate("server");
-  auto server = serving::HttpServer::Start("127.0.0.1:0", gate->Routes());
+  auto server = httpd::HttpServer::Start("127.0.0.1:0", gate->Routes());
   ASSERT_TRUE(server.ok()) << server.error();
   HttpConnection http("http://127.0.0.1:" + std::to_string((*server)->port()));
 

@@ -32,8 +32,7 @@ Result<BackendChoice> ParseBackendChoice(std::string_view text) {
 Result<std::unique_ptr<Communicator>> CreateCommunicator(const EnvMap& env, const CommunicatorOptions& options) {
   auto role = ParseProcessEnv(env, RoleMakerKind::kCollective);
   if (!role) return Error{"invalid Paddle collective env: " + role.error()};
-  auto backend = ChooseBackend(env, *role, options.backend);
-  if (!backend) return Error{backend.error()};
+  FLEET_ASSIGN_OR_RETURN(auto backend, ChooseBackend(env, *role, options.backend));
 
   RankSetup setup;
   setup.rank = role->id;
@@ -49,7 +48,7 @@ Result<std::unique_ptr<Communicator>> CreateCommunicator(const EnvMap& env, cons
                  std::to_string(setup.size())};
   }
 
-  if (*backend == Backend::kGloo) return CreateGlooCommunicator(setup, options);
+  if (backend == Backend::kGloo) return CreateGlooCommunicator(setup, options);
 #if FLEET_HAVE_NCCL
   return CreateNcclCommunicator(setup, options);
 #else

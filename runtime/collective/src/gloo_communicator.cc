@@ -21,6 +21,7 @@
 #include <gloo/types.h>
 
 #include "backends.h"
+#include "fleet/base/strings.h"
 #include "fleet/collective/rendezvous_store.h"
 #include "socket.h"
 

@@ -242,13 +242,12 @@ Result<std::unique_ptr<Communicator>> CreateNcclCommunicator(const RankSetup& se
     std::vector<std::string> others;
     for (size_t r = 1; r < setup.endpoints.size(); ++r) others.push_back(setup.endpoints[r].ToString());
     if (!others.empty()) {
-      if (auto s = SendUniqueIds(others, {id}, IdExchangeOptions{0, options.rendezvous_timeout}); !s) return Error{s.error()};
+      FLEET_RETURN_IF_ERROR(SendUniqueIds(others, {id}, IdExchangeOptions{0, options.rendezvous_timeout}));
     }
   } else {
-    auto ids = ReceiveUniqueIds(setup.endpoints[static_cast<size_t>(rank)].ToString(), 1,
-                                IdExchangeOptions{0, options.rendezvous_timeout});
-    if (!ids) return Error{ids.error()};
-    id = (*ids)[0];
+    FLEET_ASSIGN_OR_RETURN(auto ids, ReceiveUniqueIds(setup.endpoints[static_cast<size_t>(rank)].ToString(), 1,
+                                                      IdExchangeOptions{0, options.rendezvous_timeout}));
+    id = ids[0];
   }
 
   ncclUniqueId nccl_id;

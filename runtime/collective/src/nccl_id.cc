@@ -8,6 +8,7 @@
 #include <cstring>
 #include <thread>
 
+#include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
 #include "socket.h"
 

@@ -380,10 +380,9 @@ RendezvousStoreServer::~RendezvousStoreServer() { Stop(); }
 Result<std::unique_ptr<RendezvousStoreClient>> RendezvousStoreClient::Connect(const std::string& host, int port,
                                                                               std::chrono::milliseconds connect_timeout,
                                                                               std::chrono::milliseconds io_timeout) {
-  auto fd = net::ConnectWithRetry(host, port, Clock::now() + connect_timeout);
-  if (!fd) return Error{fd.error()};
+  FLEET_ASSIGN_OR_RETURN(auto fd, net::ConnectWithRetry(host, port, Clock::now() + connect_timeout));
   return std::unique_ptr<RendezvousStoreClient>(
-      new RendezvousStoreClient(fd->Release(), host + ":" + std::to_string(port), io_timeout));
+      new RendezvousStoreClient(fd.Release(), host + ":" + std::to_string(port), io_timeout));
 }
 
 RendezvousStoreClient::RendezvousStoreClient(int fd, std::string endpoint, std::chrono::milliseconds io_timeout)
@@ -438,17 +437,15 @@ Status RendezvousStoreClient::Set(const std::string& key, const std::vector<char
     return Error{"rendezvous store: value of " + std::to_string(value.size()) + " bytes over the limit of " +
                  std::to_string(kStoreMaxValueBytes)};
   }
-  auto r = RoundTrip(kSet, key, value, std::chrono::milliseconds(0));
-  if (!r) return Error{r.error()};
+  FLEET_RETURN_IF_ERROR(RoundTrip(kSet, key, value, std::chrono::milliseconds(0)));
   return OkStatus();
 }
 
 Result<std::optional<std::vector<char>>> RendezvousStoreClient::Get(const std::string& key) {
   if (key.empty() || key.size() > kStoreMaxKeyBytes) return Error{"rendezvous store: invalid key '" + key + "'"};
-  auto r = RoundTrip(kGet, key, {}, std::chrono::milliseconds(0));
-  if (!r) return Error{r.error()};
-  if (r->status == kNotFound) return std::optional<std::vector<char>>();
-  return std::optional<std::vector<char>>(std::move(r->payload));
+  FLEET_ASSIGN_OR_RETURN(auto r, RoundTrip(kGet, key, {}, std::chrono::milliseconds(0)));
+  if (r.status == kNotFound) return std::optional<std::vector<char>>();
+  return std::optional<std::vector<char>>(std::move(r.payload));
 }
 
 Result<std::vector<std::string>> RendezvousStoreClient::Wait(const std::vector<std::string>& keys,
@@ -477,12 +474,11 @@ Result<std::vector<std::string>> RendezvousStoreClient::Wait(const std::vector<s
     const auto ms = static_cast<uint32_t>(std::clamp<long long>(left.count(), 0, 0x7fffffff));
     std::string encoded;
     PutU32(encoded, ms);
-    auto r = RoundTrip(kWait, JoinKeys(batch), std::vector<char>(encoded.begin(), encoded.end()),
-                       std::chrono::milliseconds(ms));
-    if (!r) return Error{r.error()};
-    if (r->status == kTimeout) {
-      for (std::string& k : SplitKeys(std::string(r->payload.begin(), r->payload.end()))) missing.push_back(std::move(k));
-    } else if (r->status != kOk) {
+    FLEET_ASSIGN_OR_RETURN(auto r, RoundTrip(kWait, JoinKeys(batch), std::vector<char>(encoded.begin(), encoded.end()),
+                                             std::chrono::milliseconds(ms)));
+    if (r.status == kTimeout) {
+      for (std::string& k : SplitKeys(std::string(r.payload.begin(), r.payload.end()))) missing.push_back(std::move(k));
+    } else if (r.status != kOk) {
       return Error{"rendezvous store at " + endpoint_ + ": unexpected WAIT response"};
     }
   }

@@ -114,16 +114,14 @@ Result<int> LocalPort(int fd) {
 }
 
 Result<Fd> Connect(const std::string& host, int port, Clock::time_point deadline) {
-  auto addr = Resolve(host, port);
-  if (!addr) return Error{addr.error()};
+  FLEET_ASSIGN_OR_RETURN(auto addr, Resolve(host, port));
   Fd fd(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
   if (!fd.valid()) return Error{"socket() failed: " + Errno(errno)};
   SetNonBlocking(fd.get());
-  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&*addr), sizeof(sockaddr_in)) != 0) {
+  if (::connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(sockaddr_in)) != 0) {
     if (errno != EINPROGRESS) return Error{Errno(errno)};
-    auto ready = WaitFor(fd.get(), POLLOUT, deadline);
-    if (!ready) return Error{ready.error()};
-    if (!*ready) return Error{"connect timed out"};
+    FLEET_ASSIGN_OR_RETURN(const bool ready, WaitFor(fd.get(), POLLOUT, deadline));
+    if (!ready) return Error{"connect timed out"};
     int err = 0;
     socklen_t len = sizeof err;
     ::getsockopt(fd.get(), SOL_SOCKET, SO_ERROR, &err, &len);
@@ -149,9 +147,8 @@ Result<Fd> ConnectWithRetry(const std::string& host, int port, Clock::time_point
 
 Result<Fd> Accept(int listen_fd, Clock::time_point deadline) {
   while (true) {
-    auto ready = WaitFor(listen_fd, POLLIN, deadline);
-    if (!ready) return Error{ready.error()};
-    if (!*ready) return Error{"timed out waiting for a connection"};
+    FLEET_ASSIGN_OR_RETURN(const bool ready, WaitFor(listen_fd, POLLIN, deadline));
+    if (!ready) return Error{"timed out waiting for a connection"};
     Fd fd(::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
     if (fd.valid()) {
       SetNoDelay(fd.get());
@@ -175,9 +172,8 @@ Status SendAll(int fd, const void* data, size_t size, Clock::time_point deadline
     if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) {
       return Error{"send failed: " + Errno(errno)};
     }
-    auto ready = WaitFor(fd, POLLOUT, deadline);
-    if (!ready) return Error{ready.error()};
-    if (!*ready) return Error{"send timed out"};
+    FLEET_ASSIGN_OR_RETURN(const bool ready, WaitFor(fd, POLLOUT, deadline));
+    if (!ready) return Error{"send timed out"};
   }
   return OkStatus();
 }
@@ -196,9 +192,8 @@ Result<size_t> RecvAll(int fd, void* data, size_t size, Clock::time_point deadli
       if (errno == ECONNRESET) return got;
       return Error{"recv failed: " + Errno(errno)};
     }
-    auto ready = WaitFor(fd, POLLIN, deadline);
-    if (!ready) return Error{ready.error()};
-    if (!*ready) return Error{"timed out after " + std::to_string(got) + " of " + std::to_string(size) + " bytes"};
+    FLEET_ASSIGN_OR_RETURN(const bool ready, WaitFor(fd, POLLIN, deadline));
+    if (!ready) return Error{"timed out after " + std::to_string(got) + " of " + std::to_string(size) + " bytes"};
   }
   return got;
 }

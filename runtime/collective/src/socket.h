@@ -6,8 +6,8 @@
 #include <cstddef>
 #include <string>
 
-#include "fleet/runtime/fd.h"
-#include "fleet/runtime/result.h"
+#include "fleet/base/fd.h"
+#include "fleet/base/result.h"
 
 namespace fleet::collective::net {
 

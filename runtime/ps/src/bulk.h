@@ -29,9 +29,9 @@
 #include <vector>
 
 #include "codec.h"
+#include "fleet/base/fd.h"
 #include "fleet/ps/server.h"
 #include "fleet/ps/status.h"
-#include "fleet/runtime/fd.h"
 
 namespace grpc {
 class Server;

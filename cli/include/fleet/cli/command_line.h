@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::cli {
 

@@ -7,8 +7,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/base/result.h"
 #include "fleet/cli/command_line.h"
-#include "fleet/runtime/result.h"
 
 namespace fleet::cli {
 

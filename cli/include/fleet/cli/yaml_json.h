@@ -14,7 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::cli {
 

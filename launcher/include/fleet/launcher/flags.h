@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::launcher {
 

@@ -12,7 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 #include "fleet/runtime/topology.h"
 
 namespace fleet::op {

@@ -7,10 +7,10 @@
 #include <vector>
 
 #include "fleet/operator/controller.h"
-#include "fleet/serving/log.h"
 #include <nlohmann/json.hpp>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/log.h"
+#include "fleet/base/result.h"
 
 namespace fleet::op {
 
@@ -26,8 +26,8 @@ struct OperatorFlags {
   std::string leader_election_namespace;     // default: --namespace, else the pod's namespace
   std::string metrics_bind_address = ":8080";
   std::string health_probe_bind_address = ":8081";
-  serving::LogLevel log_level = serving::LogLevel::kInfo;
-  serving::LogFormat log_format = serving::LogFormat::kText;
+  LogLevel log_level = LogLevel::kInfo;
+  LogFormat log_format = LogFormat::kText;
   bool help = false;
 };
 

@@ -141,8 +141,4 @@ Json FailedStatus(Json status, const std::string& reason, const std::string& mes
 // Names of the job's children.
 std::string EndpointsConfigMapName(const std::string& job);
 
-// RFC 3339 in UTC, second precision, as Kubernetes writes timestamps; and back (nullopt if bad).
-std::string FormatTime(Time t);
-std::optional<Time> ParseTime(const std::string& text);
-
 }  // namespace fleet::op

@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::op {
 

@@ -8,7 +8,7 @@
 #include <string_view>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet {
 
@@ -41,12 +41,5 @@ std::string JoinEndpoints(const std::vector<Endpoint>& endpoints);
 
 // Validates a host as Paddle can use it (non-empty, no ':' or ',' or whitespace).
 Result<std::string> ParseHost(std::string_view text);
-
-// Small string helpers shared by the contract code and its users.
-std::vector<std::string> SplitString(std::string_view text, char separator);
-std::string_view TrimWhitespace(std::string_view text);
-std::string JoinStrings(const std::vector<std::string>& parts, std::string_view separator);
-// Parses a non-negative decimal integer; no sign, no whitespace, no overflow.
-Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what);
 
 }  // namespace fleet

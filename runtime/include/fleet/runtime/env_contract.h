@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "fleet/base/result.h"
 #include "fleet/runtime/endpoint.h"
-#include "fleet/runtime/result.h"
 #include "fleet/runtime/topology.h"
 
 namespace fleet {

@@ -7,8 +7,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fleet/base/result.h"
 #include "fleet/runtime/endpoint.h"
-#include "fleet/runtime/result.h"
 
 namespace fleet {
 

@@ -28,11 +28,11 @@
 #include <thread>
 #include <vector>
 
+#include "fleet/base/log.h"
+#include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
 #include "fleet/runtime/endpoint.h"
-#include "fleet/serving/http_server.h"
 #include "fleet/sidecar/condition.h"
-#include "fleet/sidecar/log.h"
 #include "fleet/sidecar/options.h"
 #include "fleet/sidecar/step_parser.h"
 #include "fleet/sidecar/training_metrics.h"
@@ -79,8 +79,8 @@ class Agent {
   bool Stop(std::chrono::milliseconds timeout);
 
   std::string NotReady() const;                // "" when ready, else why not
-  serving::Route ReportRoute();                // POST /v1/report (JSON, or text protocol lines)
-  serving::Route StatusRoute();                // GET /status: the agent's state as JSON
+  httpd::Route ReportRoute();                // POST /v1/report (JSON, or text protocol lines)
+  httpd::Route StatusRoute();                // GET /status: the agent's state as JSON
   int udp_port() const { return udp_port_; }   // the bound UDP port (0: none)
   TrainingMetrics& metrics() { return *metrics_; }
 
@@ -98,7 +98,7 @@ class Agent {
   void OnLogLines(int rank_offset, const std::vector<std::string_view>& lines, bool live);
   void DrainDatagrams(int fd, Source source);
   void ApplyBatch(Source source, bool timed);
-  serving::Response ApplyReports(const std::vector<StepRecord>& records);
+  httpd::Response ApplyReports(const std::vector<StepRecord>& records);
   PodCondition ConditionLocked(const std::vector<RankProgress>& progress) const;
   std::string NotReadyLocked() const;
   std::string RankName(int rank) const;

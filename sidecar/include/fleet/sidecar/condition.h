@@ -24,8 +24,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/base/log.h"
 #include "fleet/kube/client.h"
-#include "fleet/sidecar/log.h"
 
 namespace prometheus {
 class Registry;
@@ -47,9 +47,6 @@ struct PodCondition {
 // already carries it with the same status, reason and message. `now`: RFC 3339, seconds.
 std::optional<nlohmann::json> ConditionPatch(const nlohmann::json& pod, const PodCondition& condition,
                                              const std::string& now);
-
-// "2026-11-21T04:40:00Z"
-std::string Rfc3339Seconds(std::chrono::system_clock::time_point t);
 
 struct ConditionWriterConfig {
   std::string ns;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "fleet/serving/http_server.h"
+#include "fleet/httpd/http_server.h"
 
 namespace prometheus {
 class Registry;
@@ -22,7 +22,7 @@ namespace fleet::sidecar {
 void AppendExposition(const std::vector<prometheus::MetricFamily>& families, std::string* out);
 
 // GET `path`: the registry in the text format, then what `more` appends (more families).
-serving::Route ExpositionRoute(std::shared_ptr<prometheus::Registry> registry,
-                               std::function<void(std::string*)> more = nullptr, std::string path = "/metrics");
+httpd::Route ExpositionRoute(std::shared_ptr<prometheus::Registry> registry,
+                             std::function<void(std::string*)> more = nullptr, std::string path = "/metrics");
 
 }  // namespace fleet::sidecar

@@ -30,9 +30,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/base/log.h"
+#include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
-#include "fleet/serving/http_server.h"
-#include "fleet/sidecar/log.h"
 #include "fleet/sidecar/options.h"
 #include "fleet/sidecar/peer_probe.h"
 #include "fleet/sidecar/verdict.h"
@@ -94,8 +94,8 @@ class Gate {
   // `ready`, when given, is asked once the gate is open: "" for ready, else why not (the agent's
   // readiness); /readyz is 200 only when the gate is open and it says "".
   // `more_metrics`, when given, appends more families to /metrics (the agent's).
-  std::vector<serving::Route> Routes(std::function<std::string()> ready = nullptr,
-                                     std::function<void(std::string*)> more_metrics = nullptr);
+  std::vector<httpd::Route> Routes(std::function<std::string()> ready = nullptr,
+                                   std::function<void(std::string*)> more_metrics = nullptr);
   const std::shared_ptr<prometheus::Registry>& registry() const { return registry_; }
 
   // Applies a ConfigMap (nullptr: it does not exist) as the watch does: a seam for tests.

@@ -13,8 +13,8 @@
 #include <string_view>
 #include <vector>
 
+#include "fleet/base/result.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/runtime/result.h"
 
 namespace fleet::sidecar {
 

@@ -34,7 +34,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::sidecar {
 

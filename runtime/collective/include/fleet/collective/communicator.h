@@ -21,9 +21,9 @@
 #include <memory>
 #include <string>
 
+#include "fleet/base/result.h"
 #include "fleet/collective/types.h"
 #include "fleet/runtime/env_contract.h"
-#include "fleet/runtime/result.h"
 
 namespace fleet::collective {
 

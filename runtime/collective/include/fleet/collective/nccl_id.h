@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::collective {
 

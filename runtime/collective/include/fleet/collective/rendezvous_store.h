@@ -27,7 +27,7 @@
 #include <thread>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::collective {
 

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string_view>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace fleet::collective {
 

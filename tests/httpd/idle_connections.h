@@ -1,4 +1,4 @@
-// Slowloris helpers for the tests of every HTTP endpoint (serving, the sidecar, the operator):
+// Slowloris helpers for the tests of every HTTP endpoint (httpd, the sidecar, the operator):
 // connections that stay open and send nothing, or half a request line, and a probe with a hard
 // deadline, as the kubelet sends it (a new connection, one request, timeoutSeconds).
 #pragma once

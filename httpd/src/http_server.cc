@@ -1,4 +1,4 @@
-#include "fleet/serving/http_server.h"
+#include "fleet/httpd/http_server.h"
 
 #include <civetweb.h>
 
@@ -9,7 +9,7 @@
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
 
-namespace fleet::serving {
+namespace fleet::httpd {
 
 namespace {
 
@@ -105,8 +105,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
                                                       HttpServerOptions options) {
   static std::once_flag init;
   std::call_once(init, [] { mg_init_library(0); });
-  auto ports = ListeningPorts(address);
-  if (!ports) return Error{ports.error()};
+  FLEET_ASSIGN_OR_RETURN(auto ports, ListeningPorts(address));
   std::unique_ptr<HttpServer> server(new HttpServer());
   server->context_ = std::make_unique<Context>();
   Context& c = *server->context_;
@@ -114,7 +113,7 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
   c.options = options;
   const std::string threads = std::to_string(std::clamp(options.threads, 1, 256));   // a fixed pool, never per connection
   const std::string timeout = std::to_string(std::max(1, options.request_timeout_ms));
-  const char* mg_options[] = {"listening_ports", ports->c_str(),
+  const char* mg_options[] = {"listening_ports", ports.c_str(),
                               "num_threads", threads.c_str(),
                               "request_timeout_ms", timeout.c_str(),
                               "enable_keep_alive", "yes",
@@ -173,4 +172,4 @@ Route HealthRoute(std::string path, std::function<std::string()> check) {
           }};
 }
 
-}  // namespace fleet::serving
+}  // namespace fleet::httpd

@@ -1,13 +1,16 @@
-#include "fleet/serving/log.h"
+#include "fleet/base/log.h"
+
+#include <unistd.h>
 
 #include <atomic>
+#include <cerrno>
 #include <chrono>
-#include <cstdio>
-#include <ctime>
 
 #include <nlohmann/json.hpp>
 
-namespace fleet::serving {
+#include "fleet/base/time.h"
+
+namespace fleet {
 namespace {
 
 std::atomic<LogLevel> g_min_level{LogLevel::kInfo};
@@ -23,19 +26,19 @@ const char* LevelName(LogLevel level) {
   return "info";
 }
 
-}  // namespace
-
-std::string LogTimestamp() {
-  const auto now = std::chrono::system_clock::now();
-  const std::time_t secs = std::chrono::system_clock::to_time_t(now);
-  const auto millis = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count() % 1000;
-  std::tm tm{};
-  ::gmtime_r(&secs, &tm);
-  char buf[40];
-  const size_t n = std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%S", &tm);
-  std::snprintf(buf + n, sizeof buf - n, ".%03dZ", static_cast<int>(millis));
-  return buf;
+void WriteToStderr(const std::string& line) {
+  const char* p = line.data();
+  size_t left = line.size();
+  while (left > 0) {
+    const ssize_t n = ::write(STDERR_FILENO, p, left);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    p += n;
+    left -= static_cast<size_t>(n);
+  }
 }
+
+}  // namespace
 
 void ConfigureLog(LogLevel min_level, LogFormat format) {
   g_min_level = min_level;
@@ -59,20 +62,33 @@ bool ParseLogFormat(const std::string& text, LogFormat* format) {
   return true;
 }
 
-void Log(LogLevel level, const std::string& message, const std::vector<std::pair<std::string, std::string>>& fields) {
+Logger::Logger(std::string source, Sink sink) : source_(std::move(source)), sink_(std::move(sink)) {}
+
+void Logger::Log(LogLevel level, const std::string& message, const LogFields& fields) const {
   if (level < g_min_level.load()) return;
+  const std::string ts = FormatRfc3339(std::chrono::system_clock::now(), TimePrecision::kMillis);
   std::string line;
   if (g_format.load() == LogFormat::kJson) {
-    nlohmann::json record = {{"ts", LogTimestamp()}, {"level", LevelName(level)}, {"msg", message}};
+    nlohmann::json record = {{"ts", ts}, {"level", LevelName(level)}};
+    if (!source_.empty()) record["logger"] = source_;
+    record["msg"] = message;
     for (const auto& [k, v] : fields) record[k] = v;
-    // Replace invalid UTF-8 from the API rather than throw.
+    // Replace invalid UTF-8 (from the API, from a trainer's log) rather than throw.
     line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else {
-    line = LogTimestamp() + " " + LevelName(level) + " " + message;
+    line = ts + " " + LevelName(level) + " " + (source_.empty() ? "" : source_ + ": ") + message;
     for (const auto& [k, v] : fields) line += " " + k + "=" + v;
   }
   line += "\n";
-  std::fwrite(line.data(), 1, line.size(), stderr);   // one write per line: lines never interleave
+  if (sink_) {
+    sink_(line);
+  } else {
+    WriteToStderr(line);
+  }
 }
 
-}  // namespace fleet::serving
+void Log(LogLevel level, const std::string& message, const LogFields& fields) {
+  Logger().Log(level, message, fields);
+}
+
+}  // namespace fleet

@@ -1,5 +1,5 @@
 // HttpServer through real sockets: routing, methods, body limits, health checks, /metrics.
-#include "fleet/serving/http_server.h"
+#include "fleet/httpd/http_server.h"
 
 #include <gtest/gtest.h>
 #include <prometheus/counter.h>
@@ -12,7 +12,7 @@
 #include "fake_apiserver_fixture.h"
 #include "idle_connections.h"
 
-namespace fleet::serving {
+namespace fleet::httpd {
 namespace {
 
 using kube::testing::HttpConnection;
@@ -160,4 +160,4 @@ TEST(HttpServerTest, APortInUseIsAClearError) {
 }
 
 }  // namespace
-}  // namespace fleet::serving
+}  // namespace fleet::httpd

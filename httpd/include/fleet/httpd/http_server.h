@@ -11,13 +11,13 @@
 #include <string>
 #include <vector>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace prometheus {
 class Registry;
 }
 
-namespace fleet::serving {
+namespace fleet::httpd {
 
 struct Request {
   std::string method;
@@ -81,4 +81,4 @@ Route MetricsRoute(std::shared_ptr<prometheus::Registry> registry, std::string p
 // A health route: 200 "ok" when `check` returns "", else 503 with what it returned.
 Route HealthRoute(std::string path, std::function<std::string()> check);
 
-}  // namespace fleet::serving
+}  // namespace fleet::httpd

@@ -1,4 +1,4 @@
-// An owned file descriptor (a socket, an eventfd): closed when it goes.
+// An owned file descriptor (a socket, an eventfd, a pipe): closed when it goes.
 #pragma once
 
 #include <unistd.h>

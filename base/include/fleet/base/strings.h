@@ -1,0 +1,24 @@
+// String helpers used across components: splitting and joining lists, trimming, quoting a value
+// in a message, strict integer parsing.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fleet/base/result.h"
+
+namespace fleet {
+
+// "a,,b" -> {"a", "", "b"}; "" -> {""}: empty entries are kept for the caller to judge.
+std::vector<std::string> SplitString(std::string_view text, char separator);
+// Without leading and trailing spaces, tabs, CRs and LFs.
+std::string_view TrimWhitespace(std::string_view text);
+std::string JoinStrings(const std::vector<std::string>& parts, std::string_view separator);
+// 'text', as messages show a value the user gave.
+std::string Quote(std::string_view text);
+// Parses a non-negative decimal integer; no sign, no whitespace, no overflow. `what` names the
+// value in the error.
+Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what);
+
+}  // namespace fleet
