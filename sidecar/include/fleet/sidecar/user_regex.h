@@ -11,7 +11,7 @@
 #include <memory>
 #include <string_view>
 
-#include "fleet/runtime/result.h"
+#include "fleet/base/result.h"
 
 namespace re2 {
 class RE2;
