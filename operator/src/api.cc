@@ -78,6 +78,18 @@ class FieldReader {
   std::string error_;
 };
 
+const std::vector<std::pair<const char*, Network>> kNetworks = {
+    {"PodIP", Network::kPodIP}, {"Service", Network::kService}, {"HostNetwork", Network::kHostNetwork}};
+const std::vector<std::pair<const char*, Runtime>> kRuntimes = {{"paddle", Runtime::kPaddle}, {"fleet", Runtime::kFleet}};
+
+template <typename E>
+std::string_view NameIn(const std::vector<std::pair<const char*, E>>& names, E value) {
+  for (const auto& [name, v] : names) {
+    if (v == value) return name;
+  }
+  return names.front().first;   // unreachable: every table names every value
+}
+
 const std::vector<std::pair<const char*, RestartPolicy>> kRestartPolicies = {
     {"Never", RestartPolicy::kNever}, {"OnFailure", RestartPolicy::kOnFailure}, {"ExitCode", RestartPolicy::kExitCode}};
 
@@ -151,6 +163,9 @@ std::string_view RoleKindName(RoleKind kind) {
   return "worker";
 }
 
+std::string_view NetworkName(Network network) { return NameIn(kNetworks, network); }
+std::string_view RuntimeName(Runtime runtime) { return NameIn(kRuntimes, runtime); }
+
 const RoleSpec* FleetJobSpec::Find(RoleKind kind) const {
   for (const RoleSpec& r : roles) {
     if (r.kind == kind) return &r;
@@ -195,7 +210,6 @@ Result<RunPolicy> ParseRunPolicy(const Json& spec) {
 
 Result<FleetJob> ParseFleetJob(const Json& object) {
   FleetJob job;
-  job.object = object;
   if (!object.is_object() || !object.contains("metadata") || !object["metadata"].is_object()) {
     return Error{"metadata: is required"};
   }
@@ -223,12 +237,11 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
                     {"ps-heter", JobMode::kHeterParameterServer}}, m);
     mode = m;
   }
-  r.Enum("network", {{"PodIP", Network::kPodIP}, {"Service", Network::kService}, {"HostNetwork", Network::kHostNetwork}},
-         s.network);
+  r.Enum("network", kNetworks, s.network);
   r.Enum("gloo", {{"None", Gloo::kNone}, {"Workers", Gloo::kWorkers}, {"All", Gloo::kAll}}, s.gloo);
   r.Int("processesPerPod", 1, 64, s.processes_per_pod);
   r.Int("port", 1024, 65535, s.port);
-  r.Enum("runtime", {{"paddle", Runtime::kPaddle}, {"fleet", Runtime::kFleet}}, s.runtime);
+  r.Enum("runtime", kRuntimes, s.runtime);
   if (!r.error().empty()) return Error{r.error()};
 
   if (r.Has("server")) {
@@ -332,6 +345,27 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
                  " (spec.port, processesPerPod, and the gloo HTTP store after them); move spec.port or the metrics port"};
   }
   return job;
+}
+
+FleetJobObject ReadFleetJob(const Json& object) {
+  FleetJobObject read;
+  const Json& meta = object.is_object() ? object.value("metadata", Json::object()) : Json::object();
+  if (meta.is_object()) {
+    FieldReader md(meta, "metadata");
+    md.String("name", read.name);
+    md.String("namespace", read.ns);
+    read.deleting = meta.contains("deletionTimestamp");
+  }
+  auto parsed = ParseFleetJob(object);
+  if (parsed) {
+    read.run_policy = parsed->spec.run_policy;
+    read.job = std::move(*parsed);
+    return read;
+  }
+  read.invalid = parsed.error();
+  auto policy = ParseRunPolicy(object.is_object() ? object.value("spec", Json::object()) : Json::object());
+  if (policy) read.run_policy = *policy;
+  return read;
 }
 
 }  // namespace fleet::op

@@ -32,6 +32,10 @@ std::string JobLabelOf(const Json& object) {
   return it != labels.end() && it->is_string() ? it->get<std::string>() : "";
 }
 std::string KeyOf(const std::string& ns, const std::string& name) { return ns + "/" + name; }
+FleetJobStatus StatusOf(const Json& job) {
+  auto it = job.find("status");
+  return it != job.end() ? FleetJobStatus::FromJson(*it) : FleetJobStatus{};
+}
 
 const char* KindName(ObjectKind kind) {
   switch (kind) {
@@ -217,8 +221,8 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
     return *object;
   };
   observed.endpoints = find(ObjectKind::kConfigMap, EndpointsConfigMapName(job_name));
-  observed.service = find(ObjectKind::kService, job_name);
-  const std::string account = job_name + "-fleet-sidecar";
+  observed.service = find(ObjectKind::kService, HeadlessServiceName(job_name));
+  const std::string account = SidecarServiceAccountName(job_name);
   observed.service_account = find(ObjectKind::kServiceAccount, account);
   observed.role = find(ObjectKind::kRole, account);
   observed.role_binding = find(ObjectKind::kRoleBinding, account);
@@ -281,19 +285,37 @@ void Controller::Forget(const std::string& key) {
 
 void Controller::ReserveRecordedPortBlocks() {
   for (const auto& object : jobs_->cache().List()) {
-    const Json& status = object->value("status", Json::object());
-    if (!status.contains("hostPortBase") || !status["hostPortBase"].is_number_integer()) continue;
+    const std::optional<int> recorded = StatusOf(*object).host_port_base;
+    if (!recorded) continue;
     auto job = ParseFleetJob(*object);
     if (!job || job->spec.network != Network::kHostNetwork) continue;
     const std::string key = KeyOf(job->ns, job->name);
-    auto block = ports_.Allocate(key, HostPortRangeSize(*job), status["hostPortBase"].get<int>());
+    auto block = ports_.Allocate(key, HostPortRangeSize(*job), recorded);
     if (!block) Log(LogLevel::kWarning, key, "cannot keep its recorded host ports: " + block.error());
   }
 }
 
-ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const Json& status) {
+HostPortBlock Controller::AllocateHostPorts(const std::string& key, const FleetJob& job, const FleetJobStatus& status) {
+  HostPortBlock ports;
+  const int size = HostPortRangeSize(job);
+  auto block = ports_.Allocate(key, size, status.host_port_base);
+  if (block) {
+    ports.base = *block;
+    return ports;
+  }
+  const int range = options_.host_port_last - options_.host_port_first + 1;
+  ports.never = size > range;
+  ports.refused = ports.never
+      ? "the job needs " + std::to_string(size) + " host ports (HostNetwork: its pods' Paddle and sidecar ports), "
+        "more than the operator's whole --host-port-range of " + std::to_string(range) +
+        ": use fewer pods or processes per pod, another network mode, or widen the range"
+      : block.error();
+  return ports;
+}
+
+ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const FleetJobStatus& status) {
   Json updated = job;
-  updated["status"] = status;
+  updated["status"] = status.ToJson();
   auto written = client_->UpdateStatus(FleetJobResource(), MetaString(job, "namespace"), updated);
   if (!written.ok()) return written.status();
   std::lock_guard<std::mutex> lock(mu_);
@@ -301,9 +323,11 @@ ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const
   return ApiStatus();
 }
 
-ApiStatus Controller::ExecuteOne(const FleetJob& job, const Action& action) {
-  const kube::Resource resource =
-      action.kind == ObjectKind::kPodGroup ? PodGroupResource(job.spec.scheduling.gang) : ResourceOf(action.kind);
+ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action) {
+  // Only a valid job's plan has PodGroups: an invalid one's only deletes pods and the job.
+  const kube::Resource resource = action.kind == ObjectKind::kPodGroup && job.job
+                                      ? PodGroupResource(job.job->spec.scheduling.gang)
+                                      : ResourceOf(action.kind);
   switch (action.verb) {
     case Verb::kCreate: {
       auto created = client_->Create(resource, job.ns, action.object);
@@ -327,14 +351,14 @@ ApiStatus Controller::ExecuteOne(const FleetJob& job, const Action& action) {
 
 // The expectation is in place before the request: the watch may deliver the change before the
 // response arrives, and its event must find (and clear) it.
-ApiStatus Controller::Write(const std::string& key, const FleetJob& job, const Action& action) {
+ApiStatus Controller::Write(const std::string& key, const FleetJobObject& job, const Action& action) {
   Expect(key, action, true);
   ApiStatus status = ExecuteOne(job, action);
   if (!status.ok()) Expect(key, action, false);
   return status;
 }
 
-ApiStatus Controller::Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan, uint64_t epoch) {
+ApiStatus Controller::Execute(const std::string& key, const FleetJobObject& job, const ReconcilePlan& plan, uint64_t epoch) {
   // Everything but pods first, in plan order (the PodGroup before any pod, the ConfigMap update
   // of a run before its pods); then the pod writes, in parallel.
   std::vector<const Action*> pods;
@@ -391,8 +415,9 @@ ApiStatus Controller::Execute(const std::string& key, const FleetJob& job, const
     auto latest = client_->Get(FleetJobResource(), job.ns, job.name);
     if (latest.ok()) {
       const std::string message = rejected + " (fix the pod template in the FleetJob spec)";
-      ApiStatus written = WriteStatus(key, *latest, FailedStatus(latest->value("status", Json::object()), "PodRejected",
-                                                                 message, std::chrono::system_clock::now()));
+      FleetJobStatus failed = StatusOf(*latest);
+      failed.MarkFailed("PodRejected", message, std::chrono::system_clock::now());
+      ApiStatus written = WriteStatus(key, *latest, failed);
       if (written.ok()) {
         recorder_.Record(*latest, "Warning", "PodRejected", message);
         return ApiStatus();
@@ -415,40 +440,18 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   }
   if (CacheIsBehind(key, *job_object)) return finish("requeue", {true, std::chrono::milliseconds(1000)});
 
-  const std::string ns = MetaString(*job_object, "namespace");
-  const std::string name = MetaString(*job_object, "name");
+  // The job and its status are read once; the plan, its status write and its actions use these.
+  const FleetJobObject job = ReadFleetJob(*job_object);
+  const FleetJobStatus status = StatusOf(*job_object);
   uint64_t epoch = 0;
-  Observed observed = ObserveChildren(ns, name, &epoch);
-  OperatorSettings settings = options_.settings;
-  auto parsed = ParseFleetJob(*job_object);
-  if (parsed) {
-    if (parsed->spec.network == Network::kHostNetwork) {
-      const Json& status = job_object->value("status", Json::object());
-      std::optional<int> recorded;
-      if (status.contains("hostPortBase") && status["hostPortBase"].is_number_integer()) recorded = status["hostPortBase"].get<int>();
-      const int size = HostPortRangeSize(*parsed);
-      auto block = ports_.Allocate(key, size, recorded);
-      if (block) {
-        settings.host_port_base = *block;
-      } else {
-        // The planner says so in the status: Pending while other jobs hold the ports, Failed when
-        // the job can never fit.
-        const int range = options_.host_port_last - options_.host_port_first + 1;
-        settings.host_ports_never = size > range;
-        settings.host_ports_unavailable =
-            settings.host_ports_never
-                ? "the job needs " + std::to_string(size) + " host ports (HostNetwork: its pods' Paddle and sidecar ports), "
-                  "more than the operator's whole --host-port-range of " + std::to_string(range) +
-                  ": use fewer pods or processes per pod, another network mode, or widen the range"
-                : block.error();
-      }
-    }
-    if (parsed->spec.scheduling.gang != GangScheduler::kNone) observed.pod_group = GetPodGroup(*parsed, PodGroupName(*parsed));
+  Observed observed = ObserveChildren(job.ns, job.name, &epoch);
+  if (job.job && job.job->spec.network == Network::kHostNetwork) observed.host_ports = AllocateHostPorts(key, *job.job, status);
+  if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
+    observed.pod_group = GetPodGroup(*job.job, PodGroupName(job.name));
   }
 
-  const ReconcilePlan plan = PlanReconcile(*job_object, observed, std::chrono::system_clock::now(), settings);
-  const Json old_status = job_object->value("status", Json::object());
-  const bool status_changed = plan.status != old_status;
+  const ReconcilePlan plan = PlanReconcile(job, status, observed, std::chrono::system_clock::now(), options_.settings);
+  const bool status_changed = plan.status != status;
   if (status_changed) {
     ApiStatus written = WriteStatus(key, *job_object, plan.status);
     if (written.code() == Code::kConflict || written.code() == Code::kNotFound) {
@@ -459,10 +462,8 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
       Log(LogLevel::kError, key, "cannot write the status: " + written.ToString());
       return finish("error", {false, {}});
     }
-    if (metrics_) {
-      const int restarts = plan.status.value("restartCount", 0) - old_status.value("restartCount", 0);
-      if (restarts > 0) metrics_->JobRestarted(restarts);
-    }
+    const int restarts = plan.status.restart_count - status.restart_count;
+    if (metrics_ && restarts > 0) metrics_->JobRestarted(restarts);
   }
   // Events come with the transitions that cause them, which always change the status: a plan
   // from a cache still behind our own writes repeats a transition's events, but not its status.
@@ -470,17 +471,12 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     recorder_.Record(*job_object, e.type, e.reason, e.message);
     Log(e.type == "Warning" ? LogLevel::kWarning : LogLevel::kInfo, key, e.reason + ": " + e.message);
   }
-  // An invalid spec's plan only deletes (its pods per cleanPodPolicy, the job after its TTL):
-  // those writes need the job's name alone.
-  FleetJob invalid;
-  invalid.ns = ns;
-  invalid.name = name;
-  const ApiStatus executed = Execute(key, parsed ? *parsed : invalid, plan, epoch);
+  const ApiStatus executed = Execute(key, job, plan, epoch);
   if (metrics_) {
     std::map<std::string, int> by_phase;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      phases_[key] = plan.status.value("phase", "");
+      phases_[key] = PhaseName(plan.status.phase);
       for (const auto& [k, phase] : phases_) ++by_phase[phase];
     }
     metrics_->SetJobPhases(by_phase);

@@ -8,6 +8,7 @@
 #include <array>
 
 #include "fleet/base/log.h"
+#include "fleet/operator/job_status.h"
 
 namespace fleet::op {
 namespace {
@@ -50,8 +51,8 @@ ControllerMetrics::ControllerMetrics(prometheus::Registry& registry)
       leader_(BuildGauge().Name("fleet_operator_leader").Help("1 while this replica holds the leader lease")
                   .Register(registry).Add({})) {
   for (const char* result : {"success", "error", "requeue"}) reconciles_.Add({{"result", result}});
-  for (const char* phase : {"Pending", "Starting", "Running", "Restarting", "Succeeded", "Failed", "Suspended"}) {
-    phase_gauges_[phase] = &jobs_.Add({{"phase", phase}});
+  for (JobPhase phase : AllPhases()) {
+    if (phase != JobPhase::kNone) phase_gauges_[PhaseName(phase)] = &jobs_.Add({{"phase", PhaseName(phase)}});
   }
 }
 

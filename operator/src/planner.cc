@@ -2,9 +2,9 @@
 
 #include <algorithm>
 #include <functional>
-#include <map>
 #include <set>
 #include <string_view>
+#include <tuple>
 #include <unordered_map>
 
 #include "fleet/base/strings.h"
@@ -40,16 +40,25 @@ const std::string& Str(const Json& parent, const char* key, const std::string& f
   return it != parent.end() && it->is_string() ? it->get_ref<const std::string&>() : fallback;
 }
 const std::string kNone;
-const std::string kPending = "Pending";
+// Pod phases (core/v1), not the job's (JobPhase).
+const std::string kPodPending = "Pending";
+const std::string kPodRunning = "Running";
+const std::string kPodSucceeded = "Succeeded";
+const std::string kPodFailed = "Failed";
 
 const std::string& Label(const Json& obj, const char* key) { return Str(Obj(Obj(obj, "metadata"), "labels"), key, kNone); }
 const std::string& Name(const Json& obj) { return Str(Obj(obj, "metadata"), "name", kNone); }
+const std::string& Uid(const Json& obj) { return Str(Obj(obj, "metadata"), "uid", kNone); }
+const std::string& Annotation(const Json& obj, const char* key) {
+  return Str(Obj(Obj(obj, "metadata"), "annotations"), key, kNone);
+}
 bool Terminating(const Json& obj) { return Obj(obj, "metadata").contains("deletionTimestamp"); }
-const std::string& Phase(const Json& pod) { return Str(Obj(pod, "status"), "phase", kPending); }
+const std::string& Phase(const Json& pod) { return Str(Obj(pod, "status"), "phase", kPodPending); }
 bool Finished(const Json& pod) {
   const std::string& phase = Phase(pod);
-  return phase == "Succeeded" || phase == "Failed";
+  return phase == kPodSucceeded || phase == kPodFailed;
 }
+bool HasPodIp(const Json& pod) { return !Str(Obj(pod, "status"), "podIP", kNone).empty(); }
 
 bool PodReady(const Json& pod) {
   for (const Json& c : Arr(Obj(pod, "status"), "conditions")) {
@@ -69,79 +78,87 @@ std::optional<int> ExitCode(const Json& pod) {
 
 bool Evicted(const Json& pod) { return Str(Obj(pod, "status"), "reason", kNone) == "Evicted"; }
 
-// The pod's host for the endpoint lists, once known.
-const std::string& PodHost(const Json& pod, Network network) {
-  return Str(Obj(pod, "status"), network == Network::kHostNetwork ? "hostIP" : "podIP", kNone);
-}
-
-// ---- status ----
-
-Json FindCondition(const Json& status, const std::string& type) {
-  for (const Json& c : Arr(status, "conditions")) {
-    if (c.value("type", "") == type) return c;
-  }
-  return nullptr;
-}
-
-// Sets a condition, keeping lastTransitionTime when its status does not change.
-void SetCondition(Json& status, const std::string& type, bool value, const std::string& reason,
-                  const std::string& message, Time now) {
-  Json conditions = Arr(status, "conditions");
-  const std::string v = value ? "True" : "False";
-  for (Json& c : conditions) {
-    if (c.value("type", "") != type) continue;
-    if (c.value("status", "") != v) c["lastTransitionTime"] = FormatRfc3339(now);
-    c["status"] = v;
-    c["reason"] = reason;
-    c["message"] = message;
-    status["conditions"] = conditions;
-    return;
-  }
-  conditions.push_back({{"type", type}, {"status", v}, {"reason", reason}, {"message", message},
-                        {"lastTransitionTime", FormatRfc3339(now)}});
-  status["conditions"] = conditions;
-}
-
-bool ConditionTrue(const Json& status, const std::string& type) {
-  Json c = FindCondition(status, type);
-  return !c.is_null() && c.value("status", "") == "True";
-}
-
 // This run's live pods, by slot ordinal (a plan visits every slot several times: one hash
-// lookup per pod when the plan starts, array indexing after).
+// lookup per pod when the plan starts, array indexing after), and what else holds the slots.
 class RunPods {
  public:
-  explicit RunPods(size_t slots) : by_ordinal_(slots, nullptr) {}
-  const Json* Find(const PodSlot& slot) const { return by_ordinal_[static_cast<size_t>(slot.ordinal)]; }
+  explicit RunPods(size_t slots) : by_ordinal_(slots, nullptr), occupied_(slots, false) {}
+  const Json* Find(const PodSlot& slot) const { return by_ordinal_[Index(slot.ordinal)]; }
   void Set(int ordinal, const Json* pod) {
-    count_ += by_ordinal_[static_cast<size_t>(ordinal)] == nullptr;
-    by_ordinal_[static_cast<size_t>(ordinal)] = pod;
+    count_ += by_ordinal_[Index(ordinal)] == nullptr;
+    by_ordinal_[Index(ordinal)] = pod;
   }
   size_t size() const { return count_; }
+  // Whether some pod, live or terminating, of any run, holds the slot's name.
+  bool Occupied(const PodSlot& slot) const { return occupied_[Index(slot.ordinal)]; }
+  void Occupy(int ordinal) { occupied_[Index(ordinal)] = true; }
+  bool AllOccupied() const { return std::find(occupied_.begin(), occupied_.end(), false) == occupied_.end(); }
+  bool stale = false;   // some pod is of an older run
 
  private:
+  static size_t Index(int ordinal) { return static_cast<size_t>(ordinal); }
   std::vector<const Json*> by_ordinal_;
+  std::vector<bool> occupied_;
   size_t count_ = 0;
+};
+
+// The slots' hosts for the endpoint lists, and the lists already published.
+struct Hosts {
+  std::vector<std::string> by_ordinal;
+  bool all_known = true;
+  const Json* published = nullptr;     // the endpoints ConfigMap
+  bool published_this_run = false;
+  std::string replaced;                // a pod that vanished or moved under this run's lists
+  std::string Digest() const { return JoinStrings(by_ordinal, ","); }
+  bool UpToDate() const { return published_this_run && Annotation(*published, kHostsAnnotation) == Digest(); }
 };
 
 class Planner {
  public:
-  Planner(const Json& object, const Observed& observed, Time now, const OperatorSettings& settings)
+  Planner(const FleetJobObject& object, const FleetJobStatus& status, const Observed& observed, Time now,
+          const OperatorSettings& settings)
       : object_(object), observed_(observed), now_(now), settings_(settings) {
-    plan_.status = Obj(object, "status");
-    if (!plan_.status.is_object()) plan_.status = Json::object();
+    plan_.status = status;
+    if (object_.job) slots_ = PodSlots(*object_.job);
   }
 
   ReconcilePlan Run();
 
  private:
-  Json& status() { return plan_.status; }
-  std::string PhaseNow() const { return plan_.status.value("phase", ""); }
-  int Restarts() const { return plan_.status.value("restartCount", 0); }
-  // The pods' generation: a new run (new pods, new lists) after a whole-job restart, a resume or
-  // a change of replicas. Only failure restarts count against backoffLimit.
-  int CurrentRun() const { return plan_.status.value("run", 0); }
-  void NewRun() { status()["run"] = CurrentRun() + 1; }
+  // The steps of a plan, in order. Those returning bool return whether they finished the plan.
+  void FailInvalidSpec();
+  bool ImmutableFieldChanged();
+  void RecordHostPorts();
+  bool FinishedAlready();
+  bool WaitForHostPorts();
+  bool Suspend();
+  bool DeadlineExceeded();
+  bool WaitForGang();
+  void CreateService();
+  void EnsureSidecarIdentity();
+  void RewireOnNewReplicas();
+  RunPods ClassifyPods();
+  void CountRoles(const RunPods& pods);
+  bool AllWorkersSucceeded(const RunPods& pods);
+  bool HandleFailures(const RunPods& pods);
+  Hosts CollectHosts(const RunPods& pods) const;
+  bool RestartForReplacedPod(const Hosts& hosts);
+  bool NeedsWiring(const RunPods& pods, const Hosts& hosts) const;
+  void CreateMissingPods(const RunPods& pods);
+  void PublishEndpoints(const Hosts& hosts);
+  void Summarize(const RunPods& pods, const Hosts& hosts);
+  void CheckPending(const RunPods& pods);
+  void CheckProgress(const RunPods& pods);
+
+  // ---- what the steps share ----
+  const FleetJob& job() const { return *object_.job; }
+  FleetJobStatus& status() { return plan_.status; }
+  bool HostPortsRefused() const {
+    return job().spec.network == Network::kHostNetwork && !observed_.host_ports.refused.empty();
+  }
+  // A new run: new pods with new lists (after a whole-job restart, a resume or a change of
+  // replicas). Only failure restarts count against backoffLimit.
+  void NewRun() { ++status().run; }
   void Event(const std::string& type, const std::string& reason, const std::string& message) {
     plan_.events.push_back({type, reason, message});
   }
@@ -149,15 +166,34 @@ class Planner {
     after = std::max(after, seconds(1));
     if (!plan_.requeue_after || after < *plan_.requeue_after) plan_.requeue_after = after;
   }
-  void SetPhase(const std::string& phase, const std::string& message) {
-    if (PhaseNow() != phase) {
-      const bool bad = phase == "Failed" || phase == "Restarting";
-      Event(bad ? "Warning" : "Normal", phase, message.empty() ? "FleetJob is " + phase : message);
+  void SetPhase(JobPhase phase, const std::string& message) {
+    if (status().phase != phase) {
+      const bool bad = phase == JobPhase::kFailed || phase == JobPhase::kRestarting;
+      const std::string& name = PhaseName(phase);
+      Event(bad ? "Warning" : "Normal", name, message.empty() ? "FleetJob is " + name : message);
     }
-    status()["phase"] = phase;
-    status()["message"] = message;
+    status().phase = phase;
+    status().message = message;
+  }
+  void SetCondition(ConditionType type, bool value, const std::string& reason, const std::string& message) {
+    status().SetCondition(type, value ? ConditionStatus::kTrue : ConditionStatus::kFalse, reason, message, now_);
+  }
+  // A condition that says something is wrong or waited for: True, with an event (reason: the
+  // condition's type) when it turns True.
+  void Raise(ConditionType type, const char* event_type, const std::string& reason, const std::string& message) {
+    if (!status().IsTrue(type)) Event(event_type, ConditionTypeName(type), message);
+    SetCondition(type, true, reason, message);
+  }
+  // Such a condition, once raised, turns False when the matter is resolved.
+  void Resolve(ConditionType type, const std::string& reason) {
+    if (status().Find(type)) SetCondition(type, false, reason, "");
   }
   void Fail(const std::string& reason, const std::string& message);
+  // Fails the job when it has used up backoffLimit; `what` says what happened.
+  bool OutOfRestarts(const std::string& what);
+  void Restart(const std::string& why, bool whole_job);
+  void CleanUp();
+  void FinishedJob();
   void Delete(ObjectKind kind, const std::string& name, const std::string& why) {
     if (!deleted_.insert({kind, name}).second) return;  // one delete per object and plan
     plan_.actions.push_back({Verb::kDelete, kind, name, nullptr, why});
@@ -171,18 +207,11 @@ class Planner {
       if (!Terminating(pod) && which(pod)) Delete(ObjectKind::kPod, Name(pod), why);
     }
   }
-  void CleanUp();
-  void FinishedJob();
-  bool HandleFailures(const RunPods& current);
-  void Restart(const std::string& why, bool whole_job);
-  void CountRoles(const RunPods& current);
-  void CheckProgress(const RunPods& current);
-  void CheckPending(const RunPods& current);
   // The job's wiring, rendered on first use (milliseconds for a big job: not on every plan);
   // nullptr after failing the job when it cannot be wired.
   const JobWiring* Wiring() {
     if (!wiring_) {
-      auto built = JobWiring::Build(*job_, settings_.host_port_base, settings_.cluster_domain);
+      auto built = JobWiring::Build(job(), observed_.host_ports.base, settings_.cluster_domain);
       if (!built) {
         Fail("InvalidSpec", built.error());
         FinishedJob();
@@ -193,30 +222,58 @@ class Planner {
     return &*wiring_;
   }
 
-  const Json& object_;
+  const FleetJobObject& object_;
   const Observed& observed_;
   const Time now_;
   const OperatorSettings& settings_;
   ReconcilePlan plan_;
-  std::optional<FleetJob> job_;
-  RunPolicy policy_;   // job_'s, or what could be read of it when the spec is invalid
   std::vector<PodSlot> slots_;
   std::set<std::pair<ObjectKind, std::string>> deleted_;
   std::optional<JobWiring> wiring_;
 };
 
+ReconcilePlan Planner::Run() {
+  if (object_.deleting) return plan_;  // garbage collection removes the children
+  if (!object_.job) {
+    FailInvalidSpec();
+    return plan_;
+  }
+  const bool new_generation = status().observed_generation != job().generation;
+  status().observed_generation = job().generation;
+  if (ImmutableFieldChanged()) return plan_;
+  RecordHostPorts();
+  if (FinishedAlready() || WaitForHostPorts()) return plan_;
+  // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
+  // generation; otherwise the wiring is rendered only when a plan needs it.
+  if (new_generation && !HostPortsRefused() && !Wiring()) return plan_;
+  if (Suspend() || DeadlineExceeded() || WaitForGang()) return plan_;
+  CreateService();
+  EnsureSidecarIdentity();
+  RewireOnNewReplicas();
+  const RunPods pods = ClassifyPods();
+  CountRoles(pods);
+  if (AllWorkersSucceeded(pods) || HandleFailures(pods)) return plan_;
+  const Hosts hosts = CollectHosts(pods);
+  if (RestartForReplacedPod(hosts)) return plan_;
+  if (NeedsWiring(pods, hosts) && !Wiring()) return plan_;   // the job failed: it cannot be wired
+  CreateMissingPods(pods);
+  PublishEndpoints(hosts);
+  Summarize(pods, hosts);
+  return plan_;
+}
+
+// ---- ending a job ----
+
 void Planner::Fail(const std::string& reason, const std::string& message) {
-  SetCondition(status(), "Failed", true, reason, message, now_);
-  SetCondition(status(), "Running", false, reason, message, now_);
-  SetCondition(status(), "Restarting", false, reason, message, now_);
-  SetPhase("Failed", message);
-  if (!status().contains("completionTime")) status()["completionTime"] = FormatRfc3339(now_);
+  SetPhase(JobPhase::kFailed, message);
+  status().MarkFailed(reason, message, now_);
+  SetCondition(ConditionType::kRestarting, false, reason, message);
 }
 
 // What is left of a finished job, per cleanPodPolicy: Running deletes pods still running
 // (servers, heter trainers), All deletes every pod, None keeps them.
 void Planner::CleanUp() {
-  switch (policy_.clean_pod_policy) {
+  switch (object_.run_policy.clean_pod_policy) {
     case CleanPodPolicy::kNone: return;
     case CleanPodPolicy::kAll: DeletePods([](const Json&) { return true; }, "cleanPodPolicy All"); return;
     case CleanPodPolicy::kRunning:
@@ -227,55 +284,279 @@ void Planner::CleanUp() {
 
 void Planner::FinishedJob() {
   CleanUp();
-  const auto ttl = policy_.ttl_seconds_after_finished;
+  const auto ttl = object_.run_policy.ttl_seconds_after_finished;
   if (!ttl) return;
-  const auto finished = ParseRfc3339(status().value("completionTime", ""));
-  const Time expiry = finished.value_or(now_) + seconds(*ttl);
+  const Time expiry = status().completion_time.value_or(now_) + seconds(*ttl);
   if (now_ >= expiry) {
-    plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, Name(object_), nullptr, "ttlSecondsAfterFinished"});
+    plan_.actions.push_back({Verb::kDelete, ObjectKind::kFleetJob, object_.name, nullptr, "ttlSecondsAfterFinished"});
   } else {
     RequeueAfter(std::chrono::duration_cast<seconds>(expiry - now_) + seconds(1));
   }
 }
 
+// Nothing is created for a spec the operator cannot run; the message says what to fix. An edit
+// can make a running job's spec invalid: it ends like any failed job, its pods cleaned up and its
+// TTL counted per runPolicy (the defaults when runPolicy is what is invalid). A job that already
+// finished keeps its outcome.
+void Planner::FailInvalidSpec() {
+  if (!IsFinished(status().phase)) Fail("InvalidSpec", object_.invalid);
+  FinishedJob();
+}
+
+bool Planner::FinishedAlready() {
+  if (!IsFinished(status().phase)) return false;
+  FinishedJob();
+  return true;
+}
+
+// ---- before any pod ----
+
+// The mode, network and runtime shape every pod and list of the job: they cannot change under it.
+// The CRD's transition rules refuse such edits at apply time; this catches them where those rules
+// do not run (CRD validation off, or an edit of the stored object by other means).
+bool Planner::ImmutableFieldChanged() {
+  const FleetJobSpec& spec = job().spec;
+  const std::tuple<const char*, std::string*, std::string> fields[] = {
+      {"spec.mode", &status().mode, std::string(JobModeName(spec.mode))},
+      {"spec.network", &status().network, std::string(NetworkName(spec.network))},
+      {"spec.runtime", &status().runtime, std::string(RuntimeName(spec.runtime))}};
+  for (const auto& [field, recorded, value] : fields) {
+    if (!recorded->empty() && *recorded != value && status().phase != JobPhase::kFailed) {
+      Fail("ImmutableFieldChanged", std::string(field) + " changed from " + *recorded + " to " + value +
+                                        " after the job started; it cannot change: delete the FleetJob and create it again");
+      CleanUp();
+      return true;
+    }
+  }
+  for (const auto& [field, recorded, value] : fields) *recorded = value;
+  return false;
+}
+
+// The HostNetwork port block, recorded so that it survives operator restarts.
+void Planner::RecordHostPorts() {
+  if (job().spec.network == Network::kHostNetwork && !HostPortsRefused()) {
+    status().host_port_base = observed_.host_ports.base;
+  }
+}
+
+// HostNetwork: Pending while other jobs hold the ports, Failed when the job can never fit.
+bool Planner::WaitForHostPorts() {
+  const HostPortBlock& ports = observed_.host_ports;
+  if (HostPortsRefused() && !job().spec.run_policy.suspend) {
+    if (ports.never) {
+      Fail("HostPortRangeTooSmall", ports.refused);
+      FinishedJob();
+      return true;
+    }
+    Raise(ConditionType::kWaitingForHostPorts, "Warning", "NoFreeHostPorts", ports.refused);
+    SetPhase(JobPhase::kPending, ports.refused);
+    RequeueAfter(seconds(30));
+    return true;
+  }
+  Resolve(ConditionType::kWaitingForHostPorts, "HostPortsAllocated");
+  return false;
+}
+
+bool Planner::Suspend() {
+  if (!job().spec.run_policy.suspend) {
+    if (status().IsTrue(ConditionType::kSuspended)) {
+      SetCondition(ConditionType::kSuspended, false, "Resumed", "spec.runPolicy.suspend is false");
+      Event("Normal", "Resumed", "the job is resumed");
+    }
+    return false;
+  }
+  DeletePods([](const Json&) { return true; }, "suspended");
+  if (!status().IsTrue(ConditionType::kSuspended)) {
+    SetCondition(ConditionType::kSuspended, true, "Suspended", "spec.runPolicy.suspend is true");
+    NewRun();  // pods made after the resume are wired afresh
+  }
+  SetCondition(ConditionType::kRunning, false, "Suspended", "");
+  status().start_time.reset();  // activeDeadlineSeconds counts from the resume
+  SetPhase(JobPhase::kSuspended, "the job is suspended; its pods are removed until spec.runPolicy.suspend is false");
+  return true;
+}
+
+bool Planner::DeadlineExceeded() {
+  // Rounded up to the second: status times are whole seconds (metav1.Time), and a start rounded
+  // down would fire activeDeadlineSeconds up to a second early. Up, the deadline measures at least
+  // the full duration, from a time that survives operator restarts (nothing kept in memory).
+  if (!status().start_time) status().start_time = Time(std::chrono::ceil<seconds>(now_.time_since_epoch()));
+  const auto limit = job().spec.run_policy.active_deadline_seconds;
+  if (!limit) return false;
+  const Time deadline = *status().start_time + seconds(*limit);
+  if (now_ < deadline) {
+    RequeueAfter(std::chrono::duration_cast<seconds>(deadline - now_) + seconds(1));
+    return false;
+  }
+  Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" + std::to_string(*limit));
+  DeletePods([](const Json& pod) { return !Finished(pod); }, "activeDeadlineSeconds");
+  return true;
+}
+
+// Gang scheduling: the PodGroup comes first; Volcano must admit it before any pod exists, so
+// that a partial gang never holds GPUs.
+bool Planner::WaitForGang() {
+  const FleetJobSpec& spec = job().spec;
+  if (spec.scheduling.gang == GangScheduler::kNone) return false;
+  if (!observed_.pod_group) {
+    Create(ObjectKind::kPodGroup, BuildPodGroup(job()), "gang scheduling");
+    SetPhase(JobPhase::kPending, "waiting for the PodGroup to be admitted");
+    return true;
+  }
+  const std::string& pg_phase = Str(Obj(*observed_.pod_group, "status"), "phase", kNone);
+  if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
+    const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(job().name) + " (minMember " +
+                                std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
+                                ")" + (pg_phase.empty() ? "" : "; it is " + pg_phase);
+    Raise(ConditionType::kGangPending, "Normal", "PodGroupNotAdmitted", message);
+    SetPhase(JobPhase::kPending, message);
+    RequeueAfter(seconds(3));   // PodGroups are read, not watched: poll for the admission
+    return true;
+  }
+  Resolve(ConditionType::kGangPending, "PodGroupAdmitted");
+  return false;
+}
+
+void Planner::CreateService() {
+  if (job().spec.network == Network::kService && !observed_.service) {
+    Create(ObjectKind::kService, BuildService(job()), "stable DNS names for the pods");
+  }
+}
+
+void Planner::EnsureSidecarIdentity() {
+  if (!NeedsSidecarAccount(job())) return;
+  if (!observed_.service_account) Create(ObjectKind::kServiceAccount, BuildSidecarServiceAccount(job()), "sidecar identity");
+  if (!observed_.role) {
+    Create(ObjectKind::kRole, BuildSidecarRole(job()), "sidecar may read the endpoints and its own pod");
+  } else if (Annotation(*observed_.role, kReplicasAnnotation) != ReplicaSignature(job().spec)) {
+    // The job's pods changed (replicas): the sidecars may touch exactly the new ones. (The
+    // annotation says which pods the Role names, without comparing thousands of names.)
+    Json role = BuildSidecarRole(job());
+    role["metadata"]["resourceVersion"] = Str(Obj(*observed_.role, "metadata"), "resourceVersion", kNone);
+    plan_.actions.push_back({Verb::kUpdate, ObjectKind::kRole, Name(role), std::move(role), "the job's pods changed"});
+  }
+  if (!observed_.role_binding) Create(ObjectKind::kRoleBinding, BuildSidecarRoleBinding(job()), "sidecar identity");
+}
+
+// A change of replicas rewires the job: Paddle's processes read their peers once, at start, so
+// every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged.
+void Planner::RewireOnNewReplicas() {
+  const std::string signature = ReplicaSignature(job().spec);
+  const std::string& wired_for = status().run_replicas;
+  if (!wired_for.empty() && wired_for != signature) {
+    NewRun();
+    Event("Normal", "Rewiring", "replicas changed (" + wired_for + " -> " + signature +
+                                    "); restarting every pod with the new endpoint lists");
+  }
+  status().run_replicas = signature;
+}
+
+// ---- the pods ----
+
+// This run's pods by slot; everything else (older runs, scaled-away slots) goes.
+RunPods Planner::ClassifyPods() {
+  const std::string run = std::to_string(status().run);
+  std::unordered_map<std::string_view, int> ordinal_of;   // slot name -> ordinal
+  ordinal_of.reserve(slots_.size());
+  for (const PodSlot& slot : slots_) ordinal_of.emplace(slot.name, slot.ordinal);
+  RunPods pods(slots_.size());
+  for (const Json& pod : observed_.pods) {
+    const std::string& name = Name(pod);
+    auto slot = ordinal_of.find(name);
+    if (slot != ordinal_of.end()) pods.Occupy(slot->second);
+    const bool old_run = Label(pod, kRunLabel) != run;
+    pods.stale = pods.stale || old_run;
+    if (Terminating(pod)) continue;
+    if (slot == ordinal_of.end()) {
+      Delete(ObjectKind::kPod, name, "no longer part of the job");
+    } else if (old_run) {
+      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
+    } else {
+      pods.Set(slot->second, &pod);
+    }
+  }
+  return pods;
+}
+
+void Planner::CountRoles(const RunPods& pods) {
+  std::map<std::string, ReplicaStatus> replicas;
+  int heter_ready = 0;  // one printer column for all heter stages
+  for (const RoleSpec& role : job().spec.roles) {
+    ReplicaStatus& counts = replicas[role.name];
+    counts.replicas = role.replicas;
+    for (const PodSlot& slot : slots_) {
+      if (slot.role != &role) continue;
+      const Json* pod = pods.Find(slot);
+      if (!pod) continue;
+      const std::string& phase = Phase(*pod);
+      if (phase == kPodSucceeded) ++counts.succeeded;
+      else if (phase == kPodFailed) ++counts.failed;
+      else ++counts.active;
+      if (phase == kPodRunning && PodReady(*pod)) ++counts.ready;
+    }
+    if (role.kind == RoleKind::kHeter) heter_ready += counts.ready;
+  }
+  status().replica_statuses = std::move(replicas);
+  status().heter_ready = heter_ready;
+}
+
+// Success: every worker of this run succeeded.
+bool Planner::AllWorkersSucceeded(const RunPods& pods) {
+  const RoleSpec* workers = job().spec.Find(RoleKind::kWorker);
+  int workers_done = 0;
+  for (const PodSlot& slot : slots_) {
+    const Json* pod = pods.Find(slot);
+    if (slot.role == workers && pod && Phase(*pod) == kPodSucceeded) ++workers_done;
+  }
+  if (workers_done != workers->replicas) return false;
+  SetCondition(ConditionType::kSucceeded, true, "WorkersSucceeded", "all workers finished successfully");
+  SetCondition(ConditionType::kRunning, false, "WorkersSucceeded", "");
+  SetPhase(JobPhase::kSucceeded, "all " + std::to_string(workers->replicas) + " workers finished successfully");
+  status().completion_time = WholeSeconds(now_);
+  FinishedJob();
+  return true;
+}
+
+bool Planner::OutOfRestarts(const std::string& what) {
+  const int limit = job().spec.run_policy.backoff_limit;
+  if (status().restart_count < limit) return false;
+  Fail("BackoffLimitExceeded", what + " and the job has already been restarted " + std::to_string(status().restart_count) +
+                                   " times (backoffLimit " + std::to_string(limit) + ")");
+  CleanUp();
+  return true;
+}
+
 // A restart of the whole job: every pod of this run goes, the next run is wired afresh (new
 // addresses mean new lists). Service-mode jobs replace only failed pods (DNS names are stable).
 void Planner::Restart(const std::string& why, bool whole_job) {
-  const int restarts = Restarts() + 1;
-  status()["restartCount"] = restarts;
+  const int restarts = ++status().restart_count;
   if (whole_job) {
     NewRun();
     DeletePods([](const Json&) { return true; }, "whole-job restart");
   }
   const std::string message = why + " (restart " + std::to_string(restarts) + " of at most " +
-                              std::to_string(job_->spec.run_policy.backoff_limit) + ")";
-  SetCondition(status(), "Restarting", true, "Restarting", message, now_);
-  SetCondition(status(), "Running", false, "Restarting", message, now_);
-  SetPhase("Restarting", message);
+                              std::to_string(job().spec.run_policy.backoff_limit) + ")";
+  SetCondition(ConditionType::kRestarting, true, "Restarting", message);
+  SetCondition(ConditionType::kRunning, false, "Restarting", message);
+  SetPhase(JobPhase::kRestarting, message);
 }
 
 // Returns true when the plan is complete (the job failed or is restarting).
-bool Planner::HandleFailures(const RunPods& current) {
+bool Planner::HandleFailures(const RunPods& pods) {
   // Service mode replaces a failed pod alone, in the same run: until it is gone, plans may still
   // see it Failed. Its uid is recorded when its restart is counted, so it is counted once.
-  std::set<std::string> replaced;
-  for (const Json& uid : Arr(status(), "replacedPods")) {
-    if (uid.is_string()) replaced.insert(uid.get<std::string>());
-  }
   std::set<std::string> still_there;
   for (const Json& pod : observed_.pods) {
-    const std::string& uid = Str(Obj(pod, "metadata"), "uid", kNone);
-    if (replaced.count(uid)) still_there.insert(uid);
+    if (status().replaced_pods.count(Uid(pod))) still_there.insert(Uid(pod));
   }
-  if (still_there.empty()) status().erase("replacedPods");
-  else status()["replacedPods"] = still_there;
+  status().replaced_pods = still_there;
 
   std::vector<const PodSlot*> retry;
   for (const PodSlot& slot : slots_) {
-    const Json* found = current.Find(slot);
-    if (!found || Phase(*found) != "Failed") continue;
+    const Json* found = pods.Find(slot);
+    if (!found || Phase(*found) != kPodFailed) continue;
     const Json& pod = *found;
-    if (still_there.count(Str(Obj(pod, "metadata"), "uid", kNone))) {
+    if (still_there.count(Uid(pod))) {
       Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
       continue;
     }
@@ -297,20 +578,14 @@ bool Planner::HandleFailures(const RunPods& current) {
     }
     retry.push_back(&slot);
   }
-  if (retry.empty()) return !still_there.empty() && PhaseNow() == "Restarting";
-  const std::string first = "pod " + retry.front()->name + (Evicted(*current.Find(*retry.front())) ? " was evicted" : " failed");
-  if (Restarts() >= job_->spec.run_policy.backoff_limit) {
-    Fail("BackoffLimitExceeded", first + " and the job has already been restarted " + std::to_string(Restarts()) +
-                                     " times (backoffLimit " + std::to_string(job_->spec.run_policy.backoff_limit) + ")");
-    CleanUp();
-    return true;
-  }
-  if (job_->spec.network == Network::kService) {
+  if (retry.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
+  const std::string first = "pod " + retry.front()->name + (Evicted(*pods.Find(*retry.front())) ? " was evicted" : " failed");
+  if (OutOfRestarts(first)) return true;
+  if (job().spec.network == Network::kService) {
     for (const PodSlot* slot : retry) {
       Delete(ObjectKind::kPod, slot->name, "restart failed pod");
-      still_there.insert(Str(Obj(*current.Find(*slot), "metadata"), "uid", kNone));
+      status().replaced_pods.insert(Uid(*pods.Find(*slot)));
     }
-    status()["replacedPods"] = still_there;
     Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
   } else {
     Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
@@ -318,14 +593,112 @@ bool Planner::HandleFailures(const RunPods& current) {
   return true;
 }
 
+// ---- the endpoint lists ----
+
+// Addresses: once every pod of the run has one, the lists can be published (Service mode: the DNS
+// names, known from the start). Under lists already published for this run, a pod that vanished
+// or came back with another address was replaced: its peers hold its old address.
+Hosts Planner::CollectHosts(const RunPods& pods) const {
+  Hosts hosts;
+  hosts.by_ordinal.resize(slots_.size());
+  hosts.published = observed_.endpoints ? &*observed_.endpoints : nullptr;
+  const std::string run = std::to_string(plan_.status.run);
+  hosts.published_this_run = hosts.published && Annotation(*hosts.published, kRunAnnotation) == run;
+  const std::vector<std::string> published_hosts = hosts.published_this_run
+      ? SplitString(Annotation(*hosts.published, kHostsAnnotation), ',') : std::vector<std::string>{};
+  const Network network = job().spec.network;
+  for (const PodSlot& slot : slots_) {
+    const Json* pod = pods.Find(slot);
+    std::string& host = hosts.by_ordinal[static_cast<size_t>(slot.ordinal)];
+    host = SlotHost(job(), slot, pod, settings_.cluster_domain);
+    if (network == Network::kService) continue;   // DNS names: never unknown, never replaced
+    hosts.all_known = hosts.all_known && !host.empty();
+    if (published_hosts.size() != slots_.size() || !hosts.replaced.empty()) continue;
+    const std::string& before = published_hosts[static_cast<size_t>(slot.ordinal)];
+    // PodIP: a vanished pod can only come back with a new IP. HostNetwork: it may come back on
+    // the same node with the same address, so wait and compare.
+    if (!pod && !pods.Occupied(slot) && network == Network::kPodIP) {
+      hosts.replaced = "pod " + slot.name + " disappeared";
+    } else if (!host.empty() && host != before) {
+      hosts.replaced = "pod " + slot.name + " came back at " + host + " (was " + before + ")";
+    }
+  }
+  return hosts;
+}
+
+bool Planner::RestartForReplacedPod(const Hosts& hosts) {
+  if (hosts.replaced.empty()) return false;
+  if (!OutOfRestarts(hosts.replaced)) {
+    Restart(hosts.replaced + "; restarting the whole job so that every peer gets its new address", true);
+  }
+  return true;
+}
+
+bool Planner::NeedsWiring(const RunPods& pods, const Hosts& hosts) const {
+  return !pods.AllOccupied() || (hosts.all_known && !hosts.UpToDate());
+}
+
+// Missing pods: create them (a name still held by a terminating pod waits for it to go, so
+// two live pods never share a (role, index)).
+void Planner::CreateMissingPods(const RunPods& pods) {
+  for (const PodSlot& slot : slots_) {
+    if (pods.Occupied(slot)) continue;
+    Create(ObjectKind::kPod, BuildPod(job(), slot, *wiring_, status().run, settings_), "missing");
+  }
+}
+
+void Planner::PublishEndpoints(const Hosts& hosts) {
+  if (!hosts.all_known || hosts.UpToDate()) return;
+  const std::string run = std::to_string(status().run);
+  const std::string name = EndpointsConfigMapName(job().name);
+  Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
+             {"metadata", {{"name", name}, {"namespace", job().ns},
+                           {"labels", {{kJobLabel, job().name}}},
+                           {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}}},
+                           {"ownerReferences", Json::array({OwnerReference(job())})}}},
+             {"data", wiring_->EndpointsData(hosts.by_ordinal)}};
+  if (hosts.published) {
+    cm["metadata"]["resourceVersion"] = Str(Obj(*hosts.published, "metadata"), "resourceVersion", kNone);
+    plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, name, cm, "run " + run});
+  } else {
+    Create(ObjectKind::kConfigMap, cm, "every pod has an address");
+  }
+  Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) +
+                                            " pods for run " + run);
+}
+
+// ---- the job's phase ----
+
+void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
+  CheckPending(pods);
+  CheckProgress(pods);
+  bool all_running = pods.size() == slots_.size();
+  for (const PodSlot& slot : slots_) {
+    // Workers that already finished do not make the job any less Running.
+    const Json* pod = pods.Find(slot);
+    if (pod) all_running = all_running && (Phase(*pod) == kPodRunning || Phase(*pod) == kPodSucceeded);
+  }
+  if (pods.stale) {
+    SetPhase(JobPhase::kRestarting, status().message);
+  } else if (!pods.AllOccupied() || pods.size() < slots_.size() || !hosts.all_known) {
+    SetPhase(JobPhase::kPending, "creating pods and waiting for their addresses");
+  } else if (!hosts.UpToDate() || !all_running) {
+    SetPhase(JobPhase::kStarting, hosts.UpToDate() ? "waiting for all pods to run" : "publishing the endpoint lists");
+  } else {
+    if (status().IsTrue(ConditionType::kRestarting)) SetCondition(ConditionType::kRestarting, false, "Running", "");
+    SetCondition(ConditionType::kRunning, true, "AllPodsRunning", "all pods are running with their endpoint lists");
+    SetPhase(JobPhase::kRunning, "");
+  }
+}
+
 // The sidecars' training-progress conditions: ranks reported stalled make the job's Stalled
 // condition (its message names them), and a Warning event when it turns on.
-void Planner::CheckProgress(const RunPods& current) {
+void Planner::CheckProgress(const RunPods& pods) {
   std::vector<std::string> stalled;
   std::string first_message;
   for (const PodSlot& slot : slots_) {
-    const Json* pod = current.Find(slot);
-    if (!pod || Phase(*pod) != "Running") continue;
+    const Json* pod = pods.Find(slot);
+    if (!pod || Phase(*pod) != kPodRunning) continue;
     for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
       if (Str(c, "type", kNone) != kProgressConditionType || Str(c, "status", kNone) != "False") continue;
       if (Str(c, "reason", kNone) != "Stalled") continue;
@@ -333,51 +706,20 @@ void Planner::CheckProgress(const RunPods& current) {
       if (first_message.empty()) first_message = Str(c, "message", kNone);
     }
   }
-  if (!stalled.empty()) {
-    std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
-    if (!first_message.empty()) message += " (" + first_message + ")";
-    if (!ConditionTrue(status(), "Stalled")) Event("Warning", "Stalled", message);
-    SetCondition(status(), "Stalled", true, "TrainingStalled", message, now_);
-  } else if (!FindCondition(status(), "Stalled").is_null()) {
-    SetCondition(status(), "Stalled", false, "Progressing", "", now_);
-  }
-}
-
-void Planner::CountRoles(const RunPods& current) {
-  Json replicas = Json::object();
-  for (const RoleSpec& role : job_->spec.roles) {
-    int active = 0, ready = 0, succeeded = 0, failed = 0;
-    for (const PodSlot& slot : slots_) {
-      if (slot.role != &role) continue;
-      const Json* pod = current.Find(slot);
-      if (!pod) continue;
-      const std::string& phase = Phase(*pod);
-      if (phase == "Succeeded") ++succeeded;
-      else if (phase == "Failed") ++failed;
-      else ++active;
-      if (phase == "Running" && PodReady(*pod)) ++ready;
-    }
-    replicas[role.name] = {{"replicas", role.replicas}, {"active", active}, {"ready", ready},
-                           {"succeeded", succeeded}, {"failed", failed}};
-  }
-  status()["replicaStatuses"] = replicas;
-  int heter_ready = 0;  // one printer column for all heter stages
-  for (const RoleSpec& role : job_->spec.roles) {
-    if (role.kind == RoleKind::kHeter) heter_ready += replicas[role.name]["ready"].get<int>();
-  }
-  status()["heterReady"] = heter_ready;
+  if (stalled.empty()) return Resolve(ConditionType::kStalled, "Progressing");
+  std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
+  if (!first_message.empty()) message += " (" + first_message + ")";
+  Raise(ConditionType::kStalled, "Warning", "TrainingStalled", message);
 }
 
 // Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.
-void Planner::CheckPending(const RunPods& current) {
-  const seconds timeout(job_->spec.run_policy.pending_timeout_seconds);
+void Planner::CheckPending(const RunPods& pods) {
+  const seconds timeout(job().spec.run_policy.pending_timeout_seconds);
   std::string stuck;
   for (const PodSlot& slot : slots_) {   // in slot order: the same pod is quoted every time
-    const Json* pod = current.Find(slot);
-    if (!pod) continue;
-    const std::string& name = slot.name;
-    if (Phase(*pod) != "Pending" || !PodHost(*pod, Network::kPodIP).empty()) continue;
-    const auto created = ParseRfc3339(Obj(*pod, "metadata").value("creationTimestamp", ""));
+    const Json* pod = pods.Find(slot);
+    if (!pod || Phase(*pod) != kPodPending || HasPodIp(*pod)) continue;
+    const auto created = ParseRfc3339(Str(Obj(*pod, "metadata"), "creationTimestamp", kNone));
     if (!created) continue;
     if (now_ - *created < timeout) {
       RequeueAfter(std::chrono::duration_cast<seconds>(timeout - (now_ - *created)) + seconds(1));
@@ -385,310 +727,15 @@ void Planner::CheckPending(const RunPods& current) {
     }
     std::string why = "no reason given by the scheduler";
     for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
-      if (c.value("type", "") == "PodScheduled" && c.value("status", "") == "False") {
-        why = c.value("reason", "") + ": " + c.value("message", "");
+      if (Str(c, "type", kNone) == "PodScheduled" && Str(c, "status", kNone) == "False") {
+        why = Str(c, "reason", kNone) + ": " + Str(c, "message", kNone);
       }
     }
-    stuck = "pod " + name + " has been Pending for more than " + std::to_string(timeout.count()) + "s (" + why + ")";
+    stuck = "pod " + slot.name + " has been Pending for more than " + std::to_string(timeout.count()) + "s (" + why + ")";
     break;
   }
-  if (!stuck.empty()) {
-    if (!ConditionTrue(status(), "Unschedulable")) Event("Warning", "Unschedulable", stuck);
-    SetCondition(status(), "Unschedulable", true, "PodPending", stuck, now_);
-  } else if (!FindCondition(status(), "Unschedulable").is_null()) {
-    SetCondition(status(), "Unschedulable", false, "PodsScheduled", "", now_);
-  }
-}
-
-ReconcilePlan Planner::Run() {
-  const Json& meta = Obj(object_, "metadata");
-  if (meta.contains("deletionTimestamp")) return plan_;  // garbage collection removes the children
-
-  auto parsed = ParseFleetJob(object_);
-  if (!parsed) {
-    // Nothing is created for a spec the operator cannot run; the message says what to fix. An
-    // edit can make a running job's spec invalid: it ends like any failed job, its pods cleaned
-    // up and its TTL counted per runPolicy (the defaults when runPolicy is what is invalid). A
-    // job that already finished keeps its outcome.
-    auto policy = ParseRunPolicy(Obj(object_, "spec"));
-    if (policy) policy_ = *policy;
-    if (PhaseNow() != "Failed" && PhaseNow() != "Succeeded") Fail("InvalidSpec", parsed.error());
-    FinishedJob();
-    return plan_;
-  }
-  job_ = std::move(*parsed);
-  policy_ = job_->spec.run_policy;
-  const FleetJobSpec& spec = job_->spec;
-  const bool new_generation = !status().contains("observedGeneration") ||
-                              status()["observedGeneration"] != job_->generation;
-  status()["observedGeneration"] = job_->generation;
-  // The mode, network and runtime shape every pod and list of the job: they cannot change under it. The
-  // CRD's transition rules refuse such edits at apply time; this catches them where those rules
-  // do not run (CRD validation off, or an edit of the stored object by other means).
-  const std::string mode(JobModeName(spec.mode));
-  const char* network = spec.network == Network::kPodIP ? "PodIP" : spec.network == Network::kService ? "Service" : "HostNetwork";
-  const char* runtime = spec.runtime == Runtime::kFleet ? "fleet" : "paddle";
-  for (const auto& [field, now_value] :
-       {std::pair<std::string, std::string>{"mode", mode}, {"network", network}, {"runtime", runtime}}) {
-    const std::string was = status().value(field, "");
-    if (!was.empty() && was != now_value && PhaseNow() != "Failed") {
-      Fail("ImmutableFieldChanged", "spec." + field + " changed from " + was + " to " + now_value +
-                                        " after the job started; it cannot change: delete the FleetJob and create it again");
-      CleanUp();
-      return plan_;
-    }
-  }
-  status()["mode"] = mode;
-  status()["network"] = network;
-  status()["runtime"] = runtime;
-  if (!status().contains("restartCount")) status()["restartCount"] = 0;
-  if (!status().contains("run")) status()["run"] = 0;
-  // The HostNetwork port block, recorded so that it survives operator restarts.
-  const bool waiting_for_ports = spec.network == Network::kHostNetwork && !settings_.host_ports_unavailable.empty();
-  if (spec.network == Network::kHostNetwork && !waiting_for_ports) status()["hostPortBase"] = settings_.host_port_base;
-  slots_ = PodSlots(*job_);
-
-  if (PhaseNow() == "Succeeded" || PhaseNow() == "Failed") {
-    FinishedJob();
-    return plan_;
-  }
-  if (waiting_for_ports && !spec.run_policy.suspend) {
-    if (settings_.host_ports_never) {
-      Fail("HostPortRangeTooSmall", settings_.host_ports_unavailable);
-      FinishedJob();
-      return plan_;
-    }
-    if (!ConditionTrue(status(), "WaitingForHostPorts")) Event("Warning", "WaitingForHostPorts", settings_.host_ports_unavailable);
-    SetCondition(status(), "WaitingForHostPorts", true, "NoFreeHostPorts", settings_.host_ports_unavailable, now_);
-    SetPhase("Pending", settings_.host_ports_unavailable);
-    RequeueAfter(seconds(30));
-    return plan_;
-  }
-  if (!FindCondition(status(), "WaitingForHostPorts").is_null()) {
-    SetCondition(status(), "WaitingForHostPorts", false, "HostPortsAllocated", "", now_);
-  }
-  // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
-  // generation; otherwise the wiring is rendered only when a plan needs it.
-  if (new_generation && !waiting_for_ports && !Wiring()) return plan_;
-
-  if (spec.run_policy.suspend) {
-    DeletePods([](const Json&) { return true; }, "suspended");
-    if (!ConditionTrue(status(), "Suspended")) {
-      SetCondition(status(), "Suspended", true, "Suspended", "spec.runPolicy.suspend is true", now_);
-      NewRun();  // pods made after the resume are wired afresh
-    }
-    SetCondition(status(), "Running", false, "Suspended", "", now_);
-    status().erase("startTime");  // activeDeadlineSeconds counts from the resume
-    SetPhase("Suspended", "the job is suspended; its pods are removed until spec.runPolicy.suspend is false");
-    return plan_;
-  }
-  if (ConditionTrue(status(), "Suspended")) {
-    SetCondition(status(), "Suspended", false, "Resumed", "spec.runPolicy.suspend is false", now_);
-    Event("Normal", "Resumed", "the job is resumed");
-  }
-  // Rounded up to the second: status times are whole seconds (metav1.Time), and a start rounded
-  // down would fire activeDeadlineSeconds up to a second early. Up, the deadline measures at least
-  // the full duration, from a time that survives operator restarts (nothing kept in memory).
-  if (!status().contains("startTime")) {
-    status()["startTime"] = FormatRfc3339(Time(std::chrono::ceil<seconds>(now_.time_since_epoch())));
-  }
-  if (spec.run_policy.active_deadline_seconds) {
-    const Time deadline = ParseRfc3339(status()["startTime"].get<std::string>()).value_or(now_) +
-                          seconds(*spec.run_policy.active_deadline_seconds);
-    if (now_ >= deadline) {
-      Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" +
-                                   std::to_string(*spec.run_policy.active_deadline_seconds));
-      DeletePods([](const Json& pod) { return !Finished(pod); }, "activeDeadlineSeconds");
-      return plan_;
-    }
-    RequeueAfter(std::chrono::duration_cast<seconds>(deadline - now_) + seconds(1));
-  }
-
-  // Gang scheduling: the PodGroup comes first; Volcano must admit it before any pod exists, so
-  // that a partial gang never holds GPUs.
-  if (spec.scheduling.gang != GangScheduler::kNone) {
-    if (!observed_.pod_group) {
-      Create(ObjectKind::kPodGroup, BuildPodGroup(*job_), "gang scheduling");
-      SetPhase("Pending", "waiting for the PodGroup to be admitted");
-      return plan_;
-    }
-    const std::string pg_phase = Obj(*observed_.pod_group, "status").value("phase", "");
-    if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
-      const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(*job_) + " (minMember " +
-                                  std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
-                                  ")" + (pg_phase.empty() ? "" : "; it is " + pg_phase);
-      if (!ConditionTrue(status(), "GangPending")) Event("Normal", "GangPending", message);
-      SetCondition(status(), "GangPending", true, "PodGroupNotAdmitted", message, now_);
-      SetPhase("Pending", message);
-      RequeueAfter(seconds(3));   // PodGroups are read, not watched: poll for the admission
-      return plan_;
-    }
-    if (!FindCondition(status(), "GangPending").is_null()) {
-      SetCondition(status(), "GangPending", false, "PodGroupAdmitted", "", now_);
-    }
-  }
-  if (spec.network == Network::kService && !observed_.service) {
-    Create(ObjectKind::kService, BuildService(*job_), "stable DNS names for the pods");
-  }
-  if (NeedsSidecarAccount(*job_)) {
-    if (!observed_.service_account) Create(ObjectKind::kServiceAccount, BuildSidecarServiceAccount(*job_), "sidecar identity");
-    if (!observed_.role) {
-      Create(ObjectKind::kRole, BuildSidecarRole(*job_), "sidecar may read the endpoints and its own pod");
-    } else if (Str(Obj(Obj(*observed_.role, "metadata"), "annotations"), kReplicasAnnotation, kNone) !=
-               ReplicaSignature(spec)) {
-      // The job's pods changed (replicas): the sidecars may touch exactly the new ones. (The
-      // annotation says which pods the Role names, without comparing thousands of names.)
-      Json role = BuildSidecarRole(*job_);
-      role["metadata"]["resourceVersion"] = Str(Obj(*observed_.role, "metadata"), "resourceVersion", kNone);
-      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kRole, Name(role), std::move(role), "the job's pods changed"});
-    }
-    if (!observed_.role_binding) Create(ObjectKind::kRoleBinding, BuildSidecarRoleBinding(*job_), "sidecar identity");
-  }
-
-  // A change of replicas rewires the job: Paddle's processes read their peers once, at start, so
-  // every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged.
-  const std::string signature = ReplicaSignature(spec);
-  const std::string wired_for = status().value("runReplicas", "");
-  if (!wired_for.empty() && wired_for != signature) {
-    NewRun();
-    Event("Normal", "Rewiring", "replicas changed (" + wired_for + " -> " + signature +
-                                    "); restarting every pod with the new endpoint lists");
-  }
-  status()["runReplicas"] = signature;
-
-  // This run's pods by name; everything else (older runs, scaled-away slots) goes.
-  const std::string run = std::to_string(CurrentRun());
-  std::unordered_map<std::string_view, int> ordinal_of;   // slot name -> ordinal
-  ordinal_of.reserve(slots_.size());
-  for (const PodSlot& slot : slots_) ordinal_of.emplace(slot.name, slot.ordinal);
-  RunPods current(slots_.size());
-  std::vector<bool> occupied(slots_.size());  // slots whose name some pod holds, live or terminating
-  bool stale = false;
-  for (const Json& pod : observed_.pods) {
-    const std::string& name = Name(pod);
-    auto slot = ordinal_of.find(name);
-    if (slot != ordinal_of.end()) occupied[static_cast<size_t>(slot->second)] = true;
-    const bool old_run = Label(pod, kRunLabel) != run;
-    stale = stale || old_run;
-    if (Terminating(pod)) continue;
-    if (slot == ordinal_of.end()) {
-      Delete(ObjectKind::kPod, name, "no longer part of the job");
-    } else if (old_run) {
-      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
-    } else {
-      current.Set(slot->second, &pod);
-    }
-  }
-
-  // Success: every worker of this run succeeded.
-  const RoleSpec* workers = spec.Find(RoleKind::kWorker);
-  int workers_done = 0;
-  for (const PodSlot& slot : slots_) {
-    const Json* pod = current.Find(slot);
-    if (slot.role == workers && pod && Phase(*pod) == "Succeeded") ++workers_done;
-  }
-  CountRoles(current);
-  if (workers_done == workers->replicas) {
-    SetCondition(status(), "Succeeded", true, "WorkersSucceeded", "all workers finished successfully", now_);
-    SetCondition(status(), "Running", false, "WorkersSucceeded", "", now_);
-    SetPhase("Succeeded", "all " + std::to_string(workers->replicas) + " workers finished successfully");
-    status()["completionTime"] = FormatRfc3339(now_);
-    FinishedJob();
-    return plan_;
-  }
-  if (HandleFailures(current)) return plan_;
-
-  // Addresses: once every pod of the run has one, publish the lists (Service mode: the DNS names,
-  // known from the start). Under lists already published for this run, a pod that vanished or came
-  // back with another address was replaced: its peers hold its old address, so the job restarts.
-  const Json* published = observed_.endpoints ? &*observed_.endpoints : nullptr;
-  const Json annotations = published ? Obj(Obj(*published, "metadata"), "annotations")
-                                     : Json::object();
-  const bool published_this_run = published && annotations.value(kRunAnnotation, "") == run;
-  const std::vector<std::string> published_hosts =
-      published_this_run ? SplitString(annotations.value(kHostsAnnotation, ""), ',') : std::vector<std::string>{};
-  std::vector<std::string> hosts(slots_.size());
-  bool all_known = true;
-  std::string replaced;
-  for (const PodSlot& slot : slots_) {
-    std::string& host = hosts[static_cast<size_t>(slot.ordinal)];
-    if (spec.network == Network::kService) {
-      host = ServiceHost(*job_, slot.name, settings_.cluster_domain);
-      continue;
-    }
-    const Json* pod = current.Find(slot);
-    host = pod ? PodHost(*pod, spec.network) : kNone;
-    all_known = all_known && !host.empty();
-    if (published_hosts.size() == slots_.size() && replaced.empty()) {
-      const std::string& before = published_hosts[static_cast<size_t>(slot.ordinal)];
-      // PodIP: a vanished pod can only come back with a new IP. HostNetwork: it may come back on
-      // the same node with the same address, so wait and compare.
-      if (!pod && !occupied[static_cast<size_t>(slot.ordinal)] && spec.network == Network::kPodIP) {
-        replaced = "pod " + slot.name + " disappeared";
-      }
-      else if (!host.empty() && host != before) replaced = "pod " + slot.name + " came back at " + host + " (was " + before + ")";
-    }
-  }
-  if (!replaced.empty()) {
-    if (Restarts() >= spec.run_policy.backoff_limit) {
-      Fail("BackoffLimitExceeded", replaced + " and the job has already been restarted " + std::to_string(Restarts()) +
-                                       " times (backoffLimit " + std::to_string(spec.run_policy.backoff_limit) + ")");
-      CleanUp();
-    } else {
-      Restart(replaced + "; restarting the whole job so that every peer gets its new address", true);
-    }
-    return plan_;
-  }
-
-  // Missing pods: create them (a name still held by a terminating pod waits for it to go, so
-  // two live pods never share a (role, index)).
-  int created = 0;
-  for (const PodSlot& slot : slots_) {
-    if (occupied[static_cast<size_t>(slot.ordinal)]) continue;
-    if (!Wiring()) return plan_;
-    Create(ObjectKind::kPod, BuildPod(*job_, slot, *Wiring(), CurrentRun(), settings_), "missing");
-    ++created;
-  }
-  const std::string hosts_annotation = JoinStrings(hosts, ",");
-  const bool up_to_date = published_this_run && annotations.value(kHostsAnnotation, "") == hosts_annotation;
-  if (all_known && !up_to_date) {
-    if (!Wiring()) return plan_;
-    Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
-               {"metadata", {{"name", EndpointsConfigMapName(job_->name)}, {"namespace", job_->ns},
-                             {"labels", {{kJobLabel, job_->name}}},
-                             {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts_annotation}}},
-                             {"ownerReferences", Json::array({OwnerReference(*job_)})}}},
-               {"data", Wiring()->EndpointsData(hosts)}};
-    if (published) {
-      cm["metadata"]["resourceVersion"] = Obj(*published, "metadata").value("resourceVersion", "");
-      plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, EndpointsConfigMapName(job_->name), cm, "run " + run});
-    } else {
-      Create(ObjectKind::kConfigMap, cm, "every pod has an address");
-    }
-    Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) +
-                                              " pods for run " + run);
-  }
-
-  CheckPending(current);
-  CheckProgress(current);
-  bool all_running = current.size() == slots_.size();
-  for (const PodSlot& slot : slots_) {
-    // Workers that already finished do not make the job any less Running.
-    const Json* pod = current.Find(slot);
-    if (pod) all_running = all_running && (Phase(*pod) == "Running" || Phase(*pod) == "Succeeded");
-  }
-  if (stale) {
-    SetPhase("Restarting", status().value("message", ""));
-  } else if (created > 0 || current.size() < slots_.size() || !all_known) {
-    SetPhase("Pending", "creating pods and waiting for their addresses");
-  } else if (!up_to_date || !all_running) {
-    SetPhase("Starting", up_to_date ? "waiting for all pods to run" : "publishing the endpoint lists");
-  } else {
-    if (ConditionTrue(status(), "Restarting")) SetCondition(status(), "Restarting", false, "Running", "", now_);
-    SetCondition(status(), "Running", true, "AllPodsRunning", "all pods are running with their endpoint lists", now_);
-    SetPhase("Running", "");
-  }
-  return plan_;
+  if (stuck.empty()) return Resolve(ConditionType::kUnschedulable, "PodsScheduled");
+  Raise(ConditionType::kUnschedulable, "Warning", "PodPending", stuck);
 }
 
 }  // namespace
@@ -731,19 +778,9 @@ Json PodForPlanning(const Json& pod) {
   return {{"metadata", std::move(out_meta)}, {"status", std::move(out_status)}};
 }
 
-Json FailedStatus(Json status, const std::string& reason, const std::string& message, Time now) {
-  if (!status.is_object()) status = Json::object();
-  SetCondition(status, "Failed", true, reason, message, now);
-  SetCondition(status, "Running", false, reason, message, now);
-  status["phase"] = "Failed";
-  status["message"] = message;
-  if (!status.contains("completionTime")) status["completionTime"] = FormatRfc3339(now);
-  return status;
-}
-
-ReconcilePlan PlanReconcile(const Json& job_object, const Observed& observed, Time now,
-                            const OperatorSettings& settings) {
-  return Planner(job_object, observed, now, settings).Run();
+ReconcilePlan PlanReconcile(const FleetJobObject& job, const FleetJobStatus& status, const Observed& observed,
+                            Time now, const OperatorSettings& settings) {
+  return Planner(job, status, observed, now, settings).Run();
 }
 
 }  // namespace fleet::op

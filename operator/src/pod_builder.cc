@@ -32,9 +32,8 @@ const std::string& SidecarImage(const FleetJob& job, const OperatorSettings& set
   return job.spec.sidecar.image.empty() ? settings.sidecar_image : job.spec.sidecar.image;
 }
 
-Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int run, const OperatorSettings& settings,
+Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int port, int run, const OperatorSettings& settings,
                       bool own_token) {
-  const int port = SidecarPort(job, slot, settings.host_port_base);
   Json c = {
       {"name", kSidecarName},
       {"image", SidecarImage(job, settings)},
@@ -161,9 +160,6 @@ void MountLogFileVolumes(const std::vector<std::string>& files, const Json& cont
 
 }  // namespace
 
-std::string EndpointsConfigMapName(const std::string& job) { return job + "-endpoints"; }
-std::string PodGroupName(const FleetJob& job) { return job.name; }
-
 Json OwnerReference(const FleetJob& job) {
   return {{"apiVersion", std::string(kGroup) + "/" + kVersion}, {"kind", kKind}, {"name", job.name},
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
@@ -185,10 +181,10 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   switch (job.spec.scheduling.gang) {
     case GangScheduler::kVolcano:
       spec["schedulerName"] = "volcano";
-      annotations["scheduling.k8s.io/group-name"] = PodGroupName(job);
+      annotations["scheduling.k8s.io/group-name"] = PodGroupName(job.name);
       break;
     case GangScheduler::kSchedulerPlugins:
-      labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job);
+      labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job.name);
       break;
     case GangScheduler::kNone:
       break;
@@ -229,8 +225,8 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   const std::string config_map = EndpointsConfigMapName(job.name);
   Json env = wiring.PodEnv(slot, config_map);
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
-                 {"value", "udp://" + LoopbackReportAddress(SidecarPort(job, slot, settings.host_port_base))}});
-  const int port = PodPort(job, slot, settings.host_port_base);
+                 {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
+  const int port = wiring.PodPort(slot);
   Json& containers = spec["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {
     Json& c = containers[i];
@@ -257,21 +253,19 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   // job's sidecar account without an automounted token, and only the sidecar container gets one.
   const bool own_token = !spec.contains("serviceAccountName");
   if (own_token) {
-    spec["serviceAccountName"] = SidecarServiceAccountName(job);
+    spec["serviceAccountName"] = SidecarServiceAccountName(job.name);
     spec["automountServiceAccountToken"] = false;
     volumes.push_back(TokenVolume(settings));
   }
   spec["volumes"] = volumes;
   Json init = spec.value("initContainers", Json::array());
-  Json sidecar = SidecarContainer(job, slot, run, settings, own_token);
+  Json sidecar = SidecarContainer(job, slot, wiring.SidecarPort(slot), run, settings, own_token);
   MountLogFileVolumes(job.spec.sidecar.log_files, spec["containers"], sidecar);
   init.insert(init.begin(), sidecar);
   spec["initContainers"] = init;
   pod["spec"] = spec;
   return pod;
 }
-
-std::string SidecarServiceAccountName(const FleetJob& job) { return job.name + "-fleet-sidecar"; }
 
 bool NeedsSidecarAccount(const FleetJob& job) {
   for (const RoleSpec& role : job.spec.roles) {
@@ -288,7 +282,7 @@ Json ChildMeta(const FleetJob& job, const std::string& name) {
 }  // namespace
 
 Json BuildSidecarServiceAccount(const FleetJob& job) {
-  return {{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", ChildMeta(job, SidecarServiceAccountName(job))},
+  return {{"apiVersion", "v1"}, {"kind", "ServiceAccount"}, {"metadata", ChildMeta(job, SidecarServiceAccountName(job.name))},
           {"automountServiceAccountToken", false}};
 }
 
@@ -297,7 +291,7 @@ Json BuildSidecarRole(const FleetJob& job) {
   // the sidecar does). Its own pod: read it, and set its training-progress condition.
   Json pods = Json::array();
   for (const PodSlot& slot : PodSlots(job)) pods.push_back(slot.name);
-  Json meta = ChildMeta(job, SidecarServiceAccountName(job));
+  Json meta = ChildMeta(job, SidecarServiceAccountName(job.name));
   meta["annotations"] = {{kReplicasAnnotation, ReplicaSignature(job.spec)}};
   return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "Role"},
           {"metadata", std::move(meta)},
@@ -311,7 +305,7 @@ Json BuildSidecarRole(const FleetJob& job) {
 }
 
 Json BuildSidecarRoleBinding(const FleetJob& job) {
-  const std::string name = SidecarServiceAccountName(job);
+  const std::string name = SidecarServiceAccountName(job.name);
   return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"}, {"metadata", ChildMeta(job, name)},
           {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", name}}},
           {"subjects", Json::array({{{"kind", "ServiceAccount"}, {"name", name}, {"namespace", job.ns}}})}};
@@ -320,7 +314,7 @@ Json BuildSidecarRoleBinding(const FleetJob& job) {
 Json BuildService(const FleetJob& job) {
   return {{"apiVersion", "v1"},
           {"kind", "Service"},
-          {"metadata", ChildMeta(job, job.name)},
+          {"metadata", ChildMeta(job, HeadlessServiceName(job.name))},
           {"spec", {{"clusterIP", "None"},
                     {"publishNotReadyAddresses", true},  // peers must resolve before they are Ready
                     {"selector", {{kJobLabel, job.name}}}}}};
@@ -333,7 +327,7 @@ Json BuildPodGroup(const FleetJob& job) {
   if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
   return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
           {"kind", "PodGroup"},
-          {"metadata", ChildMeta(job, PodGroupName(job))},
+          {"metadata", ChildMeta(job, PodGroupName(job.name))},
           {"spec", spec}};
 }
 

@@ -42,6 +42,9 @@ bool NamesOthers(const HostTemplate& t, int self) {
   return std::any_of(t.holes.begin(), t.holes.end(), [self](int h) { return h != self; });
 }
 
+// The member of a pod's status that holds its address: on the node's network, the node's.
+const char* PodAddressField(Network network) { return network == Network::kHostNetwork ? "hostIP" : "podIP"; }
+
 int GlooLevel(Gloo gloo) {
   switch (gloo) {
     case Gloo::kNone: return 0;
@@ -97,6 +100,15 @@ std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::
   return pod + "." + job.name + "." + job.ns + ".svc." + cluster_domain;
 }
 
+std::string SlotHost(const FleetJob& job, const PodSlot& slot, const Json* pod, const std::string& cluster_domain) {
+  if (job.spec.network == Network::kService) return ServiceHost(job, slot.name, cluster_domain);
+  if (!pod) return "";
+  const auto status = pod->find("status");
+  if (status == pod->end() || !status->is_object()) return "";
+  const auto address = status->find(PodAddressField(job.spec.network));
+  return address != status->end() && address->is_string() ? address->get<std::string>() : "";
+}
+
 int TemplateGpus(const Json& pod_template) {
   const Json* containers = nullptr;
   if (pod_template.contains("spec") && pod_template["spec"].contains("containers")) {
@@ -121,7 +133,7 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
   w.cluster_domain_ = cluster_domain;
   w.slots_ = PodSlots(job);
   const FleetJobSpec& spec = job.spec;
-  auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), PodPort(job, slot, host_port_base)}; };
+  auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), op::PodPort(job, slot, host_port_base)}; };
 
   if (spec.mode == JobMode::kCollective && spec.processes_per_pod > 1) {
     // Pods run fleetrun, which reads the cluster env; there is no per-process topology here.
@@ -129,7 +141,7 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     CollectiveLayout layout;
     for (const PodSlot& slot : w.slots_) {
       layout.nodes.push_back(Symbol(slot.ordinal));
-      layout.node_ports.push_back({PodPort(job, slot, host_port_base)});
+      layout.node_ports.push_back({op::PodPort(job, slot, host_port_base)});
     }
     const int gpus = TemplateGpus(spec.roles.front().template_);
     layout.device_kind = gpus > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
@@ -230,7 +242,7 @@ EnvMap JobWiring::SymbolicEnv(int ordinal) const {
       cluster.nodes.push_back(Symbol(s.ordinal));
       std::vector<Endpoint> chunk;
       for (int i = 0; i < cluster.ports_per_node; ++i) {
-        chunk.push_back(Endpoint{Symbol(s.ordinal), PodPort(*job_, s, host_port_base_) + i});
+        chunk.push_back(Endpoint{Symbol(s.ordinal), op::PodPort(*job_, s, host_port_base_) + i});
       }
       cluster.node_endpoints.push_back(std::move(chunk));
     }
@@ -244,17 +256,12 @@ EnvMap JobWiring::SymbolicEnv(int ordinal) const {
 
 Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const {
   Json env = Json::array();
-  // POD_IP comes first: later values refer to it as $(POD_IP).
-  switch (job_->spec.network) {
-    case Network::kPodIP:
-      env.push_back({{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.podIP"}}}}}});
-      break;
-    case Network::kHostNetwork:
-      env.push_back({{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", "status.hostIP"}}}}}});
-      break;
-    case Network::kService:
-      env.push_back({{"name", "POD_IP"}, {"value", ServiceHost(*job_, slot.name, cluster_domain_)}});
-      break;
+  // POD_IP comes first: later values refer to it as $(POD_IP). It is the pod's own host.
+  if (job_->spec.network == Network::kService) {
+    env.push_back({{"name", "POD_IP"}, {"value", ServiceHost(*job_, slot.name, cluster_domain_)}});
+  } else {
+    const std::string field = std::string("status.") + PodAddressField(job_->spec.network);
+    env.push_back({{"name", "POD_IP"}, {"valueFrom", {{"fieldRef", {{"fieldPath", field}}}}}});
   }
   const std::string self = Symbol(slot.ordinal);
   for (const auto& [var, value] : SymbolicEnv(slot.ordinal)) {
@@ -272,6 +279,9 @@ Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const
   }
   return env;
 }
+
+int JobWiring::PodPort(const PodSlot& slot) const { return op::PodPort(*job_, slot, host_port_base_); }
+int JobWiring::SidecarPort(const PodSlot& slot) const { return op::SidecarPort(*job_, slot, host_port_base_); }
 
 std::map<std::string, std::string> JobWiring::EndpointsData(const std::vector<std::string>& hosts) const {
   std::map<std::string, std::string> data;

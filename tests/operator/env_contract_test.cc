@@ -23,8 +23,8 @@ using ::testing::ElementsAreArray;
 using ::testing::IsEmpty;
 
 // A new job run until its endpoint lists are published: create the pods, start them, publish.
-World Published(Json job, OperatorSettings settings = {}) {
-  World world(std::move(job), std::move(settings));
+World Published(Json job, OperatorSettings settings = {}, HostPortBlock host_ports = {}) {
+  World world(std::move(job), std::move(settings), std::move(host_ports));
   world.Step();
   world.StartPods();
   world.Step();
@@ -120,7 +120,7 @@ TEST(PublishEndpointsTest, ListsOfAnOlderRunAreUpdatedInPlace) {
                    PodFor(job, "worker", 1).Run(1).Ip("10.2.0.2").Phase("Running").Obj()};
   observed.endpoints = EndpointsConfigMapFor(job).Run(0).HostsDigest("old").ResourceVersion("41").Obj();
 
-  const ReconcilePlan plan = PlanReconcile(job, observed, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, observed, T0(), OperatorSettings{});
 
   const Action* update = FindAction(plan, Verb::kUpdate, ObjectKind::kConfigMap, "wd-endpoints");
   ASSERT_NE(update, nullptr) << Describe(plan);
@@ -382,7 +382,7 @@ TEST(PodEnvContractTest, ServiceModeWithClusterDomainFromSettings) {
 // reconcile. Expected (the brief): the ConfigMap is created in the same plan as the pods.
 TEST(PodEnvContractTest, ServiceModePublishesTheListsWithThePods) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Ps(1, 3).Network("Service").Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Ps(1, 3).Network("Service").Obj(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod).size(), 4u);
   const Action* cm = FindAction(plan, Verb::kCreate, ObjectKind::kConfigMap, "wd-endpoints");
@@ -391,9 +391,7 @@ TEST(PodEnvContractTest, ServiceModePublishesTheListsWithThePods) {
 }
 
 TEST(PodEnvContractTest, HostNetworkListsNodeAddressesAndAllocatedPorts) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  World world = Published(JobBuilder("wd").Ps(1, 3).Network("HostNetwork").Obj(), settings);
+  World world = Published(JobBuilder("wd").Ps(1, 3).Network("HostNetwork").Obj(), {}, HostPortsAt(31000));
   ASSERT_EQ(world.PodNames().size(), 4u);
   // Two nodes for four pods: pods share nodes and are told apart by their ports.
   EXPECT_EQ(HostIpOf(world, "wd-server-0"), HostIpOf(world, "wd-worker-1"));
@@ -444,9 +442,7 @@ TEST(PodEnvContractTest, CollectiveProcessesPerPodGetTheClusterEnv) {
 // them apart (no required pod anti-affinity on kubernetes.io/hostname). Expected: either the pods
 // cannot share a node, or the env they get there is one fleetrun accepts.
 TEST(PodEnvContractTest, HostNetworkCollectivePodsSharingANodeGetAUsableClusterEnv) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  World world(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Network("HostNetwork").Obj(), settings);
+  World world(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Network("HostNetwork").Obj(), {}, HostPortsAt(31000));
   world.nodes = {"192.168.0.9"};
   world.Step();
   world.StartPods();

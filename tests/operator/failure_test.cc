@@ -55,21 +55,21 @@ TEST_P(RestartPolicyTest, DecidesBetweenFailingAndRestarting) {
   world.Advance(50);
   const ReconcilePlan& plan = world.Step();
 
-  EXPECT_EQ(plan.status["phase"], c.phase) << Describe(plan);
+  EXPECT_EQ(plan.status.ToJson()["phase"], c.phase) << Describe(plan);
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), IsEmpty());
   if (c.phase == "Failed") {
-    const Json failed = Condition(plan.status, "Failed");
+    const Json failed = Condition(plan.status.ToJson(), "Failed");
     EXPECT_EQ(failed.value("status", ""), "True");
     EXPECT_EQ(failed.value("reason", ""), "PodFailed");
     EXPECT_THAT(failed.value("message", ""), HasSubstr(c.message));
-    EXPECT_EQ(plan.status["restartCount"], 0);
-    EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(50)));
+    EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
+    EXPECT_EQ(plan.status.ToJson()["completionTime"], FormatRfc3339(At(50)));
     // cleanPodPolicy Running: the pods still running go, the failed one stays for its logs.
     EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
               (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-3"}));
   } else {
-    EXPECT_EQ(plan.status["restartCount"], 1);
-    const Json restarting = Condition(plan.status, "Restarting");
+    EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
+    const Json restarting = Condition(plan.status.ToJson(), "Restarting");
     EXPECT_EQ(restarting.value("status", ""), "True");
     EXPECT_THAT(restarting.value("message", ""), HasSubstr(c.message));
     // PodIP mode: a new pod means new addresses for every peer, so the whole job goes.
@@ -85,9 +85,9 @@ TEST(RestartTest, EachRoleHasItsOwnPolicy) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "OnFailure").Obj());
   world.Edit("wd-server-0", [](PodBuilder& p) { p.Failed(1); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  EXPECT_THAT(Condition(plan.status, "Failed").value("message", ""), HasSubstr("wd-server-0"));
-  EXPECT_THAT(Condition(plan.status, "Failed").value("message", ""), HasSubstr("server restartPolicy"));
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Failed");
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Failed").value("message", ""), HasSubstr("wd-server-0"));
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Failed").value("message", ""), HasSubstr("server restartPolicy"));
 }
 
 // ---- the next run ----
@@ -102,7 +102,7 @@ TEST(RestartTest, NextRunWaitsUntilTheOldPodsAreGone) {
   // Terminating pods still hold their names: nothing can be created yet.
   const ReconcilePlan& blocked = world.Step();
   EXPECT_TRUE(blocked.actions.empty()) << Describe(blocked);
-  EXPECT_EQ(blocked.status["phase"], "Restarting");
+  EXPECT_EQ(blocked.status.ToJson()["phase"], "Restarting");
 
   // The workers are gone, the server is still shutting down: only the free names are taken.
   for (int i = 0; i < 4; ++i) world.Remove("wd-worker-" + std::to_string(i));
@@ -111,7 +111,7 @@ TEST(RestartTest, NextRunWaitsUntilTheOldPodsAreGone) {
             (std::vector<std::string>{"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   EXPECT_EQ(partial.actions.size(), 4u) << Describe(partial);
   for (const Action& a : partial.actions) EXPECT_EQ(RunOf(a.object), "1") << a.name;
-  EXPECT_EQ(partial.status["phase"], "Restarting");
+  EXPECT_EQ(partial.status.ToJson()["phase"], "Restarting");
 
   world.Reap();
   const ReconcilePlan& rest = world.Step();
@@ -137,8 +137,8 @@ TEST(RestartTest, OldRunFailureSeenAgainIsNotCountedTwice) {
   ASSERT_EQ(world.Status()["restartCount"], 1);
   const ReconcilePlan& again = world.Reconcile();
 
-  EXPECT_EQ(again.status["restartCount"], 1);
-  EXPECT_EQ(again.status["phase"], "Restarting");
+  EXPECT_EQ(again.status.ToJson()["restartCount"], 1);
+  EXPECT_EQ(again.status.ToJson()["phase"], "Restarting");
   EXPECT_EQ(ActionNames(again, Verb::kDelete, ObjectKind::kPod), kAllPods);
   EXPECT_THAT(ActionNames(again, Verb::kCreate, ObjectKind::kPod), IsEmpty());
   for (const PlannedEvent& e : again.events) EXPECT_NE(e.reason, "Restarting");
@@ -152,8 +152,8 @@ TEST(RestartTest, RestartingJobIsNotReportedRunning) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "OnFailure").Obj());
   world.Edit("wd-worker-2", [](PodBuilder& p) { p.Failed(1); });
   const ReconcilePlan& plan = world.Step();
-  ASSERT_EQ(plan.status["phase"], "Restarting");
-  EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
+  ASSERT_EQ(plan.status.ToJson()["phase"], "Restarting");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Running").value("status", ""), "False");
 }
 
 // ---- backoffLimit ----
@@ -169,12 +169,12 @@ TEST(BackoffLimitTest, FailsOnceTheLimitIsReached) {
 
   world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(1); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  const Json failed = Condition(plan.status, "Failed");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Failed");
+  const Json failed = Condition(plan.status.ToJson(), "Failed");
   EXPECT_EQ(failed.value("reason", ""), "BackoffLimitExceeded");
   EXPECT_THAT(failed.value("message", ""), HasSubstr("wd-worker-0"));
   EXPECT_THAT(failed.value("message", ""), HasSubstr("backoffLimit 1"));
-  EXPECT_EQ(plan.status["restartCount"], 1);
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
             (std::vector<std::string>{"wd-server-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
 }
@@ -183,9 +183,9 @@ TEST(BackoffLimitTest, ZeroMeansNoRestartAtAll) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").BackoffLimit(0).Obj());
   world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(137); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  EXPECT_EQ(Condition(plan.status, "Failed").value("reason", ""), "BackoffLimitExceeded");
-  EXPECT_EQ(plan.status["restartCount"], 0);
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Failed");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Failed").value("reason", ""), "BackoffLimitExceeded");
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
 }
 
 // ---- Service mode: one pod replaced, the rest keep running ----
@@ -198,8 +198,8 @@ TEST(ServiceModeRestartTest, OnlyTheFailedPodIsDeleted) {
 
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), std::vector<std::string>{"wd-worker-1"});
   EXPECT_EQ(plan.actions.size(), 1u) << Describe(plan);
-  EXPECT_EQ(plan.status["restartCount"], 1);
-  EXPECT_EQ(plan.status["phase"], "Restarting");
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Restarting");
 }
 
 // Regression (fixed): planner.cc uses status.restartCount as the run label of the pods it keeps ("pods of an older
@@ -236,9 +236,9 @@ TEST(ReplacedPodTest, PodVanishedUnderPublishedListsRestartsTheWholeJob) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
   world.Remove("wd-worker-2");   // e.g. kubectl delete pod --force
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["restartCount"], 1);
-  EXPECT_EQ(plan.status["phase"], "Restarting");
-  EXPECT_THAT(Condition(plan.status, "Restarting").value("message", ""), HasSubstr("wd-worker-2 disappeared"));
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Restarting");
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Restarting").value("message", ""), HasSubstr("wd-worker-2 disappeared"));
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
             (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-3"}));
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), IsEmpty());
@@ -249,9 +249,7 @@ TEST(ReplacedPodTest, PodVanishedUnderPublishedListsRestartsTheWholeJob) {
 }
 
 TEST(ReplacedPodTest, HostNetworkPodBackOnTheSameNodeKeepsTheJob) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  World world(JobBuilder("wd").Ps(1, 4).Network("HostNetwork").Obj(), settings);
+  World world(JobBuilder("wd").Ps(1, 4).Network("HostNetwork").Obj(), {}, HostPortsAt(31000));
   world.nodes = {"192.168.0.7"};
   world.Settle();
   ASSERT_EQ(world.Status()["phase"], "Running");
@@ -260,7 +258,7 @@ TEST(ReplacedPodTest, HostNetworkPodBackOnTheSameNodeKeepsTheJob) {
   world.Step();
   world.StartPods();   // same node, same host: the lists still hold
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["restartCount"], 0);
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
   EXPECT_THAT(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), IsEmpty()) << Describe(plan);
 }
 

@@ -135,12 +135,12 @@ TEST_P(InvalidSpecTest, ParseNamesTheField) {
 }
 
 TEST_P(InvalidSpecTest, PlannerFailsTheJobAndCreatesNothing) {
-  const ReconcilePlan plan = PlanReconcile(Job(), Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(Job(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
-  EXPECT_EQ(plan.status.value("phase", ""), "Failed");
-  const Json failed = Condition(plan.status, "Failed");
-  ASSERT_FALSE(failed.is_null()) << plan.status.dump();
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Failed");
+  const Json failed = Condition(plan.status.ToJson(), "Failed");
+  ASSERT_FALSE(failed.is_null()) << plan.status.ToJson().dump();
   EXPECT_EQ(failed["status"], "True");
   EXPECT_EQ(failed["reason"], "InvalidSpec");
   EXPECT_THAT(failed["message"].get<std::string>(), StartsWith(GetParam().field + ":"));
@@ -163,10 +163,10 @@ TEST(InvalidSpecTest, ValidBaseJobIsAccepted) {
 
 TEST(InvalidSpecTest, AFailedInvalidJobStaysFailedWithoutNewEvents) {
   const Json job = JobBuilder("wd").Ps(2, 4).Workers(0).Obj();
-  const ReconcilePlan first = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan first = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   Json again = job;
-  again["status"] = first.status;
-  const ReconcilePlan second = PlanReconcile(again, Observed{}, At(60), OperatorSettings{});
+  again["status"] = first.status.ToJson();
+  const ReconcilePlan second = PlanFor(again, Observed{}, At(60), OperatorSettings{});
 
   EXPECT_TRUE(second.actions.empty());
   EXPECT_TRUE(second.events.empty());
@@ -274,11 +274,11 @@ TEST(InvalidSpecTest, ServiceModeEndpointListTooLargeFailsTheJob) {
                        .Collective(2000)
                        .Network("Service")
                        .Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
 
   EXPECT_TRUE(plan.actions.empty()) << plan.actions.size() << " actions";
-  EXPECT_EQ(plan.status.value("phase", ""), "Failed");
-  const Json failed = Condition(plan.status, "Failed");
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Failed");
+  const Json failed = Condition(plan.status.ToJson(), "Failed");
   ASSERT_FALSE(failed.is_null());
   EXPECT_EQ(failed["reason"], "InvalidSpec");
   EXPECT_THAT(failed["message"].get<std::string>(), HasSubstr("PADDLE_TRAINER_ENDPOINTS"));
@@ -287,11 +287,11 @@ TEST(InvalidSpecTest, ServiceModeEndpointListTooLargeFailsTheJob) {
 
 TEST(InvalidSpecTest, PodIpEndpointListOfTenThousandWorkersFailsTheJob) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("big").Collective(10000).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("big").Collective(10000).Obj(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_TRUE(plan.actions.empty());
-  EXPECT_EQ(plan.status.value("phase", ""), "Failed");
-  EXPECT_EQ(Condition(plan.status, "Failed").value("reason", ""), "InvalidSpec");
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Failed");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Failed").value("reason", ""), "InvalidSpec");
 }
 
 TEST(InvalidSpecTest, ServiceModeJobJustUnderTheLimitIsCreated) {
@@ -301,9 +301,9 @@ TEST(InvalidSpecTest, ServiceModeJobJustUnderTheLimitIsCreated) {
                        .Collective(200)
                        .Network("Service")
                        .Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
 
-  EXPECT_EQ(plan.status.value("phase", ""), "Pending");
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Pending");
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod).size(), 200u);
 }
 

@@ -37,12 +37,12 @@ TEST(SteadyStateTest, RunningJobNeedsNothing) {
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
   EXPECT_TRUE(plan.events.empty());
   EXPECT_FALSE(plan.requeue_after.has_value());
-  EXPECT_EQ(plan.status["phase"], "Running");
-  const Json running = Condition(plan.status, "Running");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Running");
+  const Json running = Condition(plan.status.ToJson(), "Running");
   EXPECT_EQ(running.value("status", ""), "True");
   EXPECT_EQ(running.value("reason", ""), "AllPodsRunning");
-  EXPECT_EQ(plan.status["restartCount"], 0);
-  EXPECT_EQ(plan.status["replicaStatuses"],
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"],
             Json({{"server", {{"replicas", 1}, {"active", 1}, {"ready", 1}, {"succeeded", 0}, {"failed", 0}}},
                   {"worker", {{"replicas", 4}, {"active", 4}, {"ready", 4}, {"succeeded", 0}, {"failed", 0}}}}));
 }
@@ -51,21 +51,21 @@ TEST(SteadyStateTest, ReadyCountsOnlyReadyPods) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
   world.Edit("wd-worker-3", [](PodBuilder& p) { p.Ready(false); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["active"], 4);
-  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["ready"], 3);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"]["worker"]["active"], 4);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"]["worker"]["ready"], 3);
 }
 
 TEST(SteadyStateTest, SamePlanForTheSameInputs) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
-  const ReconcilePlan a = PlanReconcile(world.job, world.observed, At(30), world.settings);
-  const ReconcilePlan b = PlanReconcile(world.job, world.observed, At(30), world.settings);
+  const ReconcilePlan a = PlanFor(world.job, world.observed, At(30), world.settings);
+  const ReconcilePlan b = PlanFor(world.job, world.observed, At(30), world.settings);
   EXPECT_EQ(Describe(a), Describe(b));
 }
 
 TEST(SteadyStateTest, SamePlanForTheSameInputsWhileCreating) {
   const Json job = JobBuilder("wd").Collective(4, 8).ActiveDeadlineSeconds(600).Obj();
-  const ReconcilePlan a = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
-  const ReconcilePlan b = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan a = PlanFor(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan b = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   EXPECT_EQ(Describe(a), Describe(b));
   EXPECT_EQ(a.actions.size(), 4u + 3u) << "four pods, the sidecar's account, role and binding";
 }
@@ -86,13 +86,13 @@ TEST(SuccessTest, AllWorkersSucceededFinishesTheJobAndStopsTheServers) {
   world.Advance(100);
   const ReconcilePlan& plan = world.Step();
 
-  EXPECT_EQ(plan.status["phase"], "Succeeded");
-  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(100)));
-  EXPECT_EQ(Condition(plan.status, "Succeeded").value("status", ""), "True");
-  EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Succeeded");
+  EXPECT_EQ(plan.status.ToJson()["completionTime"], FormatRfc3339(At(100)));
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Succeeded").value("status", ""), "True");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Running").value("status", ""), "False");
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), std::vector<std::string>{"wd-server-0"});
   EXPECT_EQ(plan.actions.size(), 1u) << Describe(plan);
-  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["succeeded"], 4);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"]["worker"]["succeeded"], 4);
   EXPECT_EQ(TypesAndReasons(plan.events), (std::vector<std::pair<std::string, std::string>>{{"Normal", "Succeeded"}}));
 }
 
@@ -106,17 +106,17 @@ TEST(SuccessTest, JobStaysRunningWhileTheFirstWorkersFinish) {
   const ReconcilePlan& plan = world.Step();
 
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
-  EXPECT_EQ(plan.status["phase"], "Running");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Running");
   EXPECT_THAT(plan.events, IsEmpty()) << Describe(plan);
-  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["succeeded"], 1);
-  EXPECT_EQ(plan.status["replicaStatuses"]["worker"]["active"], 3);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"]["worker"]["succeeded"], 1);
+  EXPECT_EQ(plan.status.ToJson()["replicaStatuses"]["worker"]["active"], 3);
 }
 
 TEST(SuccessTest, CleanPodPolicyAllDeletesEveryPod) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("All").Obj());
   for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Succeeded");
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), kAllPods);
   EXPECT_EQ(plan.actions.size(), 5u);
 }
@@ -125,7 +125,7 @@ TEST(SuccessTest, CleanPodPolicyNoneKeepsEveryPod) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 4).CleanPodPolicy("None").Obj());
   for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_EQ(plan.status["phase"], "Succeeded");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Succeeded");
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
 }
 
@@ -140,8 +140,8 @@ TEST(SuccessTest, FinishedJobStaysFinished) {
 
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
   EXPECT_TRUE(plan.events.empty());
-  EXPECT_EQ(plan.status["phase"], "Succeeded");
-  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(100))) << "completionTime is not moved";
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Succeeded");
+  EXPECT_EQ(plan.status.ToJson()["completionTime"], FormatRfc3339(At(100))) << "completionTime is not moved";
 }
 
 TEST(SuccessTest, TtlRequeuesUntilExpiryThenDeletesTheJob) {
@@ -181,7 +181,7 @@ TEST(SuccessTest, TtlAppliesToFailedJobsToo) {
 
 TEST(DeadlineTest, RequeuesForTheRemainingTime) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3600).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Ps(1, 4).ActiveDeadlineSeconds(3600).Obj(), Observed{}, T0(), OperatorSettings{});
   ASSERT_TRUE(plan.requeue_after.has_value());
   EXPECT_GE(plan.requeue_after->count(), 3600);
   EXPECT_LE(plan.requeue_after->count(), 3601);
@@ -201,11 +201,11 @@ TEST(DeadlineTest, PastTheDeadlineTheJobFailsAndRunningPodsGo) {
   world.Advance(3600);
   const ReconcilePlan& plan = world.Step();
 
-  EXPECT_EQ(plan.status["phase"], "Failed");
-  const Json failed = Condition(plan.status, "Failed");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Failed");
+  const Json failed = Condition(plan.status.ToJson(), "Failed");
   EXPECT_EQ(failed.value("reason", ""), "DeadlineExceeded");
   EXPECT_THAT(failed.value("message", ""), HasSubstr("activeDeadlineSeconds=3600"));
-  EXPECT_EQ(plan.status["completionTime"], FormatRfc3339(At(3600)));
+  EXPECT_EQ(plan.status.ToJson()["completionTime"], FormatRfc3339(At(3600)));
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod),
             (std::vector<std::string>{"wd-server-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   EXPECT_EQ(plan.actions.size(), 4u);
@@ -241,25 +241,25 @@ TEST(SuspendTest, SuspendRemovesEveryPodAndKeepsTheJob) {
 
   EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), kAllPods);
   EXPECT_EQ(plan.actions.size(), 5u) << Describe(plan);
-  EXPECT_EQ(plan.status["phase"], "Suspended");
-  EXPECT_EQ(Condition(plan.status, "Suspended").value("status", ""), "True");
-  EXPECT_EQ(Condition(plan.status, "Running").value("status", ""), "False");
-  EXPECT_FALSE(plan.status.contains("startTime"));
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Suspended");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Suspended").value("status", ""), "True");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Running").value("status", ""), "False");
+  EXPECT_FALSE(plan.status.ToJson().contains("startTime"));
   EXPECT_FALSE(world.job_deleted);
 
   world.Reap();
   const ReconcilePlan& quiet = world.Step();
   EXPECT_TRUE(quiet.actions.empty()) << Describe(quiet);
   EXPECT_TRUE(quiet.events.empty());
-  EXPECT_EQ(quiet.status["phase"], "Suspended");
+  EXPECT_EQ(quiet.status.ToJson()["phase"], "Suspended");
 }
 
 TEST(SuspendTest, JobCreatedSuspendedCreatesNothing) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Ps(1, 4).Suspend(true).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Ps(1, 4).Suspend(true).Obj(), Observed{}, T0(), OperatorSettings{});
   EXPECT_TRUE(plan.actions.empty());
-  EXPECT_EQ(plan.status["phase"], "Suspended");
-  EXPECT_EQ(Condition(plan.status, "Suspended").value("status", ""), "True");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Suspended");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Suspended").value("status", ""), "True");
 }
 
 TEST(SuspendTest, ResumeRecreatesThePods) {
@@ -273,12 +273,12 @@ TEST(SuspendTest, ResumeRecreatesThePods) {
   const ReconcilePlan& plan = world.Step();
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), kAllPods);
-  const Json suspended = Condition(plan.status, "Suspended");
+  const Json suspended = Condition(plan.status.ToJson(), "Suspended");
   EXPECT_EQ(suspended.value("status", ""), "False");
   EXPECT_EQ(suspended.value("reason", ""), "Resumed");
   EXPECT_EQ(suspended.value("lastTransitionTime", ""), FormatRfc3339(At(600)));
-  EXPECT_EQ(plan.status["startTime"], FormatRfc3339(At(600))) << "activeDeadlineSeconds counts from the resume";
-  EXPECT_EQ(plan.status["phase"], "Pending");
+  EXPECT_EQ(plan.status.ToJson()["startTime"], FormatRfc3339(At(600))) << "activeDeadlineSeconds counts from the resume";
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Pending");
   bool resumed_event = false;
   for (const PlannedEvent& e : plan.events) resumed_event = resumed_event || e.reason == "Resumed";
   EXPECT_TRUE(resumed_event);
@@ -311,15 +311,15 @@ TEST(DeletionTest, JobBeingDeletedGetsNoActions) {
   job["metadata"]["deletionTimestamp"] = FormatRfc3339(At(10));
   for (int i = 0; i < 4; ++i) running.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Failed(1); });
 
-  const ReconcilePlan plan = PlanReconcile(job, running.observed, At(20), running.settings);
+  const ReconcilePlan plan = PlanFor(job, running.observed, At(20), running.settings);
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
   EXPECT_TRUE(plan.events.empty());
-  EXPECT_EQ(plan.status, job["status"]);
+  EXPECT_EQ(plan.status.ToJson(), job["status"]);
 }
 
 TEST(DeletionTest, NewJobBeingDeletedCreatesNothing) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Ps(1, 4).Deleting(T0()).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Ps(1, 4).Deleting(T0()).Obj(), Observed{}, T0(), OperatorSettings{});
   EXPECT_TRUE(plan.actions.empty());
   EXPECT_TRUE(plan.events.empty());
 }
@@ -398,8 +398,8 @@ TEST(PodForPlanningTest, PlansAreTheSameAsWithWholePods) {
     Observed trimmed = world.observed;
     trimmed.pods = PodList();
     for (const Json& pod : world.observed.pods) trimmed.pods.push_back(PodForPlanning(pod));
-    EXPECT_EQ(Describe(PlanReconcile(world.job, trimmed, world.now, world.settings)),
-              Describe(PlanReconcile(world.job, world.observed, world.now, world.settings)));
+    EXPECT_EQ(Describe(PlanFor(world.job, trimmed, world.now, world.settings)),
+              Describe(PlanFor(world.job, world.observed, world.now, world.settings)));
   }
 }
 

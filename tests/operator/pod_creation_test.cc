@@ -123,7 +123,7 @@ void ExpectRestricted(const Json& container) {
 }
 
 TEST(PodCreationTest, InjectedContainersPassPodSecurityRestricted) {
-  const ReconcilePlan plan = PlanReconcile(
+  const ReconcilePlan plan = PlanFor(
       JobBuilder("wd").Ps(1, 1).Set("/spec/runtime", "fleet").Erase("/spec/server/template").Obj(), Observed{},
       T0(), OperatorSettings{});
   const std::vector<Json> pods = CreatedPods(plan);
@@ -138,22 +138,22 @@ TEST(PodCreationTest, InjectedContainersPassPodSecurityRestricted) {
 }
 
 TEST(PodCreationTest, NewPsJobCreatesItsSixPodsAndNothingElse) {
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), kPsPods);
   // ... and the sidecar's ServiceAccount, Role and RoleBinding.
   EXPECT_EQ(plan.actions.size(), kPsPods.size() + 3) << Describe(plan);
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kConfigMap), IsEmpty());
-  EXPECT_EQ(plan.status.value("phase", ""), "Pending");
-  EXPECT_EQ(plan.status.value("startTime", ""), FormatRfc3339(T0()));
-  EXPECT_EQ(plan.status.value("restartCount", -1), 0);
-  EXPECT_EQ(plan.status.value("mode", ""), "ps");
-  EXPECT_EQ(plan.status.value("observedGeneration", 0), 1);
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Pending");
+  EXPECT_EQ(plan.status.ToJson().value("startTime", ""), FormatRfc3339(T0()));
+  EXPECT_EQ(plan.status.ToJson().value("restartCount", -1), 0);
+  EXPECT_EQ(plan.status.ToJson().value("mode", ""), "ps");
+  EXPECT_EQ(plan.status.ToJson().value("observedGeneration", 0), 1);
 }
 
 // Regression (fixed): throws map::at for the second server; see JobWiringTest.SecondServerGetsTheGlooEndpointFromTheConfigMap.
 TEST(PodCreationTest, PsPodsAreWellFormed) {
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
   const std::vector<Json> pods = CreatedPods(plan);
   ASSERT_EQ(pods.size(), 6u);
   for (int i = 0; i < 2; ++i) ExpectWellFormedPod(pods[static_cast<size_t>(i)], "server", i, true);
@@ -162,7 +162,7 @@ TEST(PodCreationTest, PsPodsAreWellFormed) {
 
 // Regression (fixed): throws map::at for the second server; see JobWiringTest.SecondServerGetsTheGlooEndpointFromTheConfigMap.
 TEST(PodCreationTest, PsPodsCarryTheirOwnAddressInlineAndTheListsFromTheConfigMap) {
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), OperatorSettings{});
   const std::vector<Json> pods = CreatedPods(plan);
   ASSERT_EQ(pods.size(), 6u);
 
@@ -186,7 +186,7 @@ TEST(PodCreationTest, PsPodsCarryTheirOwnAddressInlineAndTheListsFromTheConfigMa
 TEST(PodCreationTest, PlainInitContainerSidecarOnOlderClusters) {
   OperatorSettings settings;
   settings.native_sidecar = false;
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), settings);
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(2, 4).Obj(), Observed{}, T0(), settings);
   const std::vector<Json> pods = CreatedPods(plan);
   ASSERT_EQ(pods.size(), 6u);
   ExpectWellFormedPod(pods[0], "server", 0, /*native_sidecar=*/false);
@@ -196,13 +196,13 @@ TEST(PodCreationTest, PlainInitContainerSidecarOnOlderClusters) {
 // The same checks on a job whose wiring does not depend on the server count.
 TEST(PodCreationTest, CollectivePodsAreWellFormed) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Collective(4, 8).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Collective(4, 8).Obj(), Observed{}, T0(), OperatorSettings{});
 
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod),
             (std::vector<std::string>{"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   EXPECT_EQ(plan.actions.size(), 4u + 3u) << "the pods and the sidecar's account, role and binding";
-  EXPECT_EQ(plan.status.value("phase", ""), "Pending");
-  EXPECT_EQ(plan.status.value("mode", ""), "collective");
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Pending");
+  EXPECT_EQ(plan.status.ToJson().value("mode", ""), "collective");
   const std::vector<Json> pods = CreatedPods(plan);
   ASSERT_EQ(pods.size(), 4u);
   for (int i = 0; i < 4; ++i) ExpectWellFormedPod(pods[static_cast<size_t>(i)], "worker", i, true);
@@ -222,7 +222,7 @@ TEST(PodCreationTest, UserEnvComesAfterTheWiringSoTheUserWins) {
                        .Set("/spec/worker/template/spec/containers/0/env",
                             Json::array({{{"name", "GLOG_v"}, {"value", "3"}}}))
                        .Obj();
-  const std::vector<Json> pods = CreatedPods(PlanReconcile(job, Observed{}, T0(), OperatorSettings{}));
+  const std::vector<Json> pods = CreatedPods(PlanFor(job, Observed{}, T0(), OperatorSettings{}));
   ASSERT_EQ(pods.size(), 2u);
   const Json& env = pods[0]["spec"]["containers"][0]["env"];
   EXPECT_EQ(env[0]["name"], "POD_IP");
@@ -231,7 +231,7 @@ TEST(PodCreationTest, UserEnvComesAfterTheWiringSoTheUserWins) {
 
 TEST(PodCreationTest, TemplateWithItsOwnServiceAccountKeepsItsToken) {
   const Json job = JobBuilder("wd").Collective(1).Set("/spec/worker/template/spec/serviceAccountName", "trainer").Obj();
-  const std::vector<Json> pods = CreatedPods(PlanReconcile(job, Observed{}, T0(), OperatorSettings{}));
+  const std::vector<Json> pods = CreatedPods(PlanFor(job, Observed{}, T0(), OperatorSettings{}));
   ASSERT_EQ(pods.size(), 1u);
   EXPECT_FALSE(pods[0]["spec"].contains("automountServiceAccountToken"));
   EXPECT_EQ(pods[0]["spec"]["serviceAccountName"], "trainer");
@@ -239,14 +239,14 @@ TEST(PodCreationTest, TemplateWithItsOwnServiceAccountKeepsItsToken) {
 
 TEST(PodCreationTest, PriorityClassGoesToEveryPod) {
   const std::vector<Json> pods =
-      CreatedPods(PlanReconcile(JobBuilder("wd").Collective(2).PriorityClass("high").Obj(), Observed{}, T0(), {}));
+      CreatedPods(PlanFor(JobBuilder("wd").Collective(2).PriorityClass("high").Obj(), Observed{}, T0(), {}));
   ASSERT_EQ(pods.size(), 2u);
   for (const Json& pod : pods) EXPECT_EQ(pod["spec"]["priorityClassName"], "high");
 }
 
 TEST(PodCreationTest, ServiceModeCreatesTheHeadlessServiceAndNamesPodsOnIt) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Collective(2).Network("Service").Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Collective(2).Network("Service").Obj(), Observed{}, T0(), OperatorSettings{});
 
   const Action* service = FindAction(plan, Verb::kCreate, ObjectKind::kService, "wd");
   ASSERT_NE(service, nullptr) << Describe(plan);
@@ -262,19 +262,18 @@ TEST(PodCreationTest, ServiceModeCreatesTheHeadlessServiceAndNamesPodsOnIt) {
 }
 
 TEST(PodCreationTest, HostNetworkJobsRecordTheirPortBlockInStatus) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(1, 2).Network("HostNetwork").Obj(), Observed{}, T0(), settings);
-  EXPECT_EQ(plan.status["hostPortBase"], 31000);
-  const ReconcilePlan pod_ip = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), settings);
-  EXPECT_FALSE(pod_ip.status.contains("hostPortBase"));
+  Observed observed;
+  observed.host_ports = HostPortsAt(31000);
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(1, 2).Network("HostNetwork").Obj(), observed, T0());
+  EXPECT_EQ(plan.status.ToJson()["hostPortBase"], 31000);
+  const ReconcilePlan pod_ip = PlanFor(JobBuilder("wd").Ps(1, 2).Obj(), observed, T0());
+  EXPECT_FALSE(pod_ip.status.ToJson().contains("hostPortBase"));
 }
 
 TEST(PodCreationTest, HostNetworkPodsTakeTheirPortsFromTheAllocatedRange) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  const std::vector<Json> pods =
-      CreatedPods(PlanReconcile(JobBuilder("wd").Ps(1, 2).Network("HostNetwork").Obj(), Observed{}, T0(), settings));
+  Observed observed;
+  observed.host_ports = HostPortsAt(31000);
+  const std::vector<Json> pods = CreatedPods(PlanFor(JobBuilder("wd").Ps(1, 2).Network("HostNetwork").Obj(), observed, T0()));
   ASSERT_EQ(pods.size(), 3u);
   for (size_t i = 0; i < pods.size(); ++i) {
     const Json& spec = pods[i]["spec"];
@@ -293,12 +292,11 @@ TEST(PodCreationTest, HostNetworkPodsTakeTheirPortsFromTheAllocatedRange) {
 // a containerPort is a hostPort (the API server defaults hostPort = containerPort), so every pod of
 // every HostNetwork FleetJob claims host port 9102: the scheduler never puts two of them on one node,
 // and the sidecars would fight for the port. Only the Paddle ports come from the job's allocated
-// range (settings.host_port_base). Expected: no host port is claimed by two pods of a job.
+// range (observed.host_ports). Expected: no host port is claimed by two pods of a job.
 TEST(PodCreationTest, HostNetworkPodsNeverClaimTheSameHostPort) {
-  OperatorSettings settings;
-  settings.host_port_base = 31000;
-  const std::vector<Json> pods =
-      CreatedPods(PlanReconcile(JobBuilder("wd").Ps(1, 3).Network("HostNetwork").Obj(), Observed{}, T0(), settings));
+  Observed observed;
+  observed.host_ports = HostPortsAt(31000);
+  const std::vector<Json> pods = CreatedPods(PlanFor(JobBuilder("wd").Ps(1, 3).Network("HostNetwork").Obj(), observed, T0()));
   ASSERT_EQ(pods.size(), 4u);
   std::map<int, std::string> claimed;   // host port -> pod
   for (const Json& pod : pods) {
@@ -318,7 +316,7 @@ TEST(PodCreationTest, HostNetworkPodsNeverClaimTheSameHostPort) {
 
 TEST(PodCreationTest, ProcessesPerPodOpensOnePortPerProcess) {
   const std::vector<Json> pods =
-      CreatedPods(PlanReconcile(JobBuilder("wd").Collective(2).ProcessesPerPod(4).Obj(), Observed{}, T0(), {}));
+      CreatedPods(PlanFor(JobBuilder("wd").Collective(2).ProcessesPerPod(4).Obj(), Observed{}, T0(), {}));
   ASSERT_EQ(pods.size(), 2u);
   const Json& ports = pods[0]["spec"]["containers"][0]["ports"];
   ASSERT_EQ(ports.size(), 4u);
@@ -332,7 +330,7 @@ TEST(PodCreationTest, EveryContainerOfTheTemplateGetsTheWiring) {
                        .Collective(1)
                        .Set("/spec/worker/template/spec/containers/1", {{"name", "profiler"}, {"image", "busybox"}})
                        .Obj();
-  const std::vector<Json> pods = CreatedPods(PlanReconcile(job, Observed{}, T0(), {}));
+  const std::vector<Json> pods = CreatedPods(PlanFor(job, Observed{}, T0(), {}));
   ASSERT_EQ(pods.size(), 1u);
   const Json& profiler = pods[0]["spec"]["containers"][1];
   EXPECT_EQ(profiler["env"], pods[0]["spec"]["containers"][0]["env"]);
@@ -348,7 +346,7 @@ namespace {
 // The sidecar's API identity: a per-job account whose Role reads the endpoints ConfigMap and
 // nothing else; pods run as it, with the token in the sidecar container only.
 TEST(PodCreationTest, SidecarGetsAPerJobAccountLimitedToTheEndpointsAndItsPods) {
-  const ReconcilePlan plan = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(JobBuilder("wd").Ps(1, 2).Obj(), Observed{}, T0(), OperatorSettings{});
   const Action* account = FindAction(plan, Verb::kCreate, ObjectKind::kServiceAccount, "wd-fleet-sidecar");
   const Action* role = FindAction(plan, Verb::kCreate, ObjectKind::kRole, "wd-fleet-sidecar");
   const Action* binding = FindAction(plan, Verb::kCreate, ObjectKind::kRoleBinding, "wd-fleet-sidecar");
@@ -380,7 +378,7 @@ TEST(PodCreationTest, SidecarGetsAPerJobAccountLimitedToTheEndpointsAndItsPods) 
   observed.service_account = account->object;
   observed.role = role->object;
   observed.role_binding = binding->object;
-  const ReconcilePlan again = PlanReconcile(JobBuilder("wd").Ps(1, 2).Obj(), observed, T0(), OperatorSettings{});
+  const ReconcilePlan again = PlanFor(JobBuilder("wd").Ps(1, 2).Obj(), observed, T0(), OperatorSettings{});
   EXPECT_EQ(FindAction(again, Verb::kCreate, ObjectKind::kServiceAccount, "wd-fleet-sidecar"), nullptr);
   EXPECT_EQ(FindAction(again, Verb::kCreate, ObjectKind::kRole, "wd-fleet-sidecar"), nullptr);
 }
@@ -388,7 +386,7 @@ TEST(PodCreationTest, SidecarGetsAPerJobAccountLimitedToTheEndpointsAndItsPods) 
 TEST(PodCreationTest, TemplatesWithTheirOwnServiceAccountGetNoSidecarAccount) {
   Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/server/template/spec/serviceAccountName", "trainer")
                  .Set("/spec/worker/template/spec/serviceAccountName", "trainer").Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kServiceAccount), IsEmpty());
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kRole), IsEmpty());
   for (const Action& a : plan.actions) {
@@ -416,7 +414,7 @@ TEST(PodCreationTest, SidecarAgentIsToldRanksSourcesAndStallWindow) {
   const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"logFiles", {"/var/log/train/out.log"}},
                                                                     {"patterns", {"it (?P<step>\\d+)"}},
                                                                     {"stallWindowSeconds", 120}}).Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   const auto worker = SidecarArgs(plan, "wd-worker-1");
   EXPECT_THAT(worker, Contains("--rank=1"));
   EXPECT_THAT(worker, Contains("--stall-window=120s"));
@@ -433,7 +431,7 @@ TEST(PodCreationTest, SidecarAgentIsToldRanksSourcesAndStallWindow) {
 
 TEST(PodCreationTest, CollectivePodsRunningFleetrunCoverTheirRanks) {
   const ReconcilePlan plan =
-      PlanReconcile(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Obj(), Observed{}, T0(), OperatorSettings{});
+      PlanFor(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Obj(), Observed{}, T0(), OperatorSettings{});
   EXPECT_THAT(SidecarArgs(plan, "wd-worker-1"), Contains("--rank=4"));
   EXPECT_THAT(SidecarArgs(plan, "wd-worker-1"), Contains("--ranks=4"));
 }
@@ -453,9 +451,9 @@ TEST(PodCreationTest, TheSidecarMountsTheVolumesHoldingTheLogFiles) {
                                          {{"name", "data"}, {"mountPath", "/data"}},
                                          {{"name", "other"}, {"mountPath", "/data/other"}, {"subPath", "o"}}}))
                        .Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-0");
-  ASSERT_NE(pod, nullptr) << plan.status.dump();
+  ASSERT_NE(pod, nullptr) << plan.status.ToJson().dump();
   const Json& mounts = pod->object["spec"]["initContainers"][0]["volumeMounts"];
   EXPECT_THAT(mounts, Contains(Json{{"name", "logs"}, {"mountPath", "/var/log/train"}, {"readOnly", true}}));
   EXPECT_THAT(mounts, Contains(Json{{"name", "other"}, {"mountPath", "/data/other"}, {"subPath", "o"}, {"readOnly", true}}))
@@ -465,9 +463,9 @@ TEST(PodCreationTest, TheSidecarMountsTheVolumesHoldingTheLogFiles) {
 
 TEST(PodCreationTest, RelativeLogFilesAreRefused) {
   const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"logFiles", {"train.log"}}}).Obj();
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), OperatorSettings{});
-  EXPECT_EQ(plan.status.value("phase", ""), "Failed");
-  EXPECT_THAT(plan.status.value("message", ""), ::testing::HasSubstr("spec.sidecar.logFiles"));
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Failed");
+  EXPECT_THAT(plan.status.ToJson().value("message", ""), ::testing::HasSubstr("spec.sidecar.logFiles"));
 }
 
 }  // namespace

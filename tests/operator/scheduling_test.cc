@@ -34,7 +34,7 @@ TEST(PendingTimeoutTest, BeforeTheTimeoutTheJobRequeuesForTheRest) {
   const ReconcilePlan& plan = world.Step();
 
   EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
-  EXPECT_TRUE(Condition(plan.status, "Unschedulable").is_null());
+  EXPECT_TRUE(Condition(plan.status.ToJson(), "Unschedulable").is_null());
   ASSERT_TRUE(plan.requeue_after.has_value());
   EXPECT_GE(plan.requeue_after->count(), 200);
   EXPECT_LE(plan.requeue_after->count(), 201);
@@ -48,13 +48,13 @@ TEST(PendingTimeoutTest, PastTheTimeoutAConditionQuotesTheScheduler) {
   world.Advance(301);
   const ReconcilePlan& plan = world.Step();
 
-  const Json unschedulable = Condition(plan.status, "Unschedulable");
-  ASSERT_FALSE(unschedulable.is_null()) << plan.status.dump();
+  const Json unschedulable = Condition(plan.status.ToJson(), "Unschedulable");
+  ASSERT_FALSE(unschedulable.is_null()) << plan.status.ToJson().dump();
   EXPECT_EQ(unschedulable["status"], "True");
   EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr("wd-worker-1"));
   EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr(kNoGpu));
   EXPECT_THAT(unschedulable["message"].get<std::string>(), HasSubstr("Unschedulable"));
-  EXPECT_EQ(plan.status["phase"], "Pending");
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Pending");
   ASSERT_EQ(plan.events.size(), 1u) << Describe(plan);
   EXPECT_EQ(plan.events[0].type, "Warning");
   EXPECT_EQ(plan.events[0].reason, "Unschedulable");
@@ -62,13 +62,13 @@ TEST(PendingTimeoutTest, PastTheTimeoutAConditionQuotesTheScheduler) {
   // Still stuck: the condition stays, no second event.
   world.Advance(60);
   const ReconcilePlan& again = world.Step();
-  EXPECT_EQ(Condition(again.status, "Unschedulable").value("status", ""), "True");
+  EXPECT_EQ(Condition(again.status.ToJson(), "Unschedulable").value("status", ""), "True");
   EXPECT_THAT(again.events, IsEmpty());
 
   // Scheduled at last: the condition clears.
   world.Edit("wd-worker-1", [](PodBuilder& p) { p.Ip("10.3.0.2").Phase("Running"); });
   const ReconcilePlan& placed = world.Step();
-  EXPECT_EQ(Condition(placed.status, "Unschedulable").value("status", ""), "False");
+  EXPECT_EQ(Condition(placed.status.ToJson(), "Unschedulable").value("status", ""), "False");
 }
 
 // ---- gang scheduling ----
@@ -88,18 +88,18 @@ TEST(GangTest, VolcanoPodGroupComesFirstAndHoldsThePods) {
   EXPECT_EQ(pg.object["spec"]["queue"], "research");
   EXPECT_EQ(pg.object["spec"]["priorityClassName"], "high");
   EXPECT_EQ(pg.object["metadata"]["ownerReferences"][0]["uid"], kUid);
-  EXPECT_EQ(first.status["phase"], "Pending");
+  EXPECT_EQ(first.status.ToJson()["phase"], "Pending");
 
   // Volcano has not admitted it: still no pods, and a condition that names the PodGroup.
   (*world.observed.pod_group)["status"] = {{"phase", "Pending"}};
   const ReconcilePlan& held = world.Step();
   EXPECT_TRUE(held.actions.empty()) << Describe(held);
-  const Json gang = Condition(held.status, "GangPending");
+  const Json gang = Condition(held.status.ToJson(), "GangPending");
   EXPECT_EQ(gang.value("status", ""), "True");
   EXPECT_THAT(gang.value("message", ""), HasSubstr("PodGroup wd"));
   EXPECT_THAT(gang.value("message", ""), HasSubstr("minMember 5"));
   EXPECT_THAT(gang.value("message", ""), HasSubstr("queue research"));
-  EXPECT_EQ(held.status["phase"], "Pending");
+  EXPECT_EQ(held.status.ToJson()["phase"], "Pending");
   EXPECT_TRUE(held.requeue_after.has_value());
   EXPECT_TRUE(world.observed.pods.empty());
 
@@ -114,7 +114,7 @@ TEST(GangTest, VolcanoPodGroupComesFirstAndHoldsThePods) {
     EXPECT_EQ(a.object["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "wd") << a.name;
     EXPECT_EQ(a.object["spec"]["priorityClassName"], "high") << a.name;
   }
-  EXPECT_EQ(Condition(admitted.status, "GangPending").value("status", ""), "False");
+  EXPECT_EQ(Condition(admitted.status.ToJson(), "GangPending").value("status", ""), "False");
   EXPECT_EQ(ActionNames(admitted, Verb::kCreate, ObjectKind::kPodGroup), std::vector<std::string>{});
 }
 
@@ -209,9 +209,9 @@ TEST(ScalingTest, ScaleUpRewiresEveryPodForTheNewSize) {
             (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1"}));
   EXPECT_EQ(ActionNames(plan, Verb::kCreate, ObjectKind::kPod),
             (std::vector<std::string>{"wd-worker-2", "wd-worker-3"}));
-  EXPECT_EQ(plan.status["observedGeneration"], 2);
-  EXPECT_EQ(plan.status["restartCount"], 0);
-  EXPECT_EQ(plan.status["run"], 1);
+  EXPECT_EQ(plan.status.ToJson()["observedGeneration"], 2);
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
+  EXPECT_EQ(plan.status.ToJson()["run"], 1);
 
   world.Settle();
   EXPECT_EQ(world.Status()["phase"], "Running");
@@ -242,9 +242,9 @@ namespace fleet::op::testing {
 namespace {
 
 TEST(HostPortsTest, AJobWaitingForHostPortsIsPendingAndSaysWhy) {
-  OperatorSettings settings;
-  settings.host_ports_unavailable = "no block of 13 free host ports is left in 20000-20020";
-  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), settings);
+  HostPortBlock refused;
+  refused.refused = "no block of 13 free host ports is left in 20000-20020";
+  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), {}, refused);
   world.Step();
   EXPECT_EQ(world.Status().value("phase", ""), "Pending");
   EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("no block of 13 free host ports"));
@@ -252,8 +252,7 @@ TEST(HostPortsTest, AJobWaitingForHostPortsIsPendingAndSaysWhy) {
   EXPECT_FALSE(world.Status().contains("hostPortBase"));
   ASSERT_TRUE(world.plan.requeue_after.has_value());
   // Ports free up: the job starts, and the condition says so.
-  world.settings.host_ports_unavailable.clear();
-  world.settings.host_port_base = 20000;
+  world.observed.host_ports = HostPortsAt(20000);
   world.Settle();
   EXPECT_EQ(world.Status().value("phase", ""), "Running");
   EXPECT_EQ(world.Status().value("hostPortBase", 0), 20000);
@@ -265,10 +264,10 @@ TEST(HostPortsTest, AJobWaitingForHostPortsIsPendingAndSaysWhy) {
 }
 
 TEST(HostPortsTest, AJobThatCanNeverFitFails) {
-  OperatorSettings settings;
-  settings.host_ports_unavailable = "the job needs 13 host ports";
-  settings.host_ports_never = true;
-  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), settings);
+  HostPortBlock never;
+  never.refused = "the job needs 13 host ports";
+  never.never = true;
+  World world(JobBuilder("wd").Ps(2, 4).Network("HostNetwork").Obj(), {}, never);
   world.Step();
   EXPECT_EQ(world.Status().value("phase", ""), "Failed");
   EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("needs 13 host ports"));

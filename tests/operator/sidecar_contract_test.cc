@@ -19,7 +19,9 @@ namespace {
 
 void ExpectEverySidecarParses(const Json& job, const OperatorSettings& settings) {
   SCOPED_TRACE(job["metadata"]["name"].get<std::string>());
-  const ReconcilePlan plan = PlanReconcile(job, Observed{}, T0(), settings);
+  Observed observed;
+  observed.host_ports = HostPortsAt(31000);   // the job's port block, for HostNetwork
+  const ReconcilePlan plan = PlanFor(job, observed, T0(), settings);
   int pods = 0;
   for (const Action& a : plan.actions) {
     if (a.verb != Verb::kCreate || a.kind != ObjectKind::kPod) continue;
@@ -31,14 +33,13 @@ void ExpectEverySidecarParses(const Json& job, const OperatorSettings& settings)
     auto cl = fleet::sidecar::ParseCommandLine(args, {{"POD_NAME", a.name}, {"POD_IP", "10.1.2.3"}});
     EXPECT_TRUE(cl.ok()) << a.name << ": " << cl.error();
   }
-  EXPECT_GT(pods, 0) << plan.status.dump();
+  EXPECT_GT(pods, 0) << plan.status.ToJson().dump();
 }
 
 TEST(SidecarContractTest, EverySidecarTheOperatorWritesIsAcceptedByTheSidecar) {
   for (bool native : {true, false}) {
     OperatorSettings settings;
     settings.native_sidecar = native;
-    settings.host_port_base = 31000;   // the job's port block, for HostNetwork
     SCOPED_TRACE(native ? "native sidecar" : "init-container sidecar");
     ExpectEverySidecarParses(JobBuilder("ps").Ps(2, 2).Obj(), settings);
     ExpectEverySidecarParses(JobBuilder("fleet").Ps(2, 2).Set("/spec/runtime", "fleet").Obj(), settings);

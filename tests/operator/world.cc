@@ -9,12 +9,19 @@
 
 namespace fleet::op::testing {
 
-World::World(Json job_object, OperatorSettings operator_settings)
-    : job(std::move(job_object)), settings(std::move(operator_settings)) {}
+World::World(Json job_object, OperatorSettings operator_settings, HostPortBlock host_ports)
+    : job(std::move(job_object)), settings(std::move(operator_settings)) {
+  observed.host_ports = std::move(host_ports);
+}
+
+ReconcilePlan PlanFor(const Json& job, const Observed& observed, Time now, const OperatorSettings& settings) {
+  return PlanReconcile(ReadFleetJob(job), FleetJobStatus::FromJson(job.value("status", Json::object())), observed, now,
+                       settings);
+}
 
 const ReconcilePlan& World::Reconcile() {
-  plan = PlanReconcile(job, observed, now, settings);
-  job["status"] = plan.status;
+  plan = PlanFor(job, observed, now, settings);
+  job["status"] = plan.status.ToJson();
   events.insert(events.end(), plan.events.begin(), plan.events.end());
   return plan;
 }
@@ -218,7 +225,7 @@ std::string Describe(const ReconcilePlan& plan) {
         << a.reason << ") " << a.object.dump() << "\n";
   }
   for (const PlannedEvent& e : plan.events) out << "event " << e.type << " " << e.reason << ": " << e.message << "\n";
-  out << "status " << plan.status.dump() << "\n";
+  out << "status " << plan.status.ToJson().dump() << "\n";
   out << "requeue " << (plan.requeue_after ? std::to_string(plan.requeue_after->count()) + "s" : "none") << "\n";
   return out.str();
 }

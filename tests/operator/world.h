@@ -26,7 +26,8 @@ namespace fleet::op::testing {
 
 class World {
  public:
-  explicit World(Json job, OperatorSettings settings = {});
+  // `host_ports`: HostNetwork jobs' block of host ports, as the controller's allocator gave it.
+  explicit World(Json job, OperatorSettings settings = {}, HostPortBlock host_ports = {});
 
   Json job;                  // the FleetJob; each Reconcile() writes the plan's status back
   Observed observed;
@@ -70,6 +71,16 @@ class World {
   int resource_version_ = 1;
 };
 
+// PlanReconcile, with the job and its status read from the FleetJob object as the controller
+// reads them.
+ReconcilePlan PlanFor(const Json& job, const Observed& observed, Time now, const OperatorSettings& settings = {});
+// HostNetwork: the block of host ports from `base` (what the allocator grants).
+inline HostPortBlock HostPortsAt(int base) {
+  HostPortBlock block;
+  block.base = base;
+  return block;
+}
+
 // The pods of a one-server, four-worker PS job named wd.
 extern const std::vector<std::string> kAllPods;
 
@@ -103,6 +114,7 @@ Json EnvEntry(const Json& container, const std::string& name);
 
 namespace fleet::op {
 // So that GoogleTest prints events and actions readably in failure messages.
+inline void PrintTo(const FleetJobStatus& s, std::ostream* os) { *os << s.ToJson().dump(); }
 inline void PrintTo(const PlannedEvent& e, std::ostream* os) { *os << e.type << " " << e.reason << ": " << e.message; }
 inline void PrintTo(const Action& a, std::ostream* os) {
   ReconcilePlan plan;

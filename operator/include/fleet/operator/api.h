@@ -99,7 +99,6 @@ struct FleetJob {
   std::string uid;
   int64_t generation = 0;
   FleetJobSpec spec;
-  Json object;                       // the whole object as read, status included
 };
 
 // Reads a FleetJob object. Errors read like "spec.heter[0].device: must be cpu, gpu or xpu".
@@ -108,7 +107,21 @@ Result<FleetJob> ParseFleetJob(const Json& object);
 // invalid (cleanPodPolicy, ttlSecondsAfterFinished).
 Result<RunPolicy> ParseRunPolicy(const Json& spec);
 
+// A FleetJob object as one reconcile reads it, once: who it is, always; its spec when the
+// operator can run it, else why not and as much of spec.runPolicy as could be read (how it ends).
+struct FleetJobObject {
+  std::string ns = "default";
+  std::string name;
+  bool deleting = false;             // metadata.deletionTimestamp is set
+  std::optional<FleetJob> job;       // nullopt: the spec is invalid, for the reason in `invalid`
+  std::string invalid;
+  RunPolicy run_policy;
+};
+FleetJobObject ReadFleetJob(const Json& object);
+
 std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
+std::string_view NetworkName(Network network);  // as spec.network spells it: "PodIP", ...
+std::string_view RuntimeName(Runtime runtime);  // "paddle", "fleet"
 
 // "server=2,worker=4,gpu=2": the replicas of every role, in spec order.
 std::string ReplicaSignature(const FleetJobSpec& spec);

@@ -40,7 +40,7 @@ struct ControllerOptions {
   std::string ns;                     // "" = every namespace
   int workers = 4;                    // jobs reconciled at once
   int create_concurrency = 64;        // API writes in flight for one job's pods
-  OperatorSettings settings;          // host_port_base is filled per job from the allocator
+  OperatorSettings settings;
   int host_port_first = 20000;        // HostNetwork jobs' port blocks come from this range
   int host_port_last = 29999;
   std::chrono::seconds resync{600};   // every job is reconciled at least this often
@@ -88,12 +88,14 @@ class Controller {
   // The job's children from the caches, and the observation epoch they reflect.
   Observed ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const;
   std::optional<Json> GetPodGroup(const FleetJob& job, const std::string& name);
+  // HostNetwork: the job's block of host ports, or why it has none (said in its status).
+  HostPortBlock AllocateHostPorts(const std::string& key, const FleetJob& job, const FleetJobStatus& status);
   bool CacheIsBehind(const std::string& key, const Json& job);
-  kube::ApiStatus WriteStatus(const std::string& key, const Json& job, const Json& status);
+  kube::ApiStatus WriteStatus(const std::string& key, const Json& job, const FleetJobStatus& status);
   // Carries out the plan's actions; returns the first failure (the others still run).
-  kube::ApiStatus Execute(const std::string& key, const FleetJob& job, const ReconcilePlan& plan, uint64_t epoch);
-  kube::ApiStatus Write(const std::string& key, const FleetJob& job, const Action& action);  // with expectations
-  kube::ApiStatus ExecuteOne(const FleetJob& job, const Action& action);
+  kube::ApiStatus Execute(const std::string& key, const FleetJobObject& job, const ReconcilePlan& plan, uint64_t epoch);
+  kube::ApiStatus Write(const std::string& key, const FleetJobObject& job, const Action& action);  // with expectations
+  kube::ApiStatus ExecuteOne(const FleetJobObject& job, const Action& action);
   // Whether `action` was done already and a plan from the caches as of `epoch` could not know.
   bool Expected(const std::string& key, const Action& action, uint64_t epoch);
   void Expect(const std::string& key, const Action& action, bool expect);

@@ -1,5 +1,5 @@
 // PlanReconcile: the operator's decisions as a pure function
-//   (FleetJob, observed children, now, settings) -> actions + status + events + requeue.
+//   (FleetJob, its status, observed children, now, settings) -> actions + status + events + requeue.
 // No I/O, no clock, no logging: the controller around it reads the cache, calls this, and carries
 // the actions out. Level-based: the same inputs always give the same plan, and carrying out a plan
 // twice is harmless (creates of deterministic names answer AlreadyExists; deletes NotFound).
@@ -14,27 +14,11 @@
 #include <vector>
 
 #include "fleet/operator/api.h"
+#include "fleet/operator/job_status.h"
+#include "fleet/operator/names.h"
+#include "fleet/operator/settings.h"
 
 namespace fleet::op {
-
-using Time = std::chrono::system_clock::time_point;
-
-// Labels on every child: which job, role, index and run (the job's restart count when the pod was
-// made: pods of an older run belong to a run that was restarted and are removed).
-inline constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
-inline constexpr const char* kRoleLabel = "fleet.paddlepaddle.org/role";
-inline constexpr const char* kIndexLabel = "fleet.paddlepaddle.org/index";
-inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
-// The sidecar's Role says which replicas its pod names are of (ReplicaSignature).
-inline constexpr const char* kReplicasAnnotation = "fleet.paddlepaddle.org/replicas";
-// The endpoints ConfigMap says which run and which hosts its lists were computed for.
-inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
-inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-digest";
-// The condition fleet-sidecar sets on its own pod: True while training progresses (or before the
-// first step), False with reason Stalled when no step came within its stall window.
-inline constexpr const char* kProgressConditionType = "fleet.paddlepaddle.org/TrainingProgress";
-// Where pods mount the endpoints ConfigMap (one file per key).
-inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
 
 enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob };
 enum class Verb { kCreate, kUpdate, kDelete };
@@ -93,6 +77,14 @@ class PodList {
   std::vector<Item> items_;
 };
 
+// HostNetwork: what the operator's allocator (HostPortAllocator) answered for the job's block of
+// host ports. It differs per job and may change between reconciles: an observation, not a setting.
+struct HostPortBlock {
+  int base = 0;              // the block's first port, when granted
+  std::string refused;       // why there is no block ("" = granted)
+  bool never = false;        // refused for good: the job needs more ports than the whole range
+};
+
 struct Observed {
   PodList pods;                        // pods labelled with the job's name
   std::optional<Json> endpoints;       // the job's endpoints ConfigMap
@@ -103,42 +95,23 @@ struct Observed {
   std::optional<Json> service_account;
   std::optional<Json> role;
   std::optional<Json> role_binding;
-};
-
-struct OperatorSettings {
-  bool native_sidecar = true;          // Kubernetes >= 1.29: the sidecar is an init container
-                                       // with restartPolicy Always and a startup probe
-  std::string cluster_domain = "cluster.local";
-  std::string sidecar_service_account_token_audience;   // "" = the API server's default
-  std::string sidecar_image = kDefaultSidecarImage;      // unless the job sets spec.sidecar.image
-  int host_port_base = 0;              // HostNetwork: the start of the job's port block
-                                       // (HostPortAllocator); recorded in status.hostPortBase
-  // HostNetwork: why the allocator has no block for the job ("" = it has one), and whether it
-  // never will (the job needs more ports than the operator's whole range).
-  std::string host_ports_unavailable;
-  bool host_ports_never = false;
+  HostPortBlock host_ports;            // HostNetwork jobs (recorded in status.hostPortBase)
 };
 
 struct ReconcilePlan {
   std::vector<Action> actions;
-  Json status;                         // the FleetJob's .status as it should be
+  FleetJobStatus status;               // the FleetJob's .status as it should be
   std::vector<PlannedEvent> events;
   std::optional<std::chrono::seconds> requeue_after;
 };
 
-ReconcilePlan PlanReconcile(const Json& job_object, const Observed& observed, Time now,
-                            const OperatorSettings& settings);
+// `job` and `status` are the FleetJob object, read once (ReadFleetJob, FleetJobStatus::FromJson).
+ReconcilePlan PlanReconcile(const FleetJobObject& job, const FleetJobStatus& status, const Observed& observed,
+                            Time now, const OperatorSettings& settings);
 
 // The fields of a pod the planner reads (metadata name, namespace, uid, labels, timestamps;
 // status phase, reason, addresses, conditions, container states). Planning with these gives the
 // same plan as with the whole pod; the controller keeps pods in this form, ~10x smaller.
 Json PodForPlanning(const Json& pod);
-
-// `status` with the job marked Failed for `reason` (a Failed condition, phase, completionTime):
-// for failures found while carrying a plan out, e.g. the API server refusing a pod as invalid.
-Json FailedStatus(Json status, const std::string& reason, const std::string& message, Time now);
-
-// Names of the job's children.
-std::string EndpointsConfigMapName(const std::string& job);
 
 }  // namespace fleet::op

@@ -3,7 +3,8 @@
 // hooks, and the fleet-sidecar gate that holds the main containers until the endpoint lists exist.
 #pragma once
 
-#include "fleet/operator/planner.h"
+#include "fleet/operator/names.h"
+#include "fleet/operator/settings.h"
 #include "fleet/operator/wiring.h"
 
 namespace fleet::op {
@@ -17,12 +18,10 @@ Json BuildService(const FleetJob& job);
 // The gang's PodGroup (Volcano scheduling.volcano.sh/v1beta1 or scheduler-plugins
 // scheduling.x-k8s.io/v1alpha1) with minMember = every pod of the job.
 Json BuildPodGroup(const FleetJob& job);
-std::string PodGroupName(const FleetJob& job);
 
 // The sidecar's least-privilege identity, for pods whose template brings no serviceAccountName:
 // a ServiceAccount, a Role that may only get/list/watch the job's endpoints ConfigMap, and the
-// RoleBinding between them (all named SidecarServiceAccountName(job)).
-std::string SidecarServiceAccountName(const FleetJob& job);
+// RoleBinding between them (all named SidecarServiceAccountName).
 bool NeedsSidecarAccount(const FleetJob& job);
 Json BuildSidecarServiceAccount(const FleetJob& job);
 Json BuildSidecarRole(const FleetJob& job);

@@ -44,6 +44,9 @@ int GlooHttpPort(const FleetJob& job, int host_port_base);
 int HostPortRangeSize(const FleetJob& job);
 // The stable DNS name of a pod in Service mode (the job's headless Service is named after the job).
 std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain);
+// The host that stands for a slot in the endpoint lists: in Service mode its stable DNS name, known
+// from the start; else its pod's address ("" while `pod` is null or has none).
+std::string SlotHost(const FleetJob& job, const PodSlot& slot, const Json* pod, const std::string& cluster_domain);
 // GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).
 int TemplateGpus(const Json& pod_template);
 
@@ -66,6 +69,10 @@ class JobWiring {
   Json PodEnv(const PodSlot& slot, const std::string& config_map) const;
   // The ConfigMap data for the given pod hosts (indexed by ordinal).
   std::map<std::string, std::string> EndpointsData(const std::vector<std::string>& hosts) const;
+  // The pod's first Paddle port and its sidecar's port, from the job's block of host ports in
+  // HostNetwork mode (PodPort, SidecarPort).
+  int PodPort(const PodSlot& slot) const;
+  int SidecarPort(const PodSlot& slot) const;
   const std::map<std::string, HostTemplate>& templates() const { return templates_; }
 
  private:

@@ -1,0 +1,118 @@
+// FleetJobStatus: the controller's memory of a job, kept in the FleetJob's .status (the operator
+// keeps nothing in memory between reconciles). Typed, so that a misspelt field does not compile
+// where a misspelt JSON key silently read a default (`run` 0: a new run of every pod). The
+// status keys, phase names and condition types are spelt once, in job_status.cc.
+//
+// FromJson never throws: a field of the wrong type reads as unset. What this operator does not
+// know survives a FromJson/ToJson round trip: keys it does not know (or cannot read), and
+// conditions of types it does not know — written by a newer operator, they are kept for it across
+// a rollback. Unknown keys inside a known condition are dropped: this operator owns its conditions
+// and writes each one whole.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fleet/base/time.h"
+
+namespace fleet::op {
+
+using Json = nlohmann::json;
+using Time = std::chrono::system_clock::time_point;
+
+// Status times have whole seconds, as metav1.Time: the setters below truncate to them.
+Time WholeSeconds(Time t);
+
+// status.phase. kNone: the job was never planned (no phase written yet).
+enum class JobPhase { kNone, kPending, kStarting, kRunning, kRestarting, kSucceeded, kFailed, kSuspended };
+const std::vector<JobPhase>& AllPhases();                      // in the order above
+const std::string& PhaseName(JobPhase phase);                   // "" for kNone
+std::optional<JobPhase> ParsePhase(const std::string& name);
+bool IsFinished(JobPhase phase);                                // Succeeded or Failed
+
+// The job's conditions (status.conditions[].type).
+enum class ConditionType {
+  kRunning,              // every pod runs with its endpoint lists
+  kRestarting,           // a failure restarted the job (or a pod of it)
+  kSucceeded,
+  kFailed,
+  kSuspended,            // spec.runPolicy.suspend
+  kGangPending,          // the gang scheduler has not admitted the PodGroup
+  kWaitingForHostPorts,  // HostNetwork: no block of host ports is free
+  kStalled,              // sidecars report no training progress
+  kUnschedulable,        // a pod is Pending past pendingTimeoutSeconds
+};
+const std::vector<ConditionType>& AllConditionTypes();
+const std::string& ConditionTypeName(ConditionType type);
+std::optional<ConditionType> ParseConditionType(const std::string& name);
+
+enum class ConditionStatus { kTrue, kFalse, kUnknown };
+
+struct Condition {
+  ConditionType type = ConditionType::kRunning;
+  ConditionStatus status = ConditionStatus::kUnknown;
+  std::string reason;
+  std::string message;
+  Time last_transition_time;
+};
+
+// status.replicaStatuses[<role>]: this run's pods of a role.
+struct ReplicaStatus {
+  int replicas = 0;
+  int active = 0;      // neither succeeded nor failed
+  int ready = 0;       // running and Ready
+  int succeeded = 0;
+  int failed = 0;
+};
+
+struct FleetJobStatus {
+  JobPhase phase = JobPhase::kNone;
+  std::string message;                          // written with the phase
+  std::vector<Condition> conditions;
+  std::optional<int64_t> observed_generation;   // the spec generation last planned
+  // What the job was started as ("" until then): these cannot change under a running job.
+  std::string mode;                             // JobModeName
+  std::string network;                          // PodIP | Service | HostNetwork
+  std::string runtime;                          // paddle | fleet
+  // The pods' generation: a new run after a whole-job restart, a resume or a change of replicas.
+  int run = 0;
+  int restart_count = 0;                        // failure restarts, counted against backoffLimit
+  std::optional<int> host_port_base;            // HostNetwork: the job's block of host ports
+  std::optional<Time> start_time;               // activeDeadlineSeconds counts from here
+  std::optional<Time> completion_time;
+  std::map<std::string, ReplicaStatus> replica_statuses;   // by role name
+  std::optional<int> heter_ready;               // ready pods of all heter stages (a printer column)
+  std::string run_replicas;                     // ReplicaSignature the current run was wired for
+  // Service mode: uids of failed pods whose restart was counted, until they are gone.
+  std::set<std::string> replaced_pods;
+
+  // Kept for round trips (see the top of this file).
+  Json unknown_fields = Json::object();
+  std::vector<Json> unknown_conditions;
+
+  const Condition* Find(ConditionType type) const;
+  bool IsTrue(ConditionType type) const;
+  // Sets a condition as Kubernetes' meta.SetStatusCondition does: lastTransitionTime becomes `now`
+  // only when the condition is new or its status changes; reason and message are always replaced.
+  void SetCondition(ConditionType type, ConditionStatus status, const std::string& reason,
+                    const std::string& text, Time now);
+  // Marks the job Failed for `reason` (Failed and Running conditions, phase, message, and the
+  // completion time unless it has one): for failures found while carrying a plan out.
+  void MarkFailed(const std::string& reason, const std::string& text, Time now);
+
+  static FleetJobStatus FromJson(const Json& status);
+  Json ToJson() const;
+};
+
+// Two statuses are equal when they would write the same .status (so no field can be forgotten).
+bool operator==(const FleetJobStatus& a, const FleetJobStatus& b);
+inline bool operator!=(const FleetJobStatus& a, const FleetJobStatus& b) { return !(a == b); }
+
+}  // namespace fleet::op

@@ -1,0 +1,19 @@
+// OperatorSettings: the operator-wide choices (its flags) that shape every job's children. What
+// differs per job and per reconcile (its block of host ports) is observed, not set: Observed.
+#pragma once
+
+#include <string>
+
+#include "fleet/operator/api.h"
+
+namespace fleet::op {
+
+struct OperatorSettings {
+  bool native_sidecar = true;          // Kubernetes >= 1.29: the sidecar is an init container
+                                       // with restartPolicy Always and a startup probe
+  std::string cluster_domain = "cluster.local";
+  std::string sidecar_service_account_token_audience;   // "" = the API server's default
+  std::string sidecar_image = kDefaultSidecarImage;      // unless the job sets spec.sidecar.image
+};
+
+}  // namespace fleet::op
