@@ -75,10 +75,12 @@ std::unique_ptr<CLI::App> OperatorApp(OperatorFlags& f) {
   app->add_option("--health-probe-bind-address", f.health_probe_bind_address, "/healthz and /readyz (0: off)")
       ->type_name("ADDR")->capture_default_str();
   app->add_option_function<std::string>(
-         "--log-level", [&f](const std::string& level) { serving::ParseLogLevel(level, &f.log_level); }, "the least severe messages logged")
+         "--log-level", [&f](const std::string& level) { serving::ParseLogLevel(level, &f.log_level); },
+         "the least severe messages logged")
       ->check(cmdline::OneOf({"debug", "info", "warning", "error"}))->default_str("info");
   app->add_option_function<std::string>(
-         "--log-format", [&f](const std::string& format) { serving::ParseLogFormat(format, &f.log_format); }, "one line of text or a JSON object a message")
+         "--log-format", [&f](const std::string& format) { serving::ParseLogFormat(format, &f.log_format); },
+         "one line of text or a JSON object a message")
       ->check(cmdline::OneOf({"text", "json"}))->default_str("text");
   return app;
 }

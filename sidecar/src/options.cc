@@ -45,7 +45,8 @@ bool IsPlainToken(std::string_view s) {
   });
 }
 
-// The listen address (the error names no flag): HOST:PORT, [IPV6]:PORT or :PORT with a port 0-65535 (0 = any free port).
+// The listen address: HOST:PORT, [IPV6]:PORT or :PORT with a port 0-65535 (0 = any free port). The
+// error names no flag.
 Result<std::string> ParseListen(std::string_view text) {
   const size_t colon = text.rfind(':');
   if (colon == std::string_view::npos) return Error{"expected HOST:PORT, got " + Quote(text)};
@@ -109,17 +110,20 @@ struct Flags {
 std::unique_ptr<CLI::App> SidecarApp(Flags& flags) {
   GateOptions& o = flags.cl.gate;
   AgentOptions& a = flags.cl.agent;
-  auto app = cmdline::NewApp("fleet-sidecar", R"(The FleetJob pod sidecar.
+  auto app = cmdline::NewApp("fleet-sidecar", R"(The FleetJob pod sidecar:
+  fleet-sidecar gate --namespace=NS --job=NAME --pod=POD --role=ROLE --run=N
+                     --config-map=NAME --metrics-port=PORT [--exit-when-ready] [flags]
+  fleet-sidecar agent --job=NAME --role=ROLE --metrics-port=PORT [flags]
 
-fleet-sidecar gate: holds the pod's main containers until the job's endpoints ConfigMap
+gate: holds the pod's main containers until the job's endpoints ConfigMap
 (--config-map in --namespace) carries annotation fleet.paddlepaddle.org/run=N, i.e. the endpoint
 lists of this pod's run are published. Trainers of parameter-server jobs (any role but "server",
 when the ConfigMap has PADDLE_PSERVERS_IP_PORT_LIST or PADDLE_PSERVERS_IP_PORT_LIST.<role>) also
 wait until every server in that list accepts a TCP connection. Then (unless --exit-when-ready) it
 keeps running as the pod's agent: metrics from the trainer's step logs and pushed reports,
 readiness, stall detection, and the pod condition fleet.paddlepaddle.org/TrainingProgress.
-fleet-sidecar agent: the agent alone, without the gate or the API (a job outside Kubernetes);
---namespace defaults to "default" there, --pod to $POD_NAME, $HOSTNAME or "local".
+agent: the agent alone, without the gate or the API (a job outside Kubernetes); --namespace
+defaults to "default" there, --pod to $POD_NAME, $HOSTNAME or "local".
 
 HTTP (on --listen):
   /startup  503 with what it waits for, 200 once the gate is open (a native sidecar's startup probe)
