@@ -10,6 +10,7 @@ packages=(
   libcpprest-dev libboost-dev libssl-dev libmbedtls-dev libyaml-cpp-dev nlohmann-json3-dev   # the Kubernetes client (cpprestsdk; Boost.Beast on mbedTLS for the sidecar's)
   prometheus-cpp-dev libcivetweb-dev                  # metrics and the binaries' HTTP endpoints
   libre2-dev                                          # the sidecar's user-given regular expressions
+  libcli11-dev                                        # the binaries' command lines (header-only)
   prometheus                                          # promtool and a real server scraping our metrics in tests
   libgloo-dev openmpi-bin libopenmpi-dev              # CPU collectives (Gloo), and MPI as their baseline
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the parameter server's RPC

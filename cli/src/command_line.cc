@@ -1,56 +1,45 @@
 #include "fleet/cli/command_line.h"
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdlib>
-#include <functional>
 #include <map>
+
+#include "fleet/cmdline/cmdline.h"
 
 namespace fleet::cli {
 namespace {
 
-struct Flag {
-  std::string name;                  // long name, with '-'
-  char short_name = 0;
-  bool takes_value = true;
-  std::function<Status(const std::string&)> set;
-};
-
 const std::map<std::string, Command>& Commands() {
   static const std::map<std::string, Command> commands = {
-      {"submit", Command::kSubmit}, {"list", Command::kList},     {"ls", Command::kList},
-      {"status", Command::kStatus}, {"logs", Command::kLogs},     {"stop", Command::kStop},
-      {"resume", Command::kResume}, {"delete", Command::kDelete}, {"version", Command::kVersion},
-      {"help", Command::kHelp},
+      {"submit", Command::kSubmit}, {"list", Command::kList},     {"status", Command::kStatus},
+      {"logs", Command::kLogs},     {"stop", Command::kStop},     {"resume", Command::kResume},
+      {"delete", Command::kDelete}, {"version", Command::kVersion}, {"help", Command::kHelp},
   };
   return commands;
 }
 
-std::string Normalize(std::string name) {
-  std::replace(name.begin(), name.end(), '_', '-');
-  return name;
-}
-
-Result<int> Int(const std::string& flag, const std::string& value, int lo, int hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || errno == ERANGE || v < lo || v > hi) {
-    return Error{"--" + flag + "=" + value + ": expected an integer from " + std::to_string(lo) + " to " +
-                 std::to_string(hi)};
+std::string CommandName(Command c) {
+  for (const auto& [name, command] : Commands()) {
+    if (command == c) return name;
   }
-  return static_cast<int>(v);
+  return "";
 }
 
-Result<bool> Bool(const std::string& flag, const std::string& value) {
-  if (value == "true" || value == "1") return true;
-  if (value == "false" || value == "0") return false;
-  return Error{"--" + flag + "=" + value + ": expected true or false"};
+// A flag's names, and each long one with '-' for '_' (or '_' for '-'): fleetctl takes both.
+std::string Names(const std::string& names) {
+  std::string all = names;
+  for (const std::string& name : CLI::detail::split_names(names)) {
+    if (name.rfind("--", 0) != 0) continue;
+    std::string other = name;
+    const bool underscores = name.find('_') != std::string::npos;
+    std::replace(other.begin() + 2, other.end(), underscores ? '_' : '-', underscores ? '-' : '_');
+    if (other != name) all += "," + other;
+  }
+  return all;
 }
 
 // 90, 90s, 5m, 1h30m -> seconds.
-Result<int> Duration(const std::string& flag, const std::string& value) {
-  const Error bad{"--" + flag + "=" + value + ": expected a duration such as 90s, 10m or 1h"};
+Result<int> Duration(const std::string& value) {
+  const Error bad{"expected a duration such as 90s, 10m or 1h, got '" + value + "'"};
   if (value.empty()) return bad;
   long total = 0;
   size_t i = 0;
@@ -78,113 +67,127 @@ Result<int> Duration(const std::string& flag, const std::string& value) {
   return static_cast<int>(total);
 }
 
-template <typename T, typename Assign>
-Status Set(Result<T> result, Assign assign) {
-  if (!result) return Error{result.error()};
-  assign(*result);
-  return OkStatus();
+void AddSubmitFlags(CLI::App& submit, SubmitOptions& s) {
+  submit.add_option("-f,--filename", s.file, "a FleetJob manifest (\"-\": stdin)")->type_name("FILE");
+  submit.add_option("--name", s.name, "the job's name (default: the script's name and a random suffix)")->type_name("NAME");
+  submit.add_option("--image", s.image, "the training image (required without -f)")->type_name("IMAGE");
+  submit.add_option(Names("--server_num"), s.server_num, "parameter servers (0: a collective job)")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 10000))->capture_default_str();
+  submit.add_option(Names("--worker_num"), s.worker_num, "trainers")
+      ->type_name("N")->transform(cmdline::IntegerIn(1, 10000))->capture_default_str();
+  submit.add_option("--gpus", s.gpus,
+                    "GPUs per worker pod (nvidia.com/gpu); N > 1 in a collective job runs N processes per pod through "
+                    "fleetrun (python train.py -> fleetrun train.py)")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 64))->capture_default_str();
+  submit.add_option("--cpu", s.cpu, "CPU per pod, requests = limits (e.g. --cpu=4)")->type_name("Q");
+  submit.add_option("--memory", s.memory, "memory per pod, requests = limits (e.g. --memory=16Gi)")->type_name("Q");
+  submit
+      .add_option_function<std::vector<std::string>>(
+          "-e,--env",
+          [&s](const std::vector<std::string>& variables) {
+            for (const std::string& v : variables) s.env.emplace_back(v.substr(0, v.find('=')), v.substr(v.find('=') + 1));
+          },
+          "an environment variable of the training container (repeatable)")
+      ->type_name("NAME=VALUE")
+      ->allow_extra_args(false)
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const auto eq = v.find('=');
+            return eq == std::string::npos || eq == 0 ? "expected NAME=VALUE, got '" + v + "'" : std::string();
+          },
+          ""));
+  submit.add_option("--network", s.network, "how peers address each other: PodIP, Service or HostNetwork (default PodIP)")
+      ->type_name("MODE");
+  submit.add_option("--runtime", s.runtime, "paddle or fleet (default paddle)")->type_name("NAME");
+  submit.add_option(Names("--restart_policy"), s.restart_policy,
+                    "for failed pods: Never, OnFailure or ExitCode (default Never)")
+      ->type_name("POLICY");
+  submit.add_option(Names("--backoff_limit"), s.backoff_limit, "restarts allowed before the job fails (default 3)")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 1000));
+  submit.add_option("--gang", s.gang, "gang scheduling: Volcano or SchedulerPlugins")->type_name("SCHEDULER");
+  submit.add_option("--queue", s.queue, "the Volcano queue")->type_name("Q");
+  submit.add_option(Names("--priority_class"), s.priority_class, "the pods' PriorityClass")->type_name("NAME");
+  submit.add_option(Names("--sidecar_image"), s.sidecar_image, "fleet-sidecar's image (default: the operator's)")
+      ->type_name("IMAGE");
+  cmdline::AddSwitch(submit, Names("--dry-run"), s.dry_run, "print the FleetJob (-o json|yaml, default yaml), create nothing");
+  cmdline::AddSwitch(submit, "--wait", s.wait, "show progress until the job runs or ends; exit 1 if it fails");
+  submit
+      .add_option_function<std::string>(
+          "--timeout",
+          [&s](const std::string& text) {
+            auto seconds = Duration(text);
+            if (!seconds) throw CLI::ValidationError("--timeout", seconds.error());
+            s.timeout_seconds = *seconds;
+          },
+          "give up waiting after this long (e.g. 10m)")
+      ->type_name("DURATION");
 }
 
-std::vector<Flag> GlobalFlags(CommandLine& cl) {
+void AddLogsFlags(CLI::App& logs, LogsOptions& l) {
+  logs.add_option("--role", l.role, "server, worker or a heter stage's name")
+      ->type_name("ROLE")->check(cmdline::NonEmpty())->capture_default_str();
+  logs.add_option("--rank", l.rank, "the pod's index in its role")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 100000))->capture_default_str();
+  logs.add_option("-c,--container", l.container, "default: the pod's first container (fleet-sidecar: the gate's log)")
+      ->type_name("NAME");
+  cmdline::AddSwitch(logs, "-f,--follow", l.follow,
+                     "keep printing new output until the pod ends; a replaced pod (a new run) is followed from its start");
+  logs.add_option("--tail", l.tail, "only the last N lines")->type_name("N")->transform(cmdline::IntegerIn(-1, 1000000));
+}
+
+// fleetctl's commands and flags, bound to `cl`.
+std::unique_ptr<CLI::App> FleetctlApp(CommandLine& cl) {
+  auto app = cmdline::NewApp("fleetctl", "Submits and manages PaddlePaddle FleetJobs on Kubernetes.");
+  app->footer("Exit status: 0 success; 1 an error (one line on stderr) or, with --wait, a failed job; 2 a usage error.");
   GlobalOptions& g = cl.global;
-  return {
-      {"kubeconfig", 0, true, [&g](const std::string& v) { g.kubeconfig = v; return OkStatus(); }},
-      {"context", 0, true, [&g](const std::string& v) { g.context = v; return OkStatus(); }},
-      {"namespace", 'n', true, [&g](const std::string& v) -> Status {
-         if (v.empty()) return Error{"--namespace: must not be empty"};
-         g.ns = v;
-         return OkStatus(); }},
-      {"output", 'o', true, [&g](const std::string& v) -> Status {
-         if (v == "json") g.output = Output::kJson;
-         else if (v == "yaml") g.output = Output::kYaml;
-         else return Error{"--output=" + v + ": expected json or yaml"};
-         return OkStatus(); }},
-      {"help", 'h', false, [&cl](const std::string& v) {
-         return Set(Bool("help", v), [&cl](bool b) { if (b) cl.help_for = cl.command == Command::kNone ? Command::kHelp : cl.command; }); }},
-  };
-}
+  const std::string global = "Flags for every command (as kubectl's)";
+  app->add_option("--kubeconfig", g.kubeconfig, "default: $KUBECONFIG, in-cluster, ~/.kube/config")
+      ->type_name("PATH")->group(global);
+  app->add_option("--context", g.context, "a kubeconfig context (default: the current one)")->type_name("NAME")->group(global);
+  app->add_option("-n,--namespace", g.ns, "default: the context's namespace")
+      ->type_name("NS")->check(cmdline::NonEmpty())->group(global);
+  app->add_option_function<std::string>(
+         "-o,--output", [&g](const std::string& v) { g.output = v == "json" ? Output::kJson : Output::kYaml; },
+         "machine-readable output")
+      ->check(cmdline::OneOf({"json", "yaml"}))->group(global);
 
-std::vector<Flag> CommandFlags(CommandLine& cl) {
-  SubmitOptions& s = cl.submit;
-  LogsOptions& l = cl.logs;
-  auto text = [](std::string* field) { return [field](const std::string& v) { *field = v; return OkStatus(); }; };
-  switch (cl.command) {
-    case Command::kSubmit:
-      return {
-          {"filename", 'f', true, text(&s.file)},
-          {"name", 0, true, text(&s.name)},
-          {"image", 0, true, text(&s.image)},
-          {"server-num", 0, true, [&s](const std::string& v) { return Set(Int("server_num", v, 0, 10000), [&s](int n) { s.server_num = n; }); }},
-          {"worker-num", 0, true, [&s](const std::string& v) { return Set(Int("worker_num", v, 1, 10000), [&s](int n) { s.worker_num = n; }); }},
-          {"gpus", 0, true, [&s](const std::string& v) { return Set(Int("gpus", v, 0, 64), [&s](int n) { s.gpus = n; }); }},
-          {"cpu", 0, true, text(&s.cpu)},
-          {"memory", 0, true, text(&s.memory)},
-          {"env", 'e', true, [&s](const std::string& v) -> Status {
-             const auto eq = v.find('=');
-             if (eq == std::string::npos || eq == 0) return Error{"--env=" + v + ": expected NAME=VALUE"};
-             s.env.emplace_back(v.substr(0, eq), v.substr(eq + 1));
-             return OkStatus(); }},
-          {"network", 0, true, text(&s.network)},
-          {"runtime", 0, true, text(&s.runtime)},
-          {"restart-policy", 0, true, text(&s.restart_policy)},
-          {"backoff-limit", 0, true, [&s](const std::string& v) { return Set(Int("backoff_limit", v, 0, 1000), [&s](int n) { s.backoff_limit = n; }); }},
-          {"gang", 0, true, text(&s.gang)},
-          {"queue", 0, true, text(&s.queue)},
-          {"priority-class", 0, true, text(&s.priority_class)},
-          {"sidecar-image", 0, true, text(&s.sidecar_image)},
-          {"wait", 0, false, [&s](const std::string& v) { return Set(Bool("wait", v), [&s](bool b) { s.wait = b; }); }},
-          {"timeout", 0, true, [&s](const std::string& v) { return Set(Duration("timeout", v), [&s](int n) { s.timeout_seconds = n; }); }},
-          {"dry-run", 0, false, [&s](const std::string& v) { return Set(Bool("dry-run", v), [&s](bool b) { s.dry_run = b; }); }},
-      };
-    case Command::kList:
-      return {
-          {"all-namespaces", 'A', false, [&cl](const std::string& v) { return Set(Bool("all-namespaces", v), [&cl](bool b) { cl.all_namespaces = b; }); }},
-          {"selector", 'l', true, text(&cl.selector)},
-      };
-    case Command::kStatus:
-      return {{"events", 0, true, [&cl](const std::string& v) { return Set(Int("events", v, 0, 1000), [&cl](int n) { cl.events = n; }); }}};
-    case Command::kLogs:
-      return {
-          {"role", 0, true, [&l](const std::string& v) -> Status {
-             if (v.empty()) return Error{"--role: must not be empty"};
-             l.role = v;
-             return OkStatus(); }},
-          {"rank", 0, true, [&l](const std::string& v) { return Set(Int("rank", v, 0, 100000), [&l](int n) { l.rank = n; }); }},
-          {"container", 'c', true, text(&l.container)},
-          {"follow", 'f', false, [&l](const std::string& v) { return Set(Bool("follow", v), [&l](bool b) { l.follow = b; }); }},
-          {"tail", 0, true, [&l](const std::string& v) { return Set(Int("tail", v, -1, 1000000), [&l](int n) { l.tail = n; }); }},
-      };
-    default:
-      return {};
+  AddSubmitFlags(*app->add_subcommand("submit", "create a FleetJob from fleetrun-style flags or a manifest (--wait: until it runs)")
+                      ->footer("From flags (PaddleCloud style), every pod runs the training command given after "
+                               "\"--\" (fleetctl submit [flags] -- COMMAND [ARGS...]) in --image: a parameter-server "
+                               "job with --server_num > 0, else a collective job. With -f, the manifest is the job."),
+                 cl.submit);
+  CLI::App* list = app->add_subcommand("list", "list FleetJobs: name, mode, phase, ready servers and workers, restarts, age");
+  list->alias("ls");
+  cmdline::AddSwitch(*list, "-A,--all-namespaces", cl.all_namespaces, "every namespace");
+  list->add_option("-l,--selector", cl.selector, "a label selector (e.g. team=ranking)")->type_name("SELECTOR");
+  CLI::App* status = app->add_subcommand("status", "a job's phase, pods per role, conditions and recent events");
+  status->add_option("--events", cl.events, "how many events")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 1000))->capture_default_str();
+  CLI::App* logs = app->add_subcommand("logs", "a pod's log (-f follows): <NAME>-<ROLE>-<N>, default worker 0");
+  AddLogsFlags(*logs, cl.logs);
+  CLI::App* stop = app->add_subcommand("stop", "suspend a job (spec.runPolicy.suspend): its pods are removed, the job "
+                                               "object stays; resume starts it again");
+  CLI::App* resume = app->add_subcommand("resume", "resume a suspended job: its pods are created again (a new run)");
+  CLI::App* del = app->add_subcommand("delete", "delete jobs; their pods and other children go with them");
+  for (CLI::App* named : {status, logs, stop, resume, del}) {
+    named->add_option("NAME", cl.names, "the FleetJob's name")->type_name("");
   }
+  app->add_subcommand("version", "fleetctl's version");
+  cmdline::AddHelpCommand(*app);
+  return app;
 }
 
-const Flag* Find(const std::vector<Flag>& flags, const std::string& name, char short_name) {
-  for (const Flag& f : flags) {
-    if ((!name.empty() && f.name == name) || (short_name != 0 && f.short_name == short_name)) return &f;
-  }
-  return nullptr;
+Command CommandOf(const CLI::App& command) {
+  auto it = Commands().find(command.get_name());
+  return it == Commands().end() ? Command::kHelp : it->second;   // the app itself: the overview
 }
 
-std::string CommandName(Command c) {
-  for (const auto& [name, command] : Commands()) {
-    if (command == c && name != "ls") return name;
-  }
-  return "";
-}
-
-// The flags that take values wherever they appear (global ones), for finding the command.
-bool GlobalTakesValue(const std::string& arg) {
-  if (arg.find('=') != std::string::npos) return false;
-  static const char* kValued[] = {"--kubeconfig", "--context", "--namespace", "--output", "-n", "-o"};
-  return std::find(std::begin(kValued), std::end(kValued), arg) != std::end(kValued);
-}
-
-Status CheckSubmit(const SubmitOptions& s, const std::vector<std::string>& raw_flags) {
+Status CheckSubmit(const CLI::App& submit, const SubmitOptions& s) {
   if (!s.file.empty()) {
-    for (const std::string& f : raw_flags) {
-      if (f != "filename" && f != "wait" && f != "timeout" && f != "dry-run") {
-        return Error{"--" + f + " cannot be combined with -f: the manifest describes the whole job"};
+    for (const CLI::Option* option : submit.get_options()) {
+      const std::string name = option->get_name();
+      if (option->count() > 0 && name != "--filename" && name != "--wait" && name != "--timeout" && name != "--dry-run") {
+        return Error{name + " cannot be combined with -f: the manifest describes the whole job"};
       }
     }
     if (!s.command.empty()) return Error{"a command after \"--\" cannot be combined with -f"};
@@ -201,119 +204,44 @@ Status CheckSubmit(const SubmitOptions& s, const std::vector<std::string>& raw_f
 
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   CommandLine cl;
-  // 1. The command: the first argument that is neither a flag nor a global flag's value.
-  size_t command_at = args.size();
-  for (size_t i = 0; i < args.size(); ++i) {
-    const std::string& a = args[i];
-    if (a == "--") break;
-    if (a.size() > 1 && a[0] == '-') {
-      if (GlobalTakesValue(a)) ++i;
-      continue;
-    }
-    auto it = Commands().find(a);
-    if (it == Commands().end()) return Error{"unknown command \"" + a + "\" (see fleetctl --help)"};
-    cl.command = it->second;
-    command_at = i;
-    break;
+  auto app = FleetctlApp(cl);
+  // submit's training command: everything after "--", as given.
+  const auto dashes = std::find(args.begin(), args.end(), "--");
+  auto help = cmdline::Parse(*app, std::vector<std::string>(args.begin(), dashes));
+  if (!help) return Error{help.error()};
+  if (*help != nullptr) {
+    cl.help_for = CommandOf(**help);
+    return cl;
   }
-  // 2. Every flag, with the command's table; the remaining arguments are names.
-  std::vector<Flag> global = GlobalFlags(cl);
-  std::vector<Flag> local = CommandFlags(cl);
-  std::vector<std::string> used;   // command flags given, by long name
-  std::vector<std::string> positional;
-  for (size_t i = 0; i < args.size(); ++i) {
-    if (i == command_at) continue;
-    const std::string& a = args[i];
-    if (a == "--") {
-      if (cl.command != Command::kSubmit) return Error{"unexpected \"--\": only submit takes a command after it"};
-      cl.submit.command.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-      break;
-    }
-    if (a.size() < 2 || a[0] != '-') {
-      positional.push_back(a);
-      continue;
-    }
-    std::string name, value;
-    char short_name = 0;
-    bool inline_value = false;
-    if (a[1] == '-') {
-      name = a.substr(2);
-      const auto eq = name.find('=');
-      if (eq != std::string::npos) {
-        value = name.substr(eq + 1);
-        name = name.substr(0, eq);
-        inline_value = true;
-      }
-      name = Normalize(name);
-    } else {
-      short_name = a[1];
-      if (a.size() > 2) {
-        value = a.substr(a[2] == '=' ? 3 : 2);
-        inline_value = true;
-      }
-    }
-    const Flag* flag = Find(local, name, short_name);
-    const bool is_local = flag != nullptr;
-    if (!flag) flag = Find(global, name, short_name);
-    if (!flag) {
-      const std::string shown = a.substr(0, a.find('='));   // as given
-      return Error{"unknown flag " + shown + (cl.command == Command::kNone ? "" : " for " + CommandName(cl.command)) +
-                   " (see fleetctl " + (cl.command == Command::kNone ? "" : CommandName(cl.command) + " ") + "--help)"};
-    }
-    if (!inline_value) {
-      if (!flag->takes_value) {
-        value = "true";
-      } else if (i + 1 < args.size() && i + 1 != command_at) {
-        value = args[++i];
-      } else {
-        return Error{"--" + flag->name + " needs a value"};
-      }
-    } else if (short_name && !flag->takes_value) {
-      return Error{std::string("-") + short_name + " takes no value"};
-    }
-    Status status = flag->set(value);
-    if (!status) return Error{status.error()};
-    if (is_local) used.push_back(flag->name);
+  const CLI::App& given = *app->get_subcommands().front();
+  cl.command = CommandOf(given);
+  if (dashes != args.end()) {
+    if (cl.command != Command::kSubmit) return Error{"unexpected \"--\": only submit takes a command after it"};
+    cl.submit.command.assign(dashes + 1, args.end());
   }
-  if (cl.help_for != Command::kNone) return cl;
-  // 3. Arguments per command.
-  auto names = [&](size_t min, size_t max, const std::string& what) -> Status {
-    if (positional.size() < min) return Error{CommandName(cl.command) + " needs " + what};
-    if (positional.size() > max) return Error{"unexpected argument \"" + positional[max] + "\""};
-    cl.names = positional;
+  auto names = [&](size_t min, size_t max) -> Status {
+    if (cl.names.size() < min) return Error{CommandName(cl.command) + " needs the FleetJob's name"};
+    if (cl.names.size() > max) return Error{"unexpected argument \"" + cl.names[max] + "\""};
     return OkStatus();
   };
   Status status = OkStatus();
   switch (cl.command) {
-    case Command::kNone:
-      return Error{"no command given (see fleetctl --help)"};
-    case Command::kHelp:
-      if (positional.size() > 1) return Error{"unexpected argument \"" + positional[1] + "\""};
-      if (!positional.empty()) {
-        auto it = Commands().find(positional[0]);
-        if (it == Commands().end()) return Error{"unknown command \"" + positional[0] + "\""};
-        cl.help_for = it->second;
-      } else {
-        cl.help_for = Command::kHelp;
-      }
-      return cl;
     case Command::kSubmit:
-      status = names(0, 0, "");
-      if (status) status = CheckSubmit(cl.submit, used);
+      status = CheckSubmit(given, cl.submit);
       break;
     case Command::kList:
-    case Command::kVersion:
-      status = names(0, 0, "");
       if (cl.all_namespaces && !cl.global.ns.empty()) status = Error{"--all-namespaces cannot be combined with --namespace"};
       break;
     case Command::kStatus:
     case Command::kLogs:
     case Command::kStop:
     case Command::kResume:
-      status = names(1, 1, "the FleetJob's name");
+      status = names(1, 1);
       break;
     case Command::kDelete:
-      status = names(1, 1000, "the FleetJob's name");
+      status = names(1, 1000);
+      break;
+    default:
       break;
   }
   if (!status) return Error{status.error()};
@@ -321,95 +249,10 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
 }
 
 std::string Usage(Command command) {
-  switch (command) {
-    case Command::kSubmit:
-      return R"(usage: fleetctl submit [flags] -- COMMAND [ARGS...]
-       fleetctl submit -f JOB.yaml [--wait] [--dry-run]
-
-Creates a FleetJob. From flags (PaddleCloud style): a parameter-server job with --server_num > 0,
-else a collective job; every pod runs COMMAND in --image. Or from a manifest (-f, "-" = stdin).
-
-  -f, --filename=FILE        a FleetJob manifest
-  --name=NAME                the job's name (default: the script's name and a random suffix)
-  --image=IMAGE              the training image (required without -f)
-  --server_num=N             parameter servers (default 0: a collective job)
-  --worker_num=N             trainers (default 1)
-  --gpus=N                   GPUs per worker pod (nvidia.com/gpu); N > 1 in a collective job runs N
-                             processes per pod through fleetrun (python train.py -> fleetrun train.py)
-  --cpu=Q, --memory=Q        per pod, requests = limits (e.g. --cpu=4 --memory=16Gi)
-  -e, --env=NAME=VALUE       an environment variable of the training container (repeatable)
-  --network=PodIP|Service|HostNetwork       how peers address each other (default PodIP)
-  --restart_policy=Never|OnFailure|ExitCode for failed pods (default Never)
-  --backoff_limit=N          restarts allowed before the job fails (default 3)
-  --gang=Volcano|SchedulerPlugins           gang scheduling; --queue=Q (Volcano)
-  --priority_class=NAME      the pods' PriorityClass
-  --sidecar_image=IMAGE      fleet-sidecar's image (default: the operator's)
-  --dry-run                  print the FleetJob (-o json|yaml, default yaml), create nothing
-  --wait                     show progress until the job runs or ends; exit 1 if it fails
-  --timeout=DURATION         give up waiting after this long (e.g. 10m)
-)";
-    case Command::kList:
-      return R"(usage: fleetctl list [-A] [-l SELECTOR]
-
-Lists FleetJobs: name, mode, phase, ready servers and workers, restarts, age.
-
-  -A, --all-namespaces       every namespace
-  -l, --selector=SELECTOR    a label selector (e.g. team=ranking)
-)";
-    case Command::kStatus:
-      return R"(usage: fleetctl status NAME [--events=N]
-
-A FleetJob's phase, pods per role (ready, active, succeeded, failed), conditions, the pods that are
-not running yet and why, and its most recent events.
-
-  --events=N                 how many events (default 10)
-)";
-    case Command::kLogs:
-      return R"(usage: fleetctl logs NAME [--role=ROLE] [--rank=N] [-c CONTAINER] [-f] [--tail=N]
-
-The log of one pod of the job: <NAME>-<ROLE>-<N> (default worker 0, the trainer fleetrun shows).
-
-  --role=ROLE                server, worker or a heter stage's name (default worker)
-  --rank=N                   the pod's index in its role (default 0)
-  -c, --container=NAME       default: the pod's first container (fleet-sidecar: the gate's log)
-  -f, --follow               keep printing new output until the pod ends; a replaced pod (a new
-                             run) is followed from its start
-  --tail=N                   only the last N lines
-)";
-    case Command::kStop:
-      return "usage: fleetctl stop NAME\n\nSuspends a FleetJob (spec.runPolicy.suspend): its pods are removed, the job object stays.\n"
-             "fleetctl resume NAME starts it again as a new run.\n";
-    case Command::kResume:
-      return "usage: fleetctl resume NAME\n\nResumes a suspended FleetJob: its pods are created again (a new run).\n";
-    case Command::kDelete:
-      return "usage: fleetctl delete NAME...\n\nDeletes FleetJobs; their pods and other children go with them.\n";
-    case Command::kVersion:
-      return "usage: fleetctl version\n";
-    default:
-      return R"(usage: fleetctl [flags] COMMAND [ARGS]
-
-Submits and manages PaddlePaddle FleetJobs on Kubernetes.
-
-Commands:
-  submit    create a FleetJob from fleetrun-style flags or a manifest (--wait: until it runs)
-  list      list FleetJobs
-  status    a job's phase, pods per role, conditions and recent events
-  logs      a pod's log (-f follows)
-  stop      suspend a job (its pods are removed); resume starts it again
-  delete    delete jobs
-  version   fleetctl's version
-
-Flags for every command (as kubectl's):
-  --kubeconfig=PATH          default: $KUBECONFIG, in-cluster, ~/.kube/config
-  --context=NAME             a kubeconfig context (default: the current one)
-  -n, --namespace=NS         default: the context's namespace
-  -o, --output=json|yaml     machine-readable output
-  -h, --help                 this help; fleetctl COMMAND --help for a command's
-
-Exit status: 0 success; 1 an error (one line on stderr) or, with --wait, a failed job; 2 a usage
-error.
-)";
-  }
+  CommandLine scratch;
+  auto app = FleetctlApp(scratch);
+  const std::string name = CommandName(command);
+  return cmdline::Help(command == Command::kNone || command == Command::kHelp ? *app : *app->get_subcommand(name));
 }
 
 }  // namespace fleet::cli

@@ -1,135 +1,110 @@
 #include "fleet/launcher/flags.h"
 
 #include <charconv>
+#include <climits>
 #include <cstdio>
-#include <functional>
-#include <map>
-#include <set>
 
-#include "fleet/base/strings.h"
-#include "fleet/runtime/endpoint.h"
+#include "fleet/cmdline/cmdline.h"
 
 namespace fleet::launcher {
 namespace {
 
-using Setter = std::function<Status(LaunchOptions&, const std::string&)>;
+constexpr const char* kOperands = "training_script [training_script_args...]";
 
-Setter Text(std::optional<std::string> LaunchOptions::*field) {
-  return [field](LaunchOptions& o, const std::string& v) -> Status {
-    o.*field = v;
-    return OkStatus();
-  };
+// A number of seconds in [0, maximum].
+CLI::Validator SecondsUpTo(double maximum) {
+  return CLI::Validator(
+      [maximum](std::string& text) -> std::string {
+        double seconds = -1;
+        auto [ptr, ec] = std::from_chars(text.data(), text.data() + text.size(), seconds);
+        if (text.empty() || ec != std::errc() || ptr != text.data() + text.size() || !(seconds >= 0) || seconds > maximum) {
+          char range[32];
+          std::snprintf(range, sizeof range, "[0, %.0f]", maximum);
+          return std::string("must be a number of seconds in ") + range + ", got '" + text + "'";
+        }
+        return "";
+      },
+      "SECS");
 }
 
-Setter Count(std::optional<int> LaunchOptions::*field, const std::string& flag, int minimum) {
-  return [=](LaunchOptions& o, const std::string& v) -> Status {
-    auto n = ParseNonNegativeInt(v, "--" + flag);
-    if (!n) return Error{n.error()};
-    if (*n < minimum) return Error{"--" + flag + " must be at least " + std::to_string(minimum) + ", got " + v};
-    o.*field = *n;
-    return OkStatus();
-  };
-}
+// Paddle's launcher flags, bound to `o`. Elastic training is its own issue; until it lands its
+// flags are refused rather than ignored.
+std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
+  auto app = cmdline::NewApp("fleetrun",
+                             "Starts the processes of a PaddlePaddle distributed job on this node with Paddle's env "
+                             "contract.\nA .py script runs as `python3 -u script args...`; anything else is executed "
+                             "directly.",
+                             kOperands);
+  app->prefix_command();
+  const CLI::Validator count = cmdline::IntegerIn(1, INT_MAX);
+  const CLI::Validator port = cmdline::IntegerIn(1, 65535);
 
-Setter Port(std::optional<int> LaunchOptions::*field, const std::string& flag) {
-  return [=](LaunchOptions& o, const std::string& v) -> Status {
-    auto port = ParsePort(v, "--" + flag);
-    if (!port) return Error{port.error()};
-    o.*field = *port;
-    return OkStatus();
-  };
-}
+  const std::string collective = "collective (default)";
+  app->add_option("--gpus,--selected_gpus", o.gpus, "GPUs to use, physical ids (default: CUDA_VISIBLE_DEVICES, else all)")
+      ->type_name("IDS")->group(collective);
+  app->add_option("--ips", o.ips, "node addresses in rank order")->type_name("IPS")->capture_default_str()->group(collective);
+  app->add_option("--nproc_per_node", o.nproc_per_node, "processes per node; GPUs are split into N groups (CPU: N processes)")
+      ->type_name("N")->transform(count)->group(collective);
+  app->add_option("--start_port", o.start_port,
+                  "first port on every node (default FLAGS_START_PORT, else 6070; a single node without either uses "
+                  "free ports)")
+      ->type_name("PORT")->transform(port)->group(collective);
 
-Setter Seconds(double LaunchOptions::*field, const std::string& flag, double maximum) {
-  return [=](LaunchOptions& o, const std::string& v) -> Status {
-    double seconds = -1;
-    auto [ptr, ec] = std::from_chars(v.data(), v.data() + v.size(), seconds);
-    if (v.empty() || ec != std::errc() || ptr != v.data() + v.size() || !(seconds >= 0) || seconds > maximum) {
-      char range[32];
-      std::snprintf(range, sizeof range, "[0, %.0f]", maximum);
-      return Error{"--" + flag + " must be a number of seconds in " + range + ", got '" + v + "'"};
-    }
-    o.*field = seconds;
-    return OkStatus();
-  };
-}
+  const std::string ps = "parameter server (--run_mode=ps, or implied by these flags)";
+  app->add_option("--server_num", o.server_num, "parameter servers: simulate a job on this machine with free ports")
+      ->type_name("N")->transform(count)->group(ps);
+  app->add_option("--worker_num", o.worker_num, "trainers: simulate a job on this machine with free ports")
+      ->type_name("N")->transform(count)->group(ps);
+  app->add_option("--servers", o.servers, "parameter servers' ip:port list")->type_name("EPS")->group(ps);
+  app->add_option("--workers", o.workers, "trainers' ip:port list (ports may be omitted)")->type_name("EPS")->group(ps);
+  app->add_option("--http_port", o.http_port, "port of the gloo HTTP store on server 0")
+      ->type_name("PORT")->transform(port)->group(ps);
 
-const std::map<std::string, Setter>& Flags() {
-  static const std::map<std::string, Setter> flags = {
-      {"gpus", Text(&LaunchOptions::gpus)},
-      {"selected_gpus", Text(&LaunchOptions::gpus)},  // Paddle's older spelling
-      {"ips", [](LaunchOptions& o, const std::string& v) -> Status { o.ips = v; return OkStatus(); }},
-      {"host", Text(&LaunchOptions::host)},
-      {"nproc_per_node", Count(&LaunchOptions::nproc_per_node, "nproc_per_node", 1)},
-      {"start_port", Port(&LaunchOptions::start_port, "start_port")},
-      {"server_num", Count(&LaunchOptions::server_num, "server_num", 1)},
-      {"worker_num", Count(&LaunchOptions::worker_num, "worker_num", 1)},
-      {"servers", Text(&LaunchOptions::servers)},
-      {"workers", Text(&LaunchOptions::workers)},
-      {"heter_workers", Text(&LaunchOptions::heter_workers)},
-      {"heter_worker_num", Text(&LaunchOptions::heter_worker_num)},
-      {"heter_devices", Text(&LaunchOptions::heter_devices)},
-      {"http_port", Port(&LaunchOptions::http_port, "http_port")},
-      {"run_mode", Text(&LaunchOptions::run_mode)},
-      {"log_dir", [](LaunchOptions& o, const std::string& v) -> Status {
-         if (v.empty()) return Error{"--log_dir must not be empty"};
-         o.log_dir = v;
-         return OkStatus();
-       }},
-      {"grace_period", Seconds(&LaunchOptions::grace_period_seconds, "grace_period", 3600)},
-      {"server_timeout", Seconds(&LaunchOptions::server_timeout_seconds, "server_timeout", 86400)},
-  };
-  return flags;
-}
+  const std::string heter = "heter parameter server (--run_mode=ps-heter)";
+  app->add_option("--heter_workers", o.heter_workers, "heter workers, one list per stage, stages separated by ';'")
+      ->type_name("EPS;EPS")->group(heter);
+  app->add_option("--heter_worker_num", o.heter_worker_num, "heter workers per stage on this machine")
+      ->type_name("N;N")->group(heter);
+  app->add_option("--heter_devices", o.heter_devices, "device of each stage: cpu, gpu or xpu")->type_name("D;D")->group(heter);
 
-// Elastic training is its own issue; until it lands its flags are refused rather than ignored.
-const std::set<std::string>& ElasticFlags() {
-  static const std::set<std::string> flags = {"elastic_server", "job_id", "np", "scale", "force",
-                                              "elastic_pre_hook", "elastic_level", "max_restart"};
-  return flags;
+  const std::string common = "common";
+  app->add_option("--host", o.host, "this node's address (default POD_IP, else this machine's addresses)")
+      ->type_name("ADDR")->group(common);
+  app->add_option("--run_mode", o.run_mode, "collective, ps or ps-heter (default: derived from the flags)")
+      ->type_name("MODE")->group(common);
+  app->add_option("--log_dir", o.log_dir, "where workerlog.N, serverlog.N, heterlog.N and endpoints.log go")
+      ->type_name("DIR")->check(cmdline::NonEmpty())->capture_default_str()->group(common);
+  app->add_option("--grace_period", o.grace_period_seconds, "SIGTERM-to-SIGKILL delay when stopping processes")
+      ->check(SecondsUpTo(3600))->capture_default_str()->group(common);
+  app->add_option("--server_timeout", o.server_timeout_seconds,
+                  "PS: stop the job (exit 124) when a parameter server does not accept connections within SECS of "
+                  "the start (0: wait forever)")
+      ->check(SecondsUpTo(86400))->capture_default_str()->group(common);
+  app->add_flag("--version", o.version, "version and build features")->group(common);
+
+  for (const std::string elastic : {"--elastic_server", "--job_id", "--np", "--scale", "--force", "--elastic_pre_hook",
+                                    "--elastic_level", "--max_restart"}) {
+    app->add_option_function<std::string>(elastic, [elastic](const std::string&) {
+         throw CLI::ValidationError(elastic, "elastic training is not supported by this fleetrun yet");
+       })->group("");   // not in the help
+  }
+  return app;
 }
 
 }  // namespace
 
 Result<LaunchOptions> ParseFlags(const std::vector<std::string>& args) {
   LaunchOptions options;
-  size_t i = 0;
-  for (; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      options.help = true;
-      return options;
-    }
-    if (arg == "--version") {
-      options.version = true;
-      return options;
-    }
-    if (arg.size() < 2 || arg[0] != '-') break;  // the training script
-    if (arg.rfind("--", 0) != 0) return Error{"unknown flag '" + arg + "' (flags are --name=value)"};
-    std::string name = arg.substr(2);
-    std::optional<std::string> value;
-    if (size_t eq = name.find('='); eq != std::string::npos) {
-      value = name.substr(eq + 1);
-      name = name.substr(0, eq);
-    }
-    if (ElasticFlags().count(name)) {
-      return Error{"--" + name + ": elastic training is not supported by this fleetrun yet"};
-    }
-    auto flag = Flags().find(name);
-    if (flag == Flags().end()) return Error{"unknown flag '--" + name + "' (see fleetrun --help)"};
-    if (!value) {
-      if (i + 1 >= args.size()) return Error{"flag '--" + name + "' needs a value"};
-      value = args[++i];
-    }
-    if (auto s = flag->second(options, *value); !s) return Error{s.error()};
-  }
-  if (i >= args.size()) return Error{"no training script given (usage: fleetrun [flags] training_script [args...])"};
-  options.training_script = args[i];
-  options.training_script_args.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+  auto app = FleetrunApp(options);
+  auto help = cmdline::Parse(*app, args);
+  if (!help) return Error{help.error()};
+  options.help = *help != nullptr;
+  if (options.help || options.version) return options;
+  std::vector<std::string> script = app->remaining();
+  if (!script.empty() && script.front() == "--") script.erase(script.begin());
+  if (script.empty()) return Error{std::string("no training script given (usage: fleetrun [flags] ") + kOperands + ")"};
+  options.training_script = script.front();
+  options.training_script_args.assign(script.begin() + 1, script.end());
   return options;
 }
 
@@ -165,35 +140,8 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
 }
 
 std::string UsageText() {
-  return R"(usage: fleetrun [flags] training_script [training_script_args...]
-
-Starts the processes of a PaddlePaddle distributed job on this node with Paddle's env contract.
-A .py script runs as `python3 -u script args...`; anything else is executed directly.
-
-collective (default):
-  --gpus IDS            GPUs to use, physical ids (default: CUDA_VISIBLE_DEVICES, else all)
-  --ips IPS             node addresses in rank order (default 127.0.0.1)
-  --nproc_per_node N    processes per node; GPUs are split into N groups (CPU: N processes)
-  --start_port PORT     first port on every node (default FLAGS_START_PORT, else 6070;
-                        a single node without either uses free ports)
-parameter server (--run_mode=ps, or implied by these flags):
-  --server_num N / --worker_num N     simulate a job on this machine with free ports
-  --servers EPS / --workers EPS       ip:port lists (workers may omit ports)
-  --http_port PORT                    port of the gloo HTTP store on server 0
-heter parameter server (--run_mode=ps-heter):
-  --heter_workers EPS;EPS   heter workers, one list per stage, stages separated by ';'
-  --heter_worker_num N;N    heter workers per stage on this machine
-  --heter_devices D;D       device of each stage: cpu, gpu or xpu
-common:
-  --host ADDR           this node's address (default POD_IP, else this machine's addresses)
-  --run_mode MODE       collective, ps or ps-heter
-  --log_dir DIR         where workerlog.N, serverlog.N, heterlog.N and endpoints.log go (default log)
-  --grace_period SECS   SIGTERM-to-SIGKILL delay when stopping processes (default 5)
-  --server_timeout SECS PS: stop the job (exit 124) when a parameter server does not accept
-                        connections within SECS of the start (default 300; 0: wait forever)
-  -h, --help            this text
-  --version             version and build features
-)";
+  LaunchOptions defaults;
+  return cmdline::Help(*FleetrunApp(defaults));
 }
 
 }  // namespace fleet::launcher

@@ -5,13 +5,13 @@
 
 #include <algorithm>
 #include <charconv>
-#include <map>
-#include <optional>
+#include <climits>
 #include <regex>
-#include <set>
+#include <tuple>
 
 #include "fleet/base/dns.h"
 #include "fleet/base/strings.h"
+#include "fleet/cmdline/cmdline.h"
 #include "fleet/runtime/endpoint.h"
 #include "fleet/sidecar/step_parser.h"
 #include "fleet/sidecar/user_regex.h"
@@ -28,285 +28,279 @@ bool IsPlainToken(std::string_view s) {
   });
 }
 
-// The listen address: HOST:PORT, [IPV6]:PORT or :PORT with a port 0-65535 (0 = any free port).
+// The listen address: HOST:PORT, [IPV6]:PORT or :PORT with a port 0-65535 (0 = any free port). The
+// error names no flag.
 Result<std::string> ParseListen(std::string_view text) {
   const size_t colon = text.rfind(':');
-  if (colon == std::string_view::npos) return Error{"--listen: expected HOST:PORT, got " + Quote(text)};
+  if (colon == std::string_view::npos) return Error{"expected HOST:PORT, got " + Quote(text)};
   std::string_view host = text.substr(0, colon);
   std::string_view port = text.substr(colon + 1);
   int value = 0;
   auto [ptr, ec] = std::from_chars(port.data(), port.data() + port.size(), value);
   if (port.empty() || port[0] < '0' || port[0] > '9' || ec != std::errc() || ptr != port.data() + port.size() ||
       value > 65535) {
-    return Error{"--listen: expected HOST:PORT with a port 0-65535, got " + Quote(text)};
+    return Error{"expected HOST:PORT with a port 0-65535, got " + Quote(text)};
   }
   const bool bracketed = host.size() > 2 && host.front() == '[' && host.back() == ']';
   if (!bracketed && host.find(':') != std::string_view::npos) {
-    return Error{"--listen: put an IPv6 address in brackets ([addr]:PORT), got " + Quote(text)};
+    return Error{"put an IPv6 address in brackets ([addr]:PORT), got " + Quote(text)};
   }
   if (std::any_of(host.begin(), host.end(), [](char c) { return static_cast<unsigned char>(c) <= 0x20; })) {
-    return Error{"--listen: the host contains whitespace or control characters: " + Quote(text)};
+    return Error{"the host contains whitespace or control characters: " + Quote(text)};
   }
   return std::string(text);
 }
 
-// The flags. Value flags take --name=value or --name value; boolean flags take no value (or =true /
-// =false). Gate flags are refused by `agent`.
-const std::set<std::string>& GateValueFlags() {
-  static const std::set<std::string> flags = {
-      "run", "config-map", "mode", "server-connect-timeout", "server-retry-max", "api-timeout", "api-retry-max",
-      "watch-timeout"};
-  return flags;
-}
-
-const std::set<std::string>& CommonValueFlags() {
-  static const std::set<std::string> flags = {
-      "namespace", "job", "pod", "role", "metrics-port", "kubeconfig", "listen",
-      "rank", "ranks", "log-dir", "log-file", "pattern", "max-line-bytes", "log-poll-interval", "stall-window",
-      "report-http", "report-udp", "report-socket", "main-process", "main-process-match", "peer-check-interval",
-      "condition-min-interval"};
-  return flags;
-}
-
-const std::set<std::string>& RepeatableFlags() {
-  static const std::set<std::string> flags = {"log-file", "pattern"};
-  return flags;
-}
-
 constexpr size_t kMaxRepeats = 16;
 
-struct RawFlags {
-  std::map<std::string, std::string> values;
-  std::map<std::string, std::vector<std::string>> repeated;
-  std::map<std::string, bool> booleans;
+// A validator: `valid(value)`, else "'VALUE' is not a(n) WHAT".
+CLI::Validator Is(bool (*valid)(std::string_view), const std::string& what) {
+  return CLI::Validator(
+      [valid, what](std::string& text) { return valid(text) ? std::string() : Quote(text) + " is not " + what; }, "");
+}
+
+// "1500ms", "2s" or "5m" for the help's defaults.
+std::string DurationText(std::chrono::milliseconds duration) {
+  const auto ms = duration.count();
+  if (ms % 60000 == 0) return std::to_string(ms / 60000) + "m";
+  if (ms % 1000 == 0) return std::to_string(ms / 1000) + "s";
+  return std::to_string(ms) + "ms";
+}
+
+// A duration flag (ParseDuration).
+CLI::Option* AddDuration(CLI::App& app, const std::string& name, std::chrono::milliseconds& value,
+                         const std::string& description) {
+  return app
+      .add_option_function<std::string>(
+          name,
+          [&value, name](const std::string& text) {
+            auto duration = ParseDuration(text, name);
+            if (!duration) throw CLI::ValidationError(duration.error());
+            value = *duration;
+          },
+          description)
+      ->type_name("D")
+      ->default_str(DurationText(value));
+}
+
+// What the flags fill in; the checks that read several of them come after the parse.
+struct Flags {
+  CommandLine cl;
+  std::chrono::milliseconds watch_timeout{0};
+  std::vector<const CLI::Option*> gate_only;   // refused by `agent`
 };
 
-Result<RawFlags> ReadFlags(const std::vector<std::string>& args, size_t first, bool gate) {
-  RawFlags raw;
-  for (size_t i = first; i < args.size(); ++i) {
-    const std::string& arg = args[i];
-    if (arg.rfind("--", 0) != 0 || arg.size() == 2) return Error{"unexpected argument " + Quote(arg)};
-    const size_t eq = arg.find('=');
-    const std::string name = arg.substr(2, eq == std::string::npos ? std::string::npos : eq - 2);
-    if (name == "exit-when-ready" || name == "pod-condition") {
-      if (name == "exit-when-ready" && !gate) return Error{"--exit-when-ready is a flag of 'gate'"};
-      if (raw.booleans.count(name)) return Error{"--" + name + " is given twice"};
-      if (eq == std::string::npos) {
-        raw.booleans[name] = true;
-      } else {
-        const std::string value = arg.substr(eq + 1);
-        if (value != "true" && value != "false") {
-          return Error{"--" + name + " takes no value (or true/false), got " + Quote(value)};
-        }
-        raw.booleans[name] = value == "true";
-      }
-      continue;
-    }
-    const bool known = CommonValueFlags().count(name) || GateValueFlags().count(name);
-    if (!known) return Error{"unknown flag --" + name + " (see fleet-sidecar --help)"};
-    if (!gate && GateValueFlags().count(name)) return Error{"--" + name + " is a flag of 'gate', not of 'agent'"};
-    std::string value;
-    if (eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-    } else if (i + 1 < args.size() && args[i + 1].rfind("--", 0) != 0) {
-      value = args[++i];
-    } else {
-      return Error{"--" + name + " needs a value (--" + name + "=VALUE)"};
-    }
-    if (RepeatableFlags().count(name)) {
-      auto& list = raw.repeated[name];
-      if (list.size() == kMaxRepeats) return Error{"--" + name + " is given more than " + std::to_string(kMaxRepeats) + " times"};
-      list.push_back(value);
-      continue;
-    }
-    if (!raw.values.emplace(name, value).second) return Error{"--" + name + " is given twice"};
+std::unique_ptr<CLI::App> SidecarApp(Flags& flags) {
+  GateOptions& o = flags.cl.gate;
+  AgentOptions& a = flags.cl.agent;
+  auto app = cmdline::NewApp("fleet-sidecar", R"(The FleetJob pod sidecar:
+  fleet-sidecar gate --namespace=NS --job=NAME --pod=POD --role=ROLE --run=N
+                     --config-map=NAME --metrics-port=PORT [--exit-when-ready] [flags]
+  fleet-sidecar agent --job=NAME --role=ROLE --metrics-port=PORT [flags]
+
+gate: holds the pod's main containers until the job's endpoints ConfigMap
+(--config-map in --namespace) carries annotation fleet.paddlepaddle.org/run=N, i.e. the endpoint
+lists of this pod's run are published. Trainers of parameter-server jobs (any role but "server",
+when the ConfigMap has PADDLE_PSERVERS_IP_PORT_LIST or PADDLE_PSERVERS_IP_PORT_LIST.<role>) also
+wait until every server in that list accepts a TCP connection. Then (unless --exit-when-ready) it
+keeps running as the pod's agent: metrics from the trainer's step logs and pushed reports,
+readiness, stall detection, and the pod condition fleet.paddlepaddle.org/TrainingProgress.
+agent: the agent alone, without the gate or the API (a job outside Kubernetes); --namespace
+defaults to "default" there, --pod to $POD_NAME, $HOSTNAME or "local".
+
+HTTP (on --listen):
+  /startup  503 with what it waits for, 200 once the gate is open (a native sidecar's startup probe)
+  /readyz   200 once the gate is open, every peer is reachable, the main process runs (when it can
+            be observed) and no rank is stalled; else 503 saying why
+  /healthz  200 while the process works
+  /metrics  Prometheus metrics (fleet_training_*, fleet_sidecar_*)
+  /status   the agent's state as JSON)");
+  app->footer(R"(Durations: 500ms, 2s, 5m.
+
+Exit status: 0 after SIGTERM/SIGINT or, with --exit-when-ready, once the gate is open; 1 when the
+cluster config cannot be loaded or an address cannot be served; 2 for bad flags.)");
+  app->add_subcommand("gate", "hold the pod until its run's endpoint lists are published, then be its agent");
+  app->add_subcommand("agent", "the agent alone");
+  cmdline::AddHelpCommand(*app);
+  auto gate_only = [&flags](CLI::Option* option) { flags.gate_only.push_back(option); };
+
+  const std::string identity = "Required flags (gate; agent: --job, --role and --metrics-port)";
+  o.ns = "default";
+  app->add_option("--namespace", o.ns, "the job's namespace")
+      ->type_name("NS")->check(Is([](std::string_view s) { return IsDnsLabel(s); }, "a namespace name (a DNS label: a-z, 0-9, '-')"))->group(identity);
+  app->add_option("--job", o.job, "the FleetJob's name")->type_name("NAME")->check(Is(IsDnsSubdomain, "an object name"))->group(identity);
+  app->add_option("--pod", o.pod, "this pod's name")->type_name("POD")->check(Is(IsDnsSubdomain, "a pod name"))->group(identity);
+  app->add_option("--role", o.role, "this pod's role: server, worker or a heter stage's name")
+      ->type_name("ROLE")->check(Is(IsPlainToken, "a role name"))->group(identity);
+  gate_only(app->add_option("--run", o.run, "the job run this pod belongs to")
+                ->type_name("N")->transform(cmdline::IntegerIn(0, INT_MAX))->group(identity));
+  gate_only(app->add_option("--config-map", o.config_map, "the job's endpoints ConfigMap")
+                ->type_name("NAME")->check(Is(IsDnsSubdomain, "a ConfigMap name"))->group(identity));
+  app->add_option("--metrics-port", o.metrics_port, "the port of the HTTP endpoints")
+      ->type_name("PORT")->transform(cmdline::IntegerIn(1, 65535))->group(identity);
+
+  const std::string agent = "Agent flags";
+  app->add_option("--rank", a.rank, "the rank of the pod's first process")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 1000000))->capture_default_str()->group(agent);
+  app->add_option("--ranks", a.ranks, "processes in the pod: workerlog.K is rank N+K")
+      ->type_name("N")->transform(cmdline::IntegerIn(1, 4096))->capture_default_str()->group(agent);
+  app->add_option("--log-dir", a.log_dir, "follow workerlog.K, serverlog.K and heterlog.K in DIR (fleetrun --log_dir)")
+      ->type_name("DIR")->check(cmdline::NonEmpty())->group(agent);
+  app->add_option("--log-file", a.log_files, "follow this file as rank --rank (repeatable)")
+      ->type_name("PATH")->check(cmdline::NonEmpty())->allow_extra_args(false)->group(agent);
+  app->add_option_function<std::vector<std::string>>(
+         "--pattern",
+         [&a](const std::vector<std::string>& patterns) {
+           for (const std::string& pattern : patterns) {
+             if (auto compiled = StepPattern::Compile(pattern); !compiled) throw CLI::ValidationError(compiled.error());
+           }
+           a.patterns = patterns;
+         },
+         "an extra step pattern with named groups, e.g. 'it (?P<step>\\d+) l=(?P<loss>\\S+)' (repeatable; names: "
+         "step, epoch, loss, step_time, samples, samples_per_second, others are custom scalars)")
+      ->type_name("REGEX")->allow_extra_args(false)->group(agent);
+  app->add_option("--max-line-bytes", a.max_line_bytes, "longer log lines are skipped and counted")
+      ->type_name("N")->transform(cmdline::IntegerIn(256, 1 << 20))->capture_default_str()->group(agent);
+  AddDuration(*app, "--log-poll-interval", a.log_poll_interval, "how often the logs are read")->group(agent);
+  app->add_option_function<std::string>(
+         "--stall-window",
+         [&a](const std::string& text) {
+           // Off: "off" or a zero duration however written (the operator writes "0s" for servers).
+           static const std::regex kZero("0+(ms|s|m|h)?");
+           if (text == "off" || std::regex_match(text, kZero)) {
+             a.stall_window = std::chrono::milliseconds(0);
+             return;
+           }
+           auto window = ParseDuration(text, "--stall-window");
+           if (!window) throw CLI::ValidationError(window.error());
+           if (*window < std::chrono::seconds(1)) throw CLI::ValidationError("--stall-window: must be at least 1s (or 0: off)");
+           a.stall_window = *window;
+         },
+         "a rank with no step for this long is stalled (0: off)")
+      ->type_name("D")->default_str(DurationText(a.stall_window))->group(agent);
+  for (auto [name, out, protocol] :
+       {std::tuple<const char*, std::string*, const char*>{"--report-http", &a.report_http,
+                                                            "take JSON (or text) step reports on POST /v1/report"},
+        {"--report-udp", &a.report_udp, "take text protocol reports (\"step=12 loss=0.5 acc=0.9\")"}}) {
+    app->add_option_function<std::string>(
+           name,
+           [field = out, flag = std::string(name)](const std::string& text) {
+             if (text == "off") return;
+             auto address = ParseLoopbackAddress(text, flag);
+             if (!address) throw CLI::ValidationError(address.error());
+             *field = *address;
+           },
+           std::string(protocol) + " (loopback only; off: none)")
+        ->type_name("HOST:PORT")->group(agent);
   }
-  return raw;
+  app->add_option("--report-socket", a.report_socket, "take text protocol reports on a Unix datagram socket")
+      ->type_name("PATH")
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return !path.empty() && path.front() == '/' && path.size() <= 107
+                       ? std::string()
+                       : "expected an absolute path of at most 107 bytes, got " + Quote(path);
+          },
+          ""))
+      ->group(agent);
+  app->add_option("--main-process", a.main_process,
+                  "auto (observe it when PID 1 is the pod's pause process: shareProcessNamespace), on or off")
+      ->check(cmdline::OneOf({"auto", "on", "off"}))->capture_default_str()->group(agent);
+  app->add_option("--main-process-match", a.main_process_match, "the main process's command line (default: any other process)")
+      ->type_name("REGEX")
+      ->check(CLI::Validator(
+          [](std::string& pattern) {
+            auto compiled = CompileUserRegex(pattern);
+            return compiled ? std::string() : "not a valid regular expression: " + compiled.error();
+          },
+          ""))
+      ->group(agent);
+  AddDuration(*app, "--peer-check-interval", a.peer_check_interval, "how often a parameter-server trainer checks its servers")
+      ->group(agent);
+  cmdline::AddSwitch(*app, "--pod-condition", a.pod_condition,
+                     "write the TrainingProgress pod condition (default: on for gate, off for agent)")
+      ->group(agent);
+  AddDuration(*app, "--condition-min-interval", a.condition_min_interval,
+              "at most one condition write per D (only state changes are written)")
+      ->group(agent);
+
+  const std::string other = "Other flags";
+  gate_only(cmdline::AddSwitch(*app, "--exit-when-ready", o.exit_when_ready,
+                               "(gate) exit 0 as soon as the gate opens (a plain init container: no agent)")
+                ->group(other));
+  app->add_option("--kubeconfig", o.kubeconfig, "a kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
+      ->type_name("PATH")->check(cmdline::NonEmpty())->group(other);
+  app->add_option("--listen", o.listen, "where to serve HTTP (default: $POD_IP:<metrics-port>, 127.0.0.1 without POD_IP)")
+      ->type_name("HOST:PORT")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            auto listen = ParseListen(text);
+            return listen ? std::string() : listen.error();
+          },
+          ""))
+      ->group(other);
+  gate_only(app->add_option("--mode", o.mode, "(gate) with ps or ps-heter, a trainer requires the server list")
+                ->check(cmdline::OneOf({"collective", "ps", "ps-heter"}))->group(other));
+  gate_only(AddDuration(*app, "--server-connect-timeout", o.server_connect_timeout,
+                        "(gate) one TCP connection attempt to a server")->group(other));
+  gate_only(AddDuration(*app, "--server-retry-max", o.server_retry_max,
+                        "(gate) the longest pause between rounds of server probes")->group(other));
+  gate_only(AddDuration(*app, "--api-timeout", o.api_timeout, "(gate) one API request")->group(other));
+  gate_only(AddDuration(*app, "--api-retry-max", o.api_retry_max,
+                        "(gate) the longest pause before retrying a failed list or watch")->group(other));
+  flags.watch_timeout = o.watch_timeout;
+  gate_only(AddDuration(*app, "--watch-timeout", flags.watch_timeout,
+                        "(gate) the server ends each watch after this long; it is then resumed")->group(other));
+  return app;
 }
 
-Status Duration(RawFlags& raw, const char* flag, std::chrono::milliseconds* out) {
-  if (!raw.values.count(flag)) return OkStatus();
-  auto d = ParseDuration(raw.values[flag], "--" + std::string(flag));
-  if (!d) return Error{d.error()};
-  *out = *d;
-  return OkStatus();
-}
-
-Result<int> BoundedInt(const std::string& text, const std::string& flag, int lo, int hi) {
-  auto n = ParseNonNegativeInt(text, flag);
-  if (!n) return Error{n.error()};
-  if (*n < lo || *n > hi) {
-    return Error{flag + ": " + Quote(text) + " is out of range (" + std::to_string(lo) + "-" + std::to_string(hi) + ")"};
+// The checks that span flags or depend on the command.
+Status CheckFlags(const CLI::App& app, Flags& flags, const EnvMap& env, bool gate) {
+  for (const CLI::Option* option : app.get_options()) {
+    if (option->count() > 1 && option->get_expected_max() <= 1) {
+      return Error{option->get_name() + " is given twice"};
+    }
   }
-  return *n;
-}
-
-// The identity and serving flags both subcommands share.
-Status ParseIdentity(RawFlags& raw, const EnvMap& env, bool gate, GateOptions* o) {
+  if (!gate) {
+    for (const CLI::Option* option : flags.gate_only) {
+      if (option->count() > 0) return Error{option->get_name() + " is a flag of 'gate', not of 'agent'"};
+    }
+  }
   const std::vector<const char*> required =
-      gate ? std::vector<const char*>{"namespace", "job", "pod", "role", "run", "config-map", "metrics-port"}
-           : std::vector<const char*>{"job", "role", "metrics-port"};
+      gate ? std::vector<const char*>{"--namespace", "--job", "--pod", "--role", "--run", "--config-map", "--metrics-port"}
+           : std::vector<const char*>{"--job", "--role", "--metrics-port"};
   for (const char* flag : required) {
-    if (!raw.values.count(flag)) return Error{"missing required flag --" + std::string(flag)};
+    if (app.get_option(flag)->count() == 0) return Error{"missing required flag " + std::string(flag)};
   }
-  auto& values = raw.values;
-  o->ns = values.count("namespace") ? values["namespace"] : "default";
-  if (!IsDnsLabel(o->ns)) {
-    return Error{"--namespace: " + Quote(o->ns) + " is not a namespace name (a DNS label: a-z, 0-9, '-')"};
-  }
-  o->job = values["job"];
-  if (!IsDnsSubdomain(o->job)) return Error{"--job: " + Quote(o->job) + " is not an object name"};
-  if (values.count("pod")) {
-    o->pod = values["pod"];
-  } else {  // agent only
+  GateOptions& o = flags.cl.gate;
+  AgentOptions& a = flags.cl.agent;
+  if (app.get_option("--pod")->count() == 0) {   // agent only
     auto pod = env.find("POD_NAME");
     auto host = env.find("HOSTNAME");
-    o->pod = pod != env.end() && !pod->second.empty() ? pod->second
-             : host != env.end() && !host->second.empty() ? host->second
-                                                           : "local";
+    o.pod = pod != env.end() && !pod->second.empty() ? pod->second
+            : host != env.end() && !host->second.empty() ? host->second
+                                                          : "local";
+    if (!IsDnsSubdomain(o.pod)) return Error{"--pod: " + Quote(o.pod) + " is not a pod name"};
   }
-  // Object names are DNS subdomains; the check also keeps ',' and '=' out of the field selector.
-  if (!IsDnsSubdomain(o->pod)) return Error{"--pod: " + Quote(o->pod) + " is not a pod name"};
-  o->role = values["role"];
-  if (!IsPlainToken(o->role)) return Error{"--role: " + Quote(o->role) + " is not a role name"};
-  auto port = ParsePort(values["metrics-port"], "--metrics-port");
-  if (!port) return Error{port.error()};
-  o->metrics_port = *port;
-  if (values.count("kubeconfig")) {
-    o->kubeconfig = values["kubeconfig"];
-    if (o->kubeconfig.empty()) return Error{"--kubeconfig: the path is empty"};
-  }
-  if (values.count("listen")) {
-    auto listen = ParseListen(values["listen"]);
-    if (!listen) return Error{listen.error()};
-    o->listen = *listen;
-  } else {
-    o->listen = DefaultListenAddress(env, o->metrics_port);
-  }
-  return OkStatus();
-}
+  if (o.listen.empty()) o.listen = DefaultListenAddress(env, o.metrics_port);
+  if (flags.watch_timeout < std::chrono::seconds(1)) return Error{"--watch-timeout: must be at least 1s"};
+  o.watch_timeout = std::chrono::duration_cast<std::chrono::seconds>(flags.watch_timeout);
 
-Status ParseGateFlags(RawFlags& raw, GateOptions* o) {
-  auto& values = raw.values;
-  o->exit_when_ready = raw.booleans.count("exit-when-ready") && raw.booleans["exit-when-ready"];
-  o->config_map = values["config-map"];
-  if (!IsDnsSubdomain(o->config_map)) {
-    return Error{"--config-map: " + Quote(o->config_map) + " is not a ConfigMap name"};
-  }
-  auto run = ParseNonNegativeInt(values["run"], "--run");
-  if (!run) return Error{run.error()};
-  o->run = *run;
-  if (values.count("mode")) {
-    o->mode = values["mode"];
-    if (o->mode != "collective" && o->mode != "ps" && o->mode != "ps-heter") {
-      return Error{"--mode: expected collective, ps or ps-heter, got " + Quote(o->mode)};
+  while (a.log_dir.size() > 1 && a.log_dir.back() == '/') a.log_dir.pop_back();
+  for (const char* repeatable : {"--log-file", "--pattern"}) {
+    if (app.get_option(repeatable)->count() > kMaxRepeats) {
+      return Error{std::string(repeatable) + " is given more than " + std::to_string(kMaxRepeats) + " times"};
     }
   }
-  for (auto [flag, out] : {std::pair<const char*, std::chrono::milliseconds*>{"server-connect-timeout", &o->server_connect_timeout},
-                           {"server-retry-max", &o->server_retry_max},
-                           {"api-timeout", &o->api_timeout},
-                           {"api-retry-max", &o->api_retry_max}}) {
-    if (auto s = Duration(raw, flag, out); !s) return Error{s.error()};
+  for (auto file = a.log_files.begin(); file != a.log_files.end(); ++file) {
+    if (std::find(a.log_files.begin(), file, *file) != file) return Error{"--log-file: " + Quote(*file) + " is given twice"};
   }
-  std::chrono::milliseconds watch = o->watch_timeout;
-  if (auto s = Duration(raw, "watch-timeout", &watch); !s) return Error{s.error()};
-  if (watch < std::chrono::seconds(1)) return Error{"--watch-timeout: must be at least 1s"};
-  o->watch_timeout = std::chrono::duration_cast<std::chrono::seconds>(watch);
-  return OkStatus();
-}
-
-Status ParseAgentFlags(RawFlags& raw, bool gate, AgentOptions* a) {
-  auto& values = raw.values;
-  if (values.count("rank")) {
-    auto rank = BoundedInt(values["rank"], "--rank", 0, 1000000);
-    if (!rank) return Error{rank.error()};
-    a->rank = *rank;
-  }
-  if (values.count("ranks")) {
-    auto ranks = BoundedInt(values["ranks"], "--ranks", 1, 4096);
-    if (!ranks) return Error{ranks.error()};
-    a->ranks = *ranks;
-  }
-  if (values.count("log-dir")) {
-    a->log_dir = values["log-dir"];
-    if (a->log_dir.empty()) return Error{"--log-dir: the path is empty"};
-    while (a->log_dir.size() > 1 && a->log_dir.back() == '/') a->log_dir.pop_back();
-  }
-  for (const std::string& file : raw.repeated["log-file"]) {
-    if (file.empty()) return Error{"--log-file: the path is empty"};
-    if (std::find(a->log_files.begin(), a->log_files.end(), file) != a->log_files.end()) {
-      return Error{"--log-file: " + Quote(file) + " is given twice"};
-    }
-    a->log_files.push_back(file);
-  }
-  for (const std::string& pattern : raw.repeated["pattern"]) {
-    auto compiled = StepPattern::Compile(pattern);
-    if (!compiled) return Error{compiled.error()};
-    a->patterns.push_back(pattern);
-  }
-  if (values.count("max-line-bytes")) {
-    auto bytes = BoundedInt(values["max-line-bytes"], "--max-line-bytes", 256, 1 << 20);
-    if (!bytes) return Error{bytes.error()};
-    a->max_line_bytes = static_cast<size_t>(*bytes);
-  }
-  if (auto s = Duration(raw, "log-poll-interval", &a->log_poll_interval); !s) return Error{s.error()};
-  if (a->log_poll_interval < std::chrono::milliseconds(10) || a->log_poll_interval > std::chrono::seconds(10)) {
+  if (a.log_poll_interval < std::chrono::milliseconds(10) || a.log_poll_interval > std::chrono::seconds(10)) {
     return Error{"--log-poll-interval: must be 10ms to 10s"};
   }
-  if (values.count("stall-window")) {
-    // Off: "off" or a zero duration however written (the operator writes "0s" for servers).
-    static const std::regex kZero("0+(ms|s|m|h)?");
-    const std::string& text = values["stall-window"];
-    if (text == "off" || std::regex_match(text, kZero)) {
-      a->stall_window = std::chrono::milliseconds(0);
-    } else {
-      if (auto s = Duration(raw, "stall-window", &a->stall_window); !s) return Error{s.error()};
-      if (a->stall_window < std::chrono::seconds(1)) return Error{"--stall-window: must be at least 1s (or 0: off)"};
-    }
-  }
-  for (auto [flag, out] : {std::pair<const char*, std::string*>{"report-http", &a->report_http},
-                           {"report-udp", &a->report_udp}}) {
-    if (!values.count(flag) || values[flag] == "off") continue;
-    auto address = ParseLoopbackAddress(values[flag], "--" + std::string(flag));
-    if (!address) return Error{address.error()};
-    *out = *address;
-  }
-  if (values.count("report-socket")) {
-    a->report_socket = values["report-socket"];
-    if (a->report_socket.empty() || a->report_socket.front() != '/' || a->report_socket.size() > 107) {
-      return Error{"--report-socket: expected an absolute path of at most 107 bytes, got " + Quote(a->report_socket)};
-    }
-  }
-  if (values.count("main-process")) {
-    a->main_process = values["main-process"];
-    if (a->main_process != "auto" && a->main_process != "on" && a->main_process != "off") {
-      return Error{"--main-process: expected auto, on or off, got " + Quote(a->main_process)};
-    }
-  }
-  if (values.count("main-process-match")) {
-    a->main_process_match = values["main-process-match"];
-    if (auto compiled = CompileUserRegex(a->main_process_match); !compiled) {
-      return Error{"--main-process-match: not a valid regular expression: " + compiled.error()};
-    }
-  }
-  if (auto s = Duration(raw, "peer-check-interval", &a->peer_check_interval); !s) return Error{s.error()};
-  if (a->peer_check_interval < std::chrono::milliseconds(100)) return Error{"--peer-check-interval: must be at least 100ms"};
-  a->pod_condition = raw.booleans.count("pod-condition") ? raw.booleans["pod-condition"] : gate;
-  if (auto s = Duration(raw, "condition-min-interval", &a->condition_min_interval); !s) return Error{s.error()};
+  if (a.peer_check_interval < std::chrono::milliseconds(100)) return Error{"--peer-check-interval: must be at least 100ms"};
+  if (app.get_option("--pod-condition")->count() == 0) a.pod_condition = gate;
   return OkStatus();
-}
-
-Result<CommandLine> ParseFlags(const std::vector<std::string>& args, const EnvMap& env, bool gate) {
-  auto raw = ReadFlags(args, 1, gate);
-  if (!raw) return Error{raw.error()};
-  CommandLine cl;
-  cl.command = gate ? Command::kGate : Command::kAgent;
-  if (auto s = ParseIdentity(*raw, env, gate, &cl.gate); !s) return Error{s.error()};
-  if (gate) {
-    if (auto s = ParseGateFlags(*raw, &cl.gate); !s) return Error{s.error()};
-  }
-  if (auto s = ParseAgentFlags(*raw, gate, &cl.agent); !s) return Error{s.error()};
-  return cl;
 }
 
 }  // namespace
@@ -342,7 +336,7 @@ std::string DefaultListenAddress(const EnvMap& env, int port) {
 Result<std::string> ParseLoopbackAddress(std::string_view text, std::string_view what) {
   const std::string flag(what);
   auto listen = ParseListen(text);
-  if (!listen) return Error{flag + listen.error().substr(std::string("--listen").size())};
+  if (!listen) return Error{flag + ": " + listen.error()};
   std::string host(text.substr(0, text.rfind(':')));
   if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
   bool loopback = host == "localhost" || host == "::1";
@@ -355,92 +349,20 @@ Result<std::string> ParseLoopbackAddress(std::string_view text, std::string_view
 }
 
 Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args, const EnvMap& env) {
-  CommandLine cl;
-  auto is_help = [](const std::string& a) { return a == "--help" || a == "-h" || a == "help"; };
-  if (args.empty()) return Error{"no subcommand given; expected 'gate' or 'agent' (see fleet-sidecar --help)"};
-  if (is_help(args[0])) return cl;
-  if (args[0] != "gate" && args[0] != "agent") {
-    return Error{"unknown subcommand " + Quote(args[0]) + "; expected 'gate' or 'agent' (see fleet-sidecar --help)"};
-  }
-  if (std::any_of(args.begin() + 1, args.end(), [&](const std::string& a) { return a == "--help" || a == "-h"; })) {
-    return cl;
-  }
-  return ParseFlags(args, env, args[0] == "gate");
+  Flags flags;
+  auto app = SidecarApp(flags);
+  auto help = cmdline::Parse(*app, args);
+  if (!help) return Error{help.error()};
+  if (*help != nullptr) return CommandLine{};
+  const bool gate = app->got_subcommand("gate");
+  flags.cl.command = gate ? Command::kGate : Command::kAgent;
+  if (Status status = CheckFlags(*app, flags, env, gate); !status) return Error{status.error()};
+  return flags.cl;
 }
 
 std::string Usage() {
-  return R"(fleet-sidecar: the FleetJob pod sidecar
-
-Usage:
-  fleet-sidecar gate --namespace=NS --job=NAME --pod=POD --role=ROLE --run=N
-                     --config-map=NAME --metrics-port=PORT [--exit-when-ready] [flags]
-  fleet-sidecar agent --job=NAME --role=ROLE --metrics-port=PORT [flags]
-  fleet-sidecar --help
-
-gate: holds the pod's main containers until the job's endpoints ConfigMap (--config-map in
---namespace) carries annotation fleet.paddlepaddle.org/run=N, i.e. the endpoint lists of this pod's
-run are published. Trainers of parameter-server jobs (any role but "server", when the ConfigMap has
-PADDLE_PSERVERS_IP_PORT_LIST or PADDLE_PSERVERS_IP_PORT_LIST.<role>) also wait until every server
-in that list accepts a TCP connection. Then (unless --exit-when-ready) it keeps running as the pod's
-agent: metrics from the trainer's step logs and pushed reports, readiness, stall detection, and the
-pod condition fleet.paddlepaddle.org/TrainingProgress.
-agent: the agent alone, without the gate or the API (a job outside Kubernetes).
-
-HTTP (on --listen):
-  /startup  503 with what it waits for, 200 once the gate is open (a native sidecar's startup probe)
-  /readyz   200 once the gate is open, every peer is reachable, the main process runs (when it can
-            be observed) and no rank is stalled; else 503 saying why
-  /healthz  200 while the process works
-  /metrics  Prometheus metrics (fleet_training_*, fleet_sidecar_*)
-  /status   the agent's state as JSON
-
-Required flags (gate):
-  --namespace=NS          the job's namespace
-  --job=NAME              the FleetJob's name
-  --pod=POD               this pod's name
-  --role=ROLE             this pod's role: server, worker or a heter stage's name
-  --run=N                 the job run this pod belongs to
-  --config-map=NAME       the job's endpoints ConfigMap
-  --metrics-port=PORT     the port of the HTTP endpoints
-(agent: --job, --role and --metrics-port; --namespace defaults to "default", --pod to $POD_NAME,
-$HOSTNAME or "local".)
-
-Agent flags:
-  --rank=N                the rank of the pod's first process (default 0)
-  --ranks=N               processes in the pod (default 1): workerlog.K is rank N+K
-  --log-dir=DIR           follow workerlog.K, serverlog.K and heterlog.K in DIR (fleetrun --log_dir)
-  --log-file=PATH         follow this file as rank --rank (repeatable)
-  --pattern=REGEX         an extra step pattern with named groups, e.g. 'it (?P<step>\d+) l=(?P<loss>\S+)'
-                          (repeatable; names: step, epoch, loss, step_time, samples, samples_per_second,
-                          others are custom scalars)
-  --max-line-bytes=N      longer log lines are skipped and counted (default 8192)
-  --log-poll-interval=D   how often the logs are read (default 250ms)
-  --stall-window=D        a rank with no step for this long is stalled (default 10m; 0: off)
-  --report-http=HOST:PORT take JSON (or text) step reports on POST /v1/report (loopback only)
-  --report-udp=HOST:PORT  take text protocol reports ("step=12 loss=0.5 acc=0.9") (loopback only)
-  --report-socket=PATH    take text protocol reports on a Unix datagram socket
-  --main-process=MODE     auto (observe it when PID 1 is the pod's pause process: shareProcessNamespace),
-                          on or off (default auto)
-  --main-process-match=REGEX  the main process's command line (default: any other process)
-  --peer-check-interval=D how often a parameter-server trainer checks its servers (default 10s)
-  --pod-condition[=false] write the TrainingProgress pod condition (default: on for gate, off for agent)
-  --condition-min-interval=D  at most one condition write per D (default 5s; only state changes are written)
-
-Other flags:
-  --exit-when-ready       (gate) exit 0 as soon as the gate opens (a plain init container: no agent)
-  --kubeconfig=PATH       a kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)
-  --listen=HOST:PORT      where to serve HTTP (default: $POD_IP:<metrics-port>, 127.0.0.1 without POD_IP)
-  --mode=MODE             (gate) collective, ps or ps-heter; with ps/ps-heter a trainer requires the server list
-  --server-connect-timeout=D  (gate) one TCP connection attempt to a server (default 1s)
-  --server-retry-max=D    (gate) the longest pause between rounds of server probes (default 2s)
-  --api-timeout=D         (gate) one API request (default 10s)
-  --api-retry-max=D       (gate) the longest pause before retrying a failed list or watch (default 10s)
-  --watch-timeout=D       (gate) the server ends each watch after this long; it is then resumed (default 5m)
-Durations: 500ms, 2s, 5m.
-
-Exit status: 0 after SIGTERM/SIGINT or, with --exit-when-ready, once the gate is open; 1 when the
-cluster config cannot be loaded or an address cannot be served; 2 for bad flags.
-)";
+  Flags defaults;
+  return cmdline::Help(*SidecarApp(defaults));
 }
 
 }  // namespace fleet::sidecar

@@ -86,6 +86,11 @@ TEST(FleetctlCommandLineTest, HelpForEveryCommand) {
                     Command::kStop, Command::kResume, Command::kDelete, Command::kVersion}) {
     EXPECT_EQ(Usage(c).rfind("usage: fleetctl", 0), 0u);
   }
+  EXPECT_EQ(Parse({"help", "ls"}).help_for, Command::kList);
+  for (const char* command : {"submit", "list", "status", "logs", "stop", "resume", "delete", "version", "help"}) {
+    EXPECT_NE(Usage().find("\n  " + std::string(command) + " "), std::string::npos) << command << " is not listed";
+  }
+  EXPECT_NE(Usage(Command::kSubmit).find("--server_num N"), std::string::npos);
 }
 
 TEST(FleetctlCommandLineTest, MistakesAreNamed) {
@@ -94,17 +99,17 @@ TEST(FleetctlCommandLineTest, MistakesAreNamed) {
   EXPECT_EQ(ErrorOf({"submit", "--sever_num=1"}), "unknown flag --sever_num for submit (see fleetctl submit --help)");
   EXPECT_EQ(ErrorOf({"list", "--follow"}), "unknown flag --follow for list (see fleetctl list --help)");
   EXPECT_EQ(ErrorOf({"status", "job", "--events"}), "--events needs a value");
-  EXPECT_EQ(ErrorOf({"submit", "--gpus=many"}), "--gpus=many: expected an integer from 0 to 64");
-  EXPECT_EQ(ErrorOf({"submit", "--worker_num=0"}), "--worker_num=0: expected an integer from 1 to 10000");
-  EXPECT_EQ(ErrorOf({"submit", "--env=NOVALUE"}), "--env=NOVALUE: expected NAME=VALUE");
-  EXPECT_EQ(ErrorOf({"list", "-o", "table"}), "--output=table: expected json or yaml");
-  EXPECT_EQ(ErrorOf({"list", "-Ax"}), "-A takes no value");
+  EXPECT_EQ(ErrorOf({"submit", "--gpus=many"}), "--gpus: expected an integer from 0 to 64, got 'many'");
+  EXPECT_EQ(ErrorOf({"submit", "--worker_num=0"}), "--worker_num: expected an integer from 1 to 10000, got '0'");
+  EXPECT_EQ(ErrorOf({"submit", "--env=NOVALUE"}), "--env: expected NAME=VALUE, got 'NOVALUE'");
+  EXPECT_EQ(ErrorOf({"list", "-o", "table"}), "--output: expected json or yaml, got 'table'");
+  EXPECT_EQ(ErrorOf({"list", "-Ax"}), "unknown flag -x for list (see fleetctl list --help)");   // -Ax = -A -x
   EXPECT_EQ(ErrorOf({"list", "--", "x"}), "unexpected \"--\": only submit takes a command after it");
   EXPECT_EQ(ErrorOf({"status"}), "status needs the FleetJob's name");
   EXPECT_EQ(ErrorOf({"status", "a", "b"}), "unexpected argument \"b\"");
   EXPECT_EQ(ErrorOf({"list", "extra"}), "unexpected argument \"extra\"");
   EXPECT_EQ(ErrorOf({"list", "-A", "-n", "x"}), "--all-namespaces cannot be combined with --namespace");
-  EXPECT_EQ(ErrorOf({"help", "nothing"}), "unknown command \"nothing\"");
+  EXPECT_EQ(ErrorOf({"help", "nothing"}), "unknown command \"nothing\" (see fleetctl --help)");
 }
 
 TEST(FleetctlCommandLineTest, SubmitNeedsAJobAndConsistentFlags) {

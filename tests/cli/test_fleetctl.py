@@ -347,8 +347,8 @@ class TestFleetctl(FleetctlTest):
                    "--image=" + TOOLS, "--", "python3", "x.py")
         self.fails("submit needs --image", "submit", "--", "python3", "x.py", code=2)
         self.fails("unknown flag --sever_num for submit", "submit", "--sever_num=2", code=2)
-        self.fails("--worker_num=0: expected an integer from 1 to 10000", "submit", "--worker_num=0", code=2)
-        self.fails("--output=xml: expected json or yaml", "list", "-o", "xml", code=2)
+        self.fails("--worker_num: expected an integer from 1 to 10000, got '0'", "submit", "--worker_num=0", code=2)
+        self.fails("--output: expected json or yaml, got 'xml'", "list", "-o", "xml", code=2)
         self.fails("status needs the FleetJob's name", "status", code=2)
         self.fails("--gpus > 1 runs one process per GPU through fleetrun", "submit", "--image=x", "--gpus=2",
                    "--", "./train.sh", code=2)

@@ -461,14 +461,14 @@ TEST_P(FleetrunE2EBadInput, ExitsTwoWithOneLineAndStartsNothing) {
 INSTANTIATE_TEST_SUITE_P(
     Cases, FleetrunE2EBadInput,
     ::testing::Values(
-        BadInput{"unknown_flag", {"--bogus=1", "./marker.sh"}, {}, "unknown flag '--bogus'"},
-        BadInput{"missing_flag_value", {"--nproc_per_node=2", "--log_dir"}, {}, "'--log_dir' needs a value"},
+        BadInput{"unknown_flag", {"--bogus=1", "./marker.sh"}, {}, "unknown flag --bogus"},
+        BadInput{"missing_flag_value", {"--nproc_per_node=2", "--log_dir"}, {}, "--log_dir needs a value"},
         BadInput{"no_script", {"--nproc_per_node=2"}, {}, "no training script"},
         BadInput{"endpoint_without_port", {"--servers=127.0.0.1", "--worker_num=1", "./marker.sh"}, {},
                  "'127.0.0.1' has no port"},
         BadInput{"port_70000", {"--servers=127.0.0.1:70000", "--worker_num=1", "./marker.sh"}, {},
                  "port 70000, out of range 1-65535"},
-        BadInput{"start_port_70000", {"--start_port=70000", "./marker.sh"}, {}, "--start_port has port 70000"},
+        BadInput{"start_port_70000", {"--start_port=70000", "./marker.sh"}, {}, "--start_port: expected an integer from 1 to 65535, got '70000'"},
         BadInput{"duplicate_endpoints", {"--servers=127.0.0.1:6001,127.0.0.1:6001", "--worker_num=1", "./marker.sh"}, {},
                  "'127.0.0.1:6001' appears twice"},
         BadInput{"duplicate_endpoints_across_roles", {"--servers=127.0.0.1:6001", "--workers=127.0.0.1:6001", "./marker.sh"},

@@ -56,6 +56,14 @@ TEST(OperatorFlagsTest, EveryFlagIsRead) {
   EXPECT_EQ(f->log_format, LogFormat::kJson);
 }
 
+TEST(OperatorFlagsTest, AnEmptyValueIsEmptyAndTheLastOfARepeatedFlagCounts) {
+  // "--namespace=" does not take the next flag for its value; the chart's extraArgs come last and win.
+  auto f = ParseOperatorFlags({"--namespace=", "--workers=8", "--workers=010"});
+  ASSERT_TRUE(f.ok()) << f.error();
+  EXPECT_EQ(f->controller.ns, "");
+  EXPECT_EQ(f->controller.workers, 10);
+}
+
 TEST(OperatorFlagsTest, LeaderElectTakesAnExplicitValue) {
   EXPECT_FALSE(ParseOperatorFlags({"--leader-elect=false"})->leader_elect);
   EXPECT_TRUE(ParseOperatorFlags({"--leader-elect=true"})->leader_elect);
@@ -85,18 +93,18 @@ INSTANTIATE_TEST_SUITE_P(
     Flags, OperatorBadFlagTest,
     ::testing::Values(BadFlag{{"--bogus=1"}, "unknown flag --bogus"},
                       BadFlag{{"positional"}, "unexpected argument \"positional\""},
-                      BadFlag{{"--workers=0"}, "--workers=0: expected an integer from 1 to 256"},
-                      BadFlag{{"--workers=many"}, "--workers=many"},
+                      BadFlag{{"--workers=0"}, "--workers: expected an integer from 1 to 256, got '0'"},
+                      BadFlag{{"--workers=many"}, "--workers: expected an integer from 1 to 256, got 'many'"},
                       BadFlag{{"--workers"}, "--workers needs a value"},
-                      BadFlag{{"--create-concurrency=-1"}, "--create-concurrency=-1"},
-                      BadFlag{{"--kube-api-qps=1.5"}, "--kube-api-qps=1.5"},
+                      BadFlag{{"--create-concurrency=-1"}, "--create-concurrency: expected an integer from 1 to 1024, got '-1'"},
+                      BadFlag{{"--kube-api-qps=1.5"}, "--kube-api-qps: expected an integer from 0 to 100000, got '1.5'"},
                       BadFlag{{"--sidecar-mode=sometimes"}, "expected auto, native or init"},
                       BadFlag{{"--cluster-domain="}, "--cluster-domain: must not be empty"},
                       BadFlag{{"--sidecar-image="}, "--sidecar-image: must not be empty"},
                       BadFlag{{"--host-port-range=3000"}, "expected FIRST-LAST"},
                       BadFlag{{"--host-port-range=3000-2000"}, "FIRST <= LAST"},
                       BadFlag{{"--host-port-range=0-70000"}, "--host-port-range"},
-                      BadFlag{{"--leader-elect=maybe"}, "expected true or false"},
+                      BadFlag{{"--leader-elect=maybe"}, "expected true, false, 1 or 0"},
                       BadFlag{{"--leader-election-id="}, "must not be empty"},
                       BadFlag{{"--log-level=loud"}, "expected debug, info, warning or error"},
                       BadFlag{{"--log-format=xml"}, "expected text or json"}));

@@ -237,8 +237,8 @@ TEST_F(SidecarGateTest, TrainersUseTheServerListKeyedForTheirRole) {
 
 TEST_F(SidecarGateTest, BadFlagsExitTwoBeforeDoingAnything) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{}, "subcommand"},
-      {{"serve"}, "unknown subcommand 'serve'"},
+      {{}, "no command given"},
+      {{"serve"}, "unknown command \"serve\""},
       {{"gate", "--namespace=default", "--job=j", "--pod=p", "--role=worker", "--config-map=c", "--metrics-port=1",
         "--listen=127.0.0.1:0", "--kubeconfig=" + kubeconfig_},
        "--run"},

@@ -99,8 +99,8 @@ TEST(SidecarOptionsTest, Help) {
 // Each bad command line fails with a message naming `fragment` (the flag), on one line.
 TEST(SidecarOptionsTest, ErrorsNameTheFlag) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{}, "subcommand"},
-      {{"serve"}, "'serve'"},
+      {{}, "no command given"},
+      {{"serve"}, "unknown command \"serve\""},
       {Without(PodBuilderArgs(), "--run="), "--run"},
       {Without(PodBuilderArgs(), "--namespace="), "--namespace"},
       {Without(PodBuilderArgs(), "--metrics-port="), "--metrics-port"},
@@ -119,7 +119,7 @@ TEST(SidecarOptionsTest, ErrorsNameTheFlag) {
       {Replace(PodBuilderArgs(), "--role=", "--role="), "--role"},
       {With(PodBuilderArgs(), {"--run=4"}), "--run"},
       {With(PodBuilderArgs(), {"--bogus=1"}), "--bogus"},
-      {With(PodBuilderArgs(), {"stray"}), "'stray'"},
+      {With(PodBuilderArgs(), {"stray"}), "unexpected argument \"stray\""},
       {With(PodBuilderArgs(), {"--listen=nope"}), "--listen"},
       {With(PodBuilderArgs(), {"--listen=1.2.3.4:99999"}), "--listen"},
       {With(PodBuilderArgs(), {"--listen=fd00::1:80"}), "--listen"},

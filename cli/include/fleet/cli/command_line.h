@@ -3,10 +3,10 @@
 //
 //   fleetctl [--kubeconfig=PATH] [--context=NAME] [-n NS] [-o json|yaml] COMMAND [flags] [ARGS]
 //
-// Flags are --name=value or --name value (-n NS, -o json, -f FILE); '_' and '-' are the same in
-// flag names (--server_num = --server-num). Flags may come before or after the command; for
-// `submit`, everything after "--" is the training command. Strict: an unknown flag, a missing or
-// malformed value or a missing argument is an error naming it (exit 2).
+// Flags are --name=value or --name value (-n NS, -n=NS, -nNS, -o json, -f FILE); '_' and '-' are
+// the same in flag names (--server_num = --server-num). The connection flags go anywhere, a
+// command's flags after it; for `submit`, everything after "--" is the training command. Strict: an
+// unknown flag, a missing or malformed value or a missing argument is an error naming it (exit 2).
 #pragma once
 
 #include <optional>

@@ -1,5 +1,6 @@
 // fleet-operator's command line. Strict: an unknown flag or a malformed value is an error naming
-// the flag, before anything connects or listens. Flags are --name=value or --name value.
+// the flag, before anything connects or listens. Flags are --name=value or --name value; of a
+// repeated flag the last counts (the chart's extraArgs override its defaults).
 #pragma once
 
 #include <chrono>
