@@ -125,6 +125,7 @@ class Planner {
   ReconcilePlan Run();
 
  private:
+  void Steps();
   // The steps of a plan, in order. Those returning bool return whether they finished the plan.
   void FailInvalidSpec();
   bool ImmutableFieldChanged();
@@ -138,7 +139,6 @@ class Planner {
   void EnsureSidecarIdentity();
   void RewireOnNewReplicas();
   RunPods ClassifyPods();
-  void CountRoles(const RunPods& pods);
   bool AllWorkersSucceeded(const RunPods& pods);
   bool HandleFailures(const RunPods& pods);
   Hosts CollectHosts(const RunPods& pods) const;
@@ -149,6 +149,7 @@ class Planner {
   void Summarize(const RunPods& pods, const Hosts& hosts);
   void CheckPending(const RunPods& pods);
   void CheckProgress(const RunPods& pods);
+  void CountPods();
 
   // ---- what the steps share ----
   const FleetJob& job() const { return *object_.job; }
@@ -189,6 +190,7 @@ class Planner {
     if (status().Find(type)) SetCondition(type, false, reason, "");
   }
   void Fail(const std::string& reason, const std::string& message);
+  void ResolveWithoutPods(const std::string& reason);
   // Fails the job when it has used up backoffLimit; `what` says what happened.
   bool OutOfRestarts(const std::string& what);
   void Restart(const std::string& why, bool whole_job);
@@ -234,32 +236,35 @@ class Planner {
 
 ReconcilePlan Planner::Run() {
   if (object_.deleting) return plan_;  // garbage collection removes the children
-  if (!object_.job) {
-    FailInvalidSpec();
-    return plan_;
-  }
+  Steps();
+  // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
+  // the pods that exist once it is carried out.
+  if (object_.job) CountPods();
+  return std::move(plan_);
+}
+
+void Planner::Steps() {
+  if (!object_.job) return FailInvalidSpec();
   const bool new_generation = status().observed_generation != job().generation;
   status().observed_generation = job().generation;
-  if (ImmutableFieldChanged()) return plan_;
+  if (ImmutableFieldChanged()) return;
   RecordHostPorts();
-  if (FinishedAlready() || WaitForHostPorts()) return plan_;
+  if (FinishedAlready() || WaitForHostPorts()) return;
   // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
   // generation; otherwise the wiring is rendered only when a plan needs it.
-  if (new_generation && !HostPortsRefused() && !Wiring()) return plan_;
-  if (Suspend() || DeadlineExceeded() || WaitForGang()) return plan_;
+  if (new_generation && !HostPortsRefused() && !Wiring()) return;
+  if (Suspend() || DeadlineExceeded() || WaitForGang()) return;
   CreateService();
   EnsureSidecarIdentity();
   RewireOnNewReplicas();
   const RunPods pods = ClassifyPods();
-  CountRoles(pods);
-  if (AllWorkersSucceeded(pods) || HandleFailures(pods)) return plan_;
+  if (AllWorkersSucceeded(pods) || HandleFailures(pods)) return;
   const Hosts hosts = CollectHosts(pods);
-  if (RestartForReplacedPod(hosts)) return plan_;
-  if (NeedsWiring(pods, hosts) && !Wiring()) return plan_;   // the job failed: it cannot be wired
+  if (RestartForReplacedPod(hosts)) return;
+  if (NeedsWiring(pods, hosts) && !Wiring()) return;   // the job failed: it cannot be wired
   CreateMissingPods(pods);
   PublishEndpoints(hosts);
   Summarize(pods, hosts);
-  return plan_;
 }
 
 // ---- ending a job ----
@@ -268,6 +273,16 @@ void Planner::Fail(const std::string& reason, const std::string& message) {
   SetPhase(JobPhase::kFailed, message);
   status().MarkFailed(reason, message, now_);
   SetCondition(ConditionType::kRestarting, false, reason, message);
+  ResolveWithoutPods("JobFailed");
+}
+
+// A finished or suspended job is no longer stalled, unschedulable or waiting for anything:
+// conditions that said so turn False (nothing else would ever clear them).
+void Planner::ResolveWithoutPods(const std::string& reason) {
+  for (ConditionType type : {ConditionType::kStalled, ConditionType::kUnschedulable, ConditionType::kGangPending,
+                             ConditionType::kWaitingForHostPorts}) {
+    if (status().IsTrue(type)) SetCondition(type, false, reason, "");
+  }
 }
 
 // What is left of a finished job, per cleanPodPolicy: Running deletes pods still running
@@ -305,6 +320,7 @@ void Planner::FailInvalidSpec() {
 
 bool Planner::FinishedAlready() {
   if (!IsFinished(status().phase)) return false;
+  ResolveWithoutPods(status().phase == JobPhase::kSucceeded ? "JobSucceeded" : "JobFailed");
   FinishedJob();
   return true;
 }
@@ -371,6 +387,7 @@ bool Planner::Suspend() {
     NewRun();  // pods made after the resume are wired afresh
   }
   SetCondition(ConditionType::kRunning, false, "Suspended", "");
+  ResolveWithoutPods("Suspended");
   status().start_time.reset();  // activeDeadlineSeconds counts from the resume
   SetPhase(JobPhase::kSuspended, "the job is suspended; its pods are removed until spec.runPolicy.suspend is false");
   return true;
@@ -478,28 +495,6 @@ RunPods Planner::ClassifyPods() {
   return pods;
 }
 
-void Planner::CountRoles(const RunPods& pods) {
-  std::map<std::string, ReplicaStatus> replicas;
-  int heter_ready = 0;  // one printer column for all heter stages
-  for (const RoleSpec& role : job().spec.roles) {
-    ReplicaStatus& counts = replicas[role.name];
-    counts.replicas = role.replicas;
-    for (const PodSlot& slot : slots_) {
-      if (slot.role != &role) continue;
-      const Json* pod = pods.Find(slot);
-      if (!pod) continue;
-      const std::string& phase = Phase(*pod);
-      if (phase == kPodSucceeded) ++counts.succeeded;
-      else if (phase == kPodFailed) ++counts.failed;
-      else ++counts.active;
-      if (phase == kPodRunning && PodReady(*pod)) ++counts.ready;
-    }
-    if (role.kind == RoleKind::kHeter) heter_ready += counts.ready;
-  }
-  status().replica_statuses = std::move(replicas);
-  status().heter_ready = heter_ready;
-}
-
 // Success: every worker of this run succeeded.
 bool Planner::AllWorkersSucceeded(const RunPods& pods) {
   const RoleSpec* workers = job().spec.Find(RoleKind::kWorker);
@@ -511,6 +506,7 @@ bool Planner::AllWorkersSucceeded(const RunPods& pods) {
   if (workers_done != workers->replicas) return false;
   SetCondition(ConditionType::kSucceeded, true, "WorkersSucceeded", "all workers finished successfully");
   SetCondition(ConditionType::kRunning, false, "WorkersSucceeded", "");
+  ResolveWithoutPods("JobSucceeded");
   SetPhase(JobPhase::kSucceeded, "all " + std::to_string(workers->replicas) + " workers finished successfully");
   status().completion_time = WholeSeconds(now_);
   FinishedJob();
@@ -710,6 +706,38 @@ void Planner::CheckProgress(const RunPods& pods) {
   std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
   if (!first_message.empty()) message += " (" + first_message + ")";
   Raise(ConditionType::kStalled, "Warning", "TrainingStalled", message);
+}
+
+// status.replicaStatuses: per role, this run's pods that exist and that this plan does not
+// delete (a suspended, failed or finished job shows what is left of it, not what it had).
+void Planner::CountPods() {
+  const std::string run = std::to_string(status().run);
+  std::unordered_map<std::string_view, const RoleSpec*> role_of;   // slot name -> role
+  role_of.reserve(slots_.size());
+  for (const PodSlot& slot : slots_) role_of.emplace(slot.name, slot.role);
+  std::map<const RoleSpec*, ReplicaStatus> counts;
+  for (const Json& pod : observed_.pods) {
+    const auto role = role_of.find(Name(pod));
+    if (role == role_of.end() || Terminating(pod) || Label(pod, kRunLabel) != run ||
+        deleted_.count({ObjectKind::kPod, Name(pod)})) {
+      continue;
+    }
+    ReplicaStatus& c = counts[role->second];
+    const std::string& phase = Phase(pod);
+    if (phase == kPodSucceeded) ++c.succeeded;
+    else if (phase == kPodFailed) ++c.failed;
+    else ++c.active;
+    if (phase == kPodRunning && PodReady(pod)) ++c.ready;
+  }
+  std::map<std::string, ReplicaStatus> replicas;
+  int heter_ready = 0;  // one printer column for all heter stages
+  for (const RoleSpec& role : job().spec.roles) {
+    ReplicaStatus& c = replicas[role.name] = counts[&role];
+    c.replicas = role.replicas;
+    if (role.kind == RoleKind::kHeter) heter_ready += c.ready;
+  }
+  status().replica_statuses = std::move(replicas);
+  status().heter_ready = heter_ready;
 }
 
 // Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.

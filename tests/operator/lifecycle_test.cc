@@ -467,6 +467,76 @@ TEST(ProgressTest, StalledRanksMakeAStalledConditionNamingThem) {
   EXPECT_EQ(Condition(world.Status(), "Stalled")["status"], "False");
 }
 
+// ---- the status tells the truth: counts of the pods that exist, conditions that still hold ----
+
+Json Counts(const ReconcilePlan& plan, const std::string& role) {
+  return plan.status.ToJson()["replicaStatuses"][role];
+}
+
+// Regression (fixed): a suspended job showed its old counts (2/2 ready) with no pod left.
+TEST(TruthfulStatusTest, ASuspendedJobCountsNoPods) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.EditSpec("/spec/runPolicy/suspend", true);
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(Counts(plan, "worker"), Json({{"replicas", 4}, {"active", 0}, {"ready", 0}, {"succeeded", 0}, {"failed", 0}}));
+  EXPECT_EQ(Counts(plan, "server"), Json({{"replicas", 1}, {"active", 0}, {"ready", 0}, {"succeeded", 0}, {"failed", 0}}));
+  world.Reap();
+  EXPECT_EQ(Counts(world.Step(), "worker")["active"], 0);
+}
+
+// Regression (fixed): a failed job showed its workers active after its pods were deleted.
+TEST(TruthfulStatusTest, AFailedJobCountsOnlyThePodsItKeeps) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").BackoffLimit(0).Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(137); });
+  const ReconcilePlan& plan = world.Step();
+  ASSERT_EQ(plan.status.ToJson()["phase"], "Failed");
+  // cleanPodPolicy Running: the failed worker stays for its logs, the running pods go.
+  EXPECT_EQ(Counts(plan, "worker"), Json({{"replicas", 4}, {"active", 0}, {"ready", 0}, {"succeeded", 0}, {"failed", 1}}));
+  EXPECT_EQ(Counts(plan, "server")["ready"], 0);
+  world.Reap();
+  EXPECT_EQ(Counts(world.Step(), "worker")["failed"], 1);
+}
+
+// Regression (fixed): a succeeded job showed its deleted servers as ready.
+TEST(TruthfulStatusTest, ASucceededJobDoesNotCountItsDeletedServers) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  const ReconcilePlan& plan = world.Step();
+  ASSERT_EQ(plan.status.ToJson()["phase"], "Succeeded");
+  EXPECT_EQ(Counts(plan, "server"), Json({{"replicas", 1}, {"active", 0}, {"ready", 0}, {"succeeded", 0}, {"failed", 0}}));
+  EXPECT_EQ(Counts(plan, "worker")["succeeded"], 4);
+}
+
+// Regression (fixed): Stalled stayed True after the job succeeded; so did Unschedulable.
+TEST(TruthfulStatusTest, ConditionsAboutThePodsTurnFalseWhenTheJobEnds) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Progress(false, "rank 1 stalled"); });
+  world.Step();
+  ASSERT_EQ(Condition(world.Status(), "Stalled")["status"], "True");
+  world.Advance(100);
+  for (int i = 0; i < 4; ++i) world.Edit("wd-worker-" + std::to_string(i), [](PodBuilder& p) { p.Succeeded(); });
+  const ReconcilePlan& plan = world.Step();
+  ASSERT_EQ(plan.status.ToJson()["phase"], "Succeeded");
+  const Json stalled = Condition(plan.status.ToJson(), "Stalled");
+  EXPECT_EQ(stalled["status"], "False");
+  EXPECT_EQ(stalled["reason"], "JobSucceeded");
+  EXPECT_EQ(stalled["lastTransitionTime"], FormatRfc3339(At(100)));
+}
+
+// A job that ended under an older operator with Stalled still True is put right on its next plan.
+TEST(TruthfulStatusTest, AFinishedJobsStaleConditionIsPutRight) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").BackoffLimit(0).Obj());
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(137); });
+  world.Step();
+  ASSERT_EQ(world.Status()["phase"], "Failed");
+  FleetJobStatus old = FleetJobStatus::FromJson(world.Status());
+  old.SetCondition(ConditionType::kStalled, ConditionStatus::kTrue, "TrainingStalled", "rank 1", At(0));
+  world.job["status"] = old.ToJson();
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Stalled")["reason"], "JobFailed");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Stalled")["status"], "False");
+}
+
 TEST(ScalingTest, TheSidecarRoleFollowsThePods) {
   World world = RunningWorld(JobBuilder("wd").Ps(1, 2).Obj());
   world.EditSpec("/spec/worker/replicas", 3);

@@ -20,12 +20,11 @@ struct Error {
   std::string message;
 };
 
+// What every "a value or an error" type shares: the value and its accessors. The error part is
+// the derived type's own (a message here, kube::ApiStatus in kube::StatusOr).
 template <typename T>
-class [[nodiscard]] Result {
+class ValueOr {
  public:
-  Result(T value) : value_(std::move(value)) {}  // NOLINT: implicit by design, like absl::StatusOr
-  Result(Error error) : error_(std::move(error.message)) {}  // NOLINT
-
   bool ok() const { return value_.has_value(); }
   explicit operator bool() const { return ok(); }
 
@@ -37,10 +36,23 @@ class [[nodiscard]] Result {
   const T* operator->() const { return &*value_; }
   T* operator->() { return &*value_; }
 
-  const std::string& error() const { return error_; }
+ protected:
+  ValueOr() = default;
+  explicit ValueOr(T value) : value_(std::move(value)) {}
 
  private:
   std::optional<T> value_;
+};
+
+template <typename T>
+class [[nodiscard]] Result : public ValueOr<T> {
+ public:
+  Result(T value) : ValueOr<T>(std::move(value)) {}  // NOLINT: implicit by design, like absl::StatusOr
+  Result(Error error) : error_(std::move(error.message)) {}  // NOLINT
+
+  const std::string& error() const { return error_; }
+
+ private:
   std::string error_;
 };
 

@@ -14,6 +14,8 @@
 #include <utility>
 #include <vector>
 
+#include "fleet/base/result.h"
+
 namespace fleet::kube {
 
 enum class Code {
@@ -77,22 +79,13 @@ ApiStatus StatusFromResponse(int http_status, const std::string& body,
                              std::optional<std::chrono::seconds> retry_after = std::nullopt);
 
 template <typename T>
-class [[nodiscard]] StatusOr {
+class [[nodiscard]] StatusOr : public ValueOr<T> {
  public:
-  StatusOr(T value) : value_(std::move(value)) {}                // NOLINT: implicit by design
+  StatusOr(T value) : ValueOr<T>(std::move(value)) {}            // NOLINT: implicit by design
   StatusOr(ApiStatus status) : status_(std::move(status)) {}     // NOLINT
-  bool ok() const { return value_.has_value(); }
   const ApiStatus& status() const { return status_; }
-  const T& value() const& { return *value_; }
-  T& value() & { return *value_; }
-  T&& value() && { return std::move(*value_); }
-  const T& operator*() const& { return *value_; }
-  T& operator*() & { return *value_; }
-  const T* operator->() const { return &*value_; }
-  T* operator->() { return &*value_; }
 
  private:
-  std::optional<T> value_;
   ApiStatus status_;
 };
 
