@@ -169,6 +169,10 @@ class Session {
       job = BuildFleetJob(s, ns_);
     }
     if (!job) return Failure{job.error(), 2};
+    for (const std::string& flag : s.fleetctl_flags_in_command) {
+      err_ << "fleetctl: note: " << flag << " is after \"--\": it goes to the training command, not to fleetctl "
+           << "(fleetctl's flags go before \"--\")\n";
+    }
     if (s.dry_run) {
       if (Machine()) {
         Print(*job);

@@ -218,6 +218,13 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
   if (dashes != args.end()) {
     if (cl.command != Command::kSubmit) return Error{"unexpected \"--\": only submit takes a command after it"};
     cl.submit.command.assign(dashes + 1, args.end());
+    // A submit flag after "--" is the training command's (a script may have a --dry-run of its
+    // own), but it may be a slip: submit says where it went.
+    for (const std::string& arg : cl.submit.command) {
+      if (arg.size() < 2 || arg[0] != '-') continue;
+      const std::string flag = arg.substr(0, arg.find('='));
+      if (given.get_option_no_throw(flag) != nullptr) cl.submit.fleetctl_flags_in_command.push_back(flag);
+    }
   }
   auto names = [&](size_t min, size_t max) -> Status {
     if (cl.names.size() < min) return Error{CommandName(cl.command) + " needs the FleetJob's name"};

@@ -46,6 +46,20 @@ TEST(FleetctlCommandLineTest, SubmitTakesFleetrunStyleFlagsAndTheCommandAfterDas
   EXPECT_EQ(s.command, (std::vector<std::string>{"python", "train.py", "--lr", "0.1", "--", "x"}));
 }
 
+// Submit's own flags after "--" stay with the training command, and are named so that submit can
+// say where they went; the script's other flags are not.
+TEST(FleetctlCommandLineTest, SubmitFlagsAfterTheDashesAreTheCommandsAndNamed) {
+  const auto cl = Parse({"submit", "--image=img", "--", "python", "train.py", "--dry-run", "--lr=0.1", "--worker_num=2",
+                         "-e", "X=1", "--timeout"});
+  EXPECT_FALSE(cl.submit.dry_run);
+  EXPECT_EQ(cl.submit.worker_num, 1);
+  EXPECT_EQ(cl.submit.command, (std::vector<std::string>{"python", "train.py", "--dry-run", "--lr=0.1", "--worker_num=2",
+                                                         "-e", "X=1", "--timeout"}));
+  EXPECT_EQ(cl.submit.fleetctl_flags_in_command,
+            (std::vector<std::string>{"--dry-run", "--worker_num", "-e", "--timeout"}));
+  EXPECT_TRUE(Parse({"submit", "--image=img", "--", "python", "train.py", "--lr", "1"}).submit.fleetctl_flags_in_command.empty());
+}
+
 TEST(FleetctlCommandLineTest, GlobalFlagsGoAnywhereInEveryForm) {
   const auto cl = Parse({"--kubeconfig", "/k", "-nteam", "status", "--context=c", "job", "-o", "yaml"});
   EXPECT_EQ(cl.command, Command::kStatus);

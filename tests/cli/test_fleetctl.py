@@ -151,6 +151,13 @@ class TestFleetctl(FleetctlTest):
         self.assertEqual(spec["worker"]["template"]["spec"]["containers"][0]["command"],
                          ["fleetrun", "train.py", "--lr=0.1"])
 
+    def test_submit_says_where_a_fleetctl_flag_after_the_dashes_went(self):
+        run = self.ok("submit", "--name=dry3", "--image=paddle", "--dry-run", "--", "python3", "t.py", "--wait")
+        self.assertEqual(yaml.safe_load(run.out)["spec"]["worker"]["template"]["spec"]["containers"][0]["command"],
+                         ["python3", "t.py", "--wait"])
+        self.assertEqual(run.err, 'fleetctl: note: --wait is after "--": it goes to the training command, not to '
+                                  'fleetctl (fleetctl\'s flags go before "--")\n')
+
     def test_wait_reports_a_job_the_operator_fails(self):
         with open(PS_EXAMPLE) as f:
             job = yaml.safe_load(f)

@@ -47,6 +47,7 @@ struct SubmitOptions {
   std::string priority_class;
   std::string sidecar_image;
   std::vector<std::string> command;  // after "--"
+  std::vector<std::string> fleetctl_flags_in_command;  // submit's own flags found after "--"
   bool wait = false;                 // until Running or finished
   int timeout_seconds = 0;           // for --wait; 0 = none
   bool dry_run = false;              // print the FleetJob, create nothing
