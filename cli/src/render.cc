@@ -131,7 +131,7 @@ std::vector<std::string> RoleNames(const Json& job) {
 
 std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
   std::vector<std::vector<std::string>> rows;
-  std::vector<std::string> header = {"NAME", "MODE", "PHASE", "SERVERS", "WORKERS", "RESTARTS", "AGE"};
+  std::vector<std::string> header = {"NAME", "MODE", "PHASE", "SERVERS", "WORKERS", "HETER", "RESTARTS", "AGE"};
   if (with_namespace) header.insert(header.begin(), "NAMESPACE");
   rows.push_back(header);
   for (const Json& job : jobs) {
@@ -143,11 +143,20 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
       const Json& rs = Field(Field(status, "replicaStatuses"), role);
       return std::to_string(Int(rs, "ready")) + "/" + std::to_string(Int(Field(spec, role), "replicas"));
     };
+    // Every heter stage in one column, as kubectl's Heter column (status.heterReady).
+    auto heter = [&]() -> std::string {
+      const Json& stages = Field(spec, "heter");
+      if (!stages.is_array() || stages.empty()) return "-";
+      int64_t replicas = 0;
+      for (const Json& stage : stages) replicas += Int(stage, "replicas");
+      return std::to_string(Int(status, "heterReady")) + "/" + std::to_string(replicas);
+    };
     std::vector<std::string> row = {Str(meta, "name"),
                                     Str(status, "mode", Str(spec, "mode", "")),
                                     Str(status, "phase", "<none>"),
                                     counts("server"),
                                     counts("worker"),
+                                    heter(),
                                     std::to_string(Int(status, "restartCount")),
                                     Ago(Str(meta, "creationTimestamp"), now)};
     if (row[1].empty()) row[1] = "<none>";

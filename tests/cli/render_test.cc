@@ -38,6 +38,7 @@ Json Job(const std::string& name, const std::string& phase) {
     "spec": {"mode": "ps", "server": {"replicas": 2}, "worker": {"replicas": 4},
              "heter": [{"name": "gpu", "replicas": 1}, {"replicas": 2}]},
     "status": {"phase": ")" + phase + R"(", "mode": "ps-heter", "network": "Service", "run": 3, "restartCount": 1,
+               "heterReady": 2,
                "replicaStatuses": {"server": {"replicas": 2, "active": 2, "ready": 2},
                                    "worker": {"replicas": 4, "active": 4, "ready": 3, "failed": 1},
                                    "gpu": {"replicas": 1, "ready": 1}},
@@ -49,9 +50,9 @@ TEST(FleetctlRenderTest, JobsTable) {
   Json collective = Json::parse(R"({"metadata": {"name": "c", "namespace": "b", "creationTimestamp": "2023-11-14T21:13:20Z"},
                                     "spec": {"worker": {"replicas": 2}}})");
   EXPECT_EQ(JobsTable(Json::array({Job("ctr", "Running"), collective}), false, kNow),
-            "NAME   MODE       PHASE     SERVERS   WORKERS   RESTARTS   AGE\n"
-            "ctr    ps-heter   Running   2/2       3/4       1          3m20s\n"
-            "c      <none>     <none>    -         0/2       0          60m\n");
+            "NAME   MODE       PHASE     SERVERS   WORKERS   HETER   RESTARTS   AGE\n"
+            "ctr    ps-heter   Running   2/2       3/4       2/3     1          3m20s\n"
+            "c      <none>     <none>    -         0/2       -       0          60m\n");
   EXPECT_EQ(JobsTable(Json::array({collective}), true, kNow).substr(0, 12), "NAMESPACE   ");
 }
 
