@@ -4,6 +4,7 @@
 #include <set>
 
 #include "fleet/base/dns.h"
+#include "fleet/sidecar/step_parser.h"
 
 namespace fleet::op {
 namespace {
@@ -331,6 +332,15 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     sd.Strings("logFiles", 16, s.sidecar.log_files);
     sd.Strings("patterns", 16, s.sidecar.patterns);
     sd.Int("stallWindowSeconds", 0, 7 * 24 * 3600, s.sidecar.stall_window_seconds);
+    // Checked here with the sidecar's own compiler (RE2), so that a pattern it would refuse fails
+    // the job with a message instead of crash-looping every pod's sidecar.
+    for (const std::string& pattern : s.sidecar.patterns) {
+      if (auto compiled = sidecar::StepPattern::Compile(pattern); !compiled) {
+        std::string why = compiled.error();
+        if (why.rfind("--pattern ", 0) == 0) why.erase(0, std::string("--pattern ").size());
+        sd.Fail("spec.sidecar.patterns: " + why);
+      }
+    }
     for (const std::string& file : s.sidecar.log_files) {
       if (file.front() != '/') sd.Fail("spec.sidecar.logFiles: \"" + file + "\" must be an absolute path (in a volume the trainer and the sidecar both mount)");
     }

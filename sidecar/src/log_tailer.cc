@@ -124,12 +124,19 @@ bool LogTailer::ReadFile(File& f, const LinesFn& on_lines) {
     while (p < end) {
       const char* nl = static_cast<const char*>(std::memchr(p, '\n', static_cast<size_t>(end - p)));
       if (!nl) break;
-      size_t length = static_cast<size_t>(nl - p);
-      if (length > 0 && p[length - 1] == '\r') --length;
-      if (length > max_line) {
-        ++stats_.long_lines;
-      } else {
-        lines_.emplace_back(p, length);
+      // A carriage return ends a line as a terminal shows it: progress bars (tqdm) rewrite their
+      // line with '\r', and each state is a line of its own; "\r\n" is one end.
+      for (const char* start = p; start < nl || start == p;) {
+        const char* cr = static_cast<const char*>(std::memchr(start, '\r', static_cast<size_t>(nl - start)));
+        const char* stop = cr ? cr : nl;
+        const size_t length = static_cast<size_t>(stop - start);
+        if (length > max_line) {
+          ++stats_.long_lines;
+        } else if (length > 0 || (start == p && !cr)) {  // an empty line stays a line; "\r\n" adds none
+          lines_.emplace_back(start, length);
+        }
+        if (!cr) break;
+        start = cr + 1;
       }
       p = nl + 1;
     }

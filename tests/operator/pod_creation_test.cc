@@ -396,6 +396,18 @@ TEST(PodCreationTest, TemplatesWithTheirOwnServiceAccountGetNoSidecarAccount) {
   }
 }
 
+// A pattern the sidecar would refuse (RE2 has no lookaround) fails the job with the reason,
+// instead of every pod's sidecar exiting 2 at start.
+TEST(PodCreationTest, PatternsTheSidecarWouldRefuseAreRefused) {
+  const Json job = JobBuilder("wd").Ps(1, 2).Set("/spec/sidecar", {{"patterns", {"loss=(?P<loss>[0-9.]+)(?=,)"}}}).Obj();
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
+  EXPECT_EQ(plan.status.ToJson().value("phase", ""), "Failed");
+  EXPECT_EQ(Condition(plan.status.ToJson(), "Failed").value("reason", ""), "InvalidSpec");
+  EXPECT_THAT(plan.status.ToJson().value("message", ""),
+              ::testing::HasSubstr("spec.sidecar.patterns: 'loss=(?P<loss>[0-9.]+)(?=,)': not a valid regular expression"));
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+}
+
 }  // namespace
 }  // namespace fleet::op::testing
 

@@ -70,6 +70,16 @@ TEST_F(LogTailerTest, ReadsTheBacklogThenFollowsNewLines) {
   EXPECT_EQ(tailer.stats().lines, 5u);
 }
 
+// A progress bar rewrites its line with '\r': each state is a line, as a terminal shows it (a
+// pattern's '.' must not run across them); "\r\n" ends one line.
+TEST_F(LogTailerTest, CarriageReturnsEndLinesAsOnATerminal) {
+  const std::string path = dir_.Write("train.log", "step 1 loss=0.5\rstep 2 loss=0.4\r\nwin\r\n\nlast\r\r\n");
+  LogTailerOptions options;
+  options.files = {path};
+  LogTailer tailer(options);
+  EXPECT_EQ(Lines(Poll(tailer)), (std::vector<std::string>{"step 1 loss=0.5", "step 2 loss=0.4", "win", "", "last"}));
+}
+
 TEST_F(LogTailerTest, TruncationStartsOver) {
   const std::string path = dir_.Write("train.log", "a\nb\nc\n");
   LogTailerOptions options;
