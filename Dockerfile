@@ -87,10 +87,11 @@ FROM build-${BUILD} AS build
 
 # ---- runtime images ------------------------------------------------------------------------------
 
-# What fleet::kube and fleet::httpd link: cpprestsdk, yaml-cpp, OpenSSL, prometheus-cpp, CivetWeb.
+# What fleet::kube and fleet::httpd link: cpprestsdk, yaml-cpp, OpenSSL, prometheus-cpp, CivetWeb;
+# and RE2, with which the operator checks a job's log patterns as its sidecars will read them.
 FROM ${DEBIAN_SLIM} AS kube-runtime
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
-      libcpprest2.10 libyaml-cpp0.7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 libbrotli1 zlib1g \
+      libcpprest2.10 libyaml-cpp0.7 libssl3 libprometheus-cpp-core1.0 libcivetweb1 libbrotli1 zlib1g libre2-9 \
       libstdc++6 libgcc-s1 ca-certificates \
  && rm -rf /var/lib/apt/lists/*
 
