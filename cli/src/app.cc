@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fleet/api/names.h"
 #include "fleet/cli/command_line.h"
 #include "fleet/cli/job_spec.h"
 #include "fleet/cli/render.h"
@@ -29,8 +30,8 @@ using kube::ApiStatus;
 using kube::Code;
 using Clock = std::chrono::steady_clock;
 
-const kube::Resource kFleetJobs{"fleet.paddlepaddle.org", "v1alpha1", "fleetjobs", true};
-constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
+const kube::Resource kFleetJobs{api::kGroup, api::kVersion, api::kFleetJobResource, true};
+using api::kJobLabel;
 // How often `logs -f` reads the log again: the client can read a log but not stream it.
 constexpr std::chrono::milliseconds kLogPoll{500};
 // A log stream that ended while its container still shows as running this long after is taken up

@@ -7,6 +7,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/names.h"
 #include "fleet/base/result.h"
 #include "fleet/cli/command_line.h"
 
@@ -14,7 +15,7 @@ namespace fleet::cli {
 
 using Json = nlohmann::json;
 
-inline constexpr const char* kFleetJobApiVersion = "fleet.paddlepaddle.org/v1alpha1";
+inline constexpr const char* kFleetJobApiVersion = api::kApiVersion;
 
 // A FleetJob in namespace `ns` from the submit flags:
 //   --server_num > 0: mode ps, `server_num` servers and `worker_num` workers running COMMAND;

@@ -1,26 +1,24 @@
-// The names the operator gives and reads on Kubernetes objects: labels, annotations, the pod
-// condition fleet-sidecar sets, and the names of a job's children (all derived from the job's name,
+// The names the operator gives and reads on Kubernetes objects: the API's labels, annotations and
+// the pod condition fleet-sidecar sets (fleet/api/names.h), and the names of a job's children (all derived from the job's name,
 // so that the controller finds them in its caches without a lookup).
 #pragma once
 
 #include <string>
 
+#include "fleet/api/names.h"
+
 namespace fleet::op {
 
-// Labels on every child: which job, role, index and run (the job's run when the pod was made:
-// pods of an older run belong to a run that was restarted and are removed).
-inline constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
-inline constexpr const char* kRoleLabel = "fleet.paddlepaddle.org/role";
-inline constexpr const char* kIndexLabel = "fleet.paddlepaddle.org/index";
-inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
-// The sidecar's Role says which replicas its pod names are of (ReplicaSignature).
-inline constexpr const char* kReplicasAnnotation = "fleet.paddlepaddle.org/replicas";
-// The endpoints ConfigMap says which run and which hosts its lists were computed for.
-inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
-inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-digest";
-// The condition fleet-sidecar sets on its own pod: True while training progresses (or before the
-// first step), False with reason Stalled when no step came within its stall window.
-inline constexpr const char* kProgressConditionType = "fleet.paddlepaddle.org/TrainingProgress";
+// The API's names on the children, labels, annotations and the sidecar's pod condition: shared
+// with fleet-sidecar and fleetctl.
+using api::kHostsAnnotation;
+using api::kIndexLabel;
+using api::kJobLabel;
+using api::kProgressConditionType;
+using api::kReplicasAnnotation;
+using api::kRoleLabel;
+using api::kRunAnnotation;
+using api::kRunLabel;
 // Where pods mount the endpoints ConfigMap (one file per key).
 inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
 

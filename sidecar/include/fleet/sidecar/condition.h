@@ -24,6 +24,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/names.h"
 #include "fleet/base/log.h"
 #include "fleet/kube/client.h"
 
@@ -34,7 +35,7 @@ class Counter;
 
 namespace fleet::sidecar {
 
-inline constexpr const char* kProgressConditionType = "fleet.paddlepaddle.org/TrainingProgress";
+using api::kProgressConditionType;
 
 struct PodCondition {
   bool status = true;

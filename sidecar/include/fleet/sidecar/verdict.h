@@ -12,11 +12,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/names.h"
 #include "fleet/runtime/endpoint.h"
 
 namespace fleet::sidecar {
 
-inline constexpr const char* kRunAnnotation = "fleet.paddlepaddle.org/run";
+using api::kRunAnnotation;
 inline constexpr const char* kServerListVar = "PADDLE_PSERVERS_IP_PORT_LIST";
 inline constexpr const char* kServerRole = "server";
 
