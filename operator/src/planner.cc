@@ -120,6 +120,8 @@ class Planner {
       : object_(object), observed_(observed), now_(now), settings_(settings) {
     plan_.status = status;
     if (object_.job) slots_ = PodSlots(*object_.job);
+    slot_of_.reserve(slots_.size());
+    for (const PodSlot& slot : slots_) slot_of_.emplace(slot.name, &slot);
   }
 
   ReconcilePlan Run();
@@ -230,6 +232,7 @@ class Planner {
   const OperatorSettings& settings_;
   ReconcilePlan plan_;
   std::vector<PodSlot> slots_;
+  std::unordered_map<std::string_view, const PodSlot*> slot_of_;   // by pod name (into slots_)
   std::set<std::pair<ObjectKind, std::string>> deleted_;
   std::optional<JobWiring> wiring_;
 };
@@ -473,23 +476,20 @@ void Planner::RewireOnNewReplicas() {
 // This run's pods by slot; everything else (older runs, scaled-away slots) goes.
 RunPods Planner::ClassifyPods() {
   const std::string run = std::to_string(status().run);
-  std::unordered_map<std::string_view, int> ordinal_of;   // slot name -> ordinal
-  ordinal_of.reserve(slots_.size());
-  for (const PodSlot& slot : slots_) ordinal_of.emplace(slot.name, slot.ordinal);
   RunPods pods(slots_.size());
   for (const Json& pod : observed_.pods) {
     const std::string& name = Name(pod);
-    auto slot = ordinal_of.find(name);
-    if (slot != ordinal_of.end()) pods.Occupy(slot->second);
+    auto slot = slot_of_.find(name);
+    if (slot != slot_of_.end()) pods.Occupy(slot->second->ordinal);
     const bool old_run = Label(pod, kRunLabel) != run;
     pods.stale = pods.stale || old_run;
     if (Terminating(pod)) continue;
-    if (slot == ordinal_of.end()) {
+    if (slot == slot_of_.end()) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
     } else if (old_run) {
       Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
     } else {
-      pods.Set(slot->second, &pod);
+      pods.Set(slot->second->ordinal, &pod);
     }
   }
   return pods;
@@ -712,17 +712,14 @@ void Planner::CheckProgress(const RunPods& pods) {
 // delete (a suspended, failed or finished job shows what is left of it, not what it had).
 void Planner::CountPods() {
   const std::string run = std::to_string(status().run);
-  std::unordered_map<std::string_view, const RoleSpec*> role_of;   // slot name -> role
-  role_of.reserve(slots_.size());
-  for (const PodSlot& slot : slots_) role_of.emplace(slot.name, slot.role);
   std::map<const RoleSpec*, ReplicaStatus> counts;
   for (const Json& pod : observed_.pods) {
-    const auto role = role_of.find(Name(pod));
-    if (role == role_of.end() || Terminating(pod) || Label(pod, kRunLabel) != run ||
+    const auto slot = slot_of_.find(Name(pod));
+    if (slot == slot_of_.end() || Terminating(pod) || Label(pod, kRunLabel) != run ||
         deleted_.count({ObjectKind::kPod, Name(pod)})) {
       continue;
     }
-    ReplicaStatus& c = counts[role->second];
+    ReplicaStatus& c = counts[slot->second->role];
     const std::string& phase = Phase(pod);
     if (phase == kPodSucceeded) ++c.succeeded;
     else if (phase == kPodFailed) ++c.failed;
