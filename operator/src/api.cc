@@ -242,6 +242,7 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   r.Enum("gloo", {{"None", Gloo::kNone}, {"Workers", Gloo::kWorkers}, {"All", Gloo::kAll}}, s.gloo);
   r.Int("processesPerPod", 1, 64, s.processes_per_pod);
   r.Int("port", 1024, 65535, s.port);
+  r.Int("totalSteps", 0, int64_t{1} << 50, s.total_steps);
   r.Enum("runtime", kRuntimes, s.runtime);
   if (!r.error().empty()) return Error{r.error()};
 

@@ -95,6 +95,12 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   job_handlers.on_modify = [this](const Json& o) { Enqueue(o); };
   job_handlers.on_delete = [this](const Json& o) { Enqueue(o); };
   jobs_->AddHandlers(std::move(job_handlers));
+  if (options_.settings.progress_interval.count() > 0) {
+    ProgressCollectorOptions progress = options_.progress;
+    progress.interval = options_.settings.progress_interval;
+    progress_ = std::make_unique<ProgressCollector>(
+        progress, [this] { return ProgressTargets(); }, [this](const std::string& key) { queue_.Add(key); });
+  }
 
   // Children are selected by the job-name label: the informers never see unrelated objects.
   kube::InformerOptions child_options;
@@ -140,11 +146,14 @@ bool Controller::WaitForSync(std::chrono::milliseconds timeout) const {
 void Controller::Run() {
   ReserveRecordedPortBlocks();
   for (const auto& job : jobs_->cache().List()) Enqueue(*job);
+  if (progress_) progress_->Start();
   kube::RunWorkers(queue_, options_.workers, [this](const std::string& key) { return Reconcile(key); });
+  if (progress_) progress_->Stop();
 }
 
 void Controller::Stop() {
   if (stopping_.exchange(true)) return;
+  if (progress_) progress_->Stop();
   queue_.ShutDownNow();
   jobs_->Stop();
   for (auto& [kind, informer] : children_) informer->Stop();
@@ -227,6 +236,44 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
   observed.role = find(ObjectKind::kRole, account);
   observed.role_binding = find(ObjectKind::kRoleBinding, account);
   return observed;
+}
+
+std::vector<ProgressJob> Controller::ProgressTargets() const {
+  std::vector<ProgressJob> targets;
+  for (const auto& object : jobs_->cache().List()) {
+    const FleetJobStatus status = StatusOf(*object);
+    if (status.phase != JobPhase::kRunning) continue;
+    auto job = ParseFleetJob(*object);
+    if (!job.ok()) continue;
+    ProgressJob target;
+    target.key = KeyOf(job->ns, job->name);
+    target.run = status.run;
+    target.total_steps = job->spec.total_steps;
+    for (const RoleSpec& role : job->spec.roles) {
+      if (role.kind == RoleKind::kServer) continue;
+      const int per_pod = job->spec.mode == JobMode::kCollective ? job->spec.processes_per_pod : 1;
+      target.expected_ranks[role.name] = role.replicas * per_pod;
+    }
+    const std::string run = std::to_string(status.run);
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    auto pods = pods_.find(target.key);
+    if (pods == pods_.end()) continue;
+    for (const PodSlot& slot : PodSlots(*job)) {
+      if (slot.role->kind == RoleKind::kServer) continue;
+      auto pod = pods->second.find(slot.name);
+      if (pod == pods->second.end()) continue;
+      const Json& p = *pod->second;
+      const Json& pod_status = p.value("status", Json::object());
+      const std::string ip = pod_status.value("podIP", "");
+      if (ip.empty() || pod_status.value("phase", "") != "Running" ||
+          Meta(p).value("labels", Json::object()).value(kRunLabel, "") != run) {
+        continue;
+      }
+      target.pods.push_back({slot.name, slot.role->name, ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))});
+    }
+    if (!target.pods.empty()) targets.push_back(std::move(target));
+  }
+  return targets;
 }
 
 // PodGroups are read on demand (gang-scheduled jobs only; the CRDs may not even be installed).
@@ -449,6 +496,7 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
     observed.pod_group = GetPodGroup(*job.job, PodGroupName(job.name));
   }
+  if (progress_) observed.progress = progress_->Latest(key, status.run);
 
   const ReconcilePlan plan = PlanReconcile(job, status, observed, std::chrono::system_clock::now(), options_.settings);
   const bool status_changed = plan.status != status;

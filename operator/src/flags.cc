@@ -59,6 +59,14 @@ std::unique_ptr<CLI::App> OperatorApp(OperatorFlags& f) {
          "HostNetwork jobs' port blocks")
       ->type_name("FIRST-LAST")
       ->default_str(std::to_string(f.controller.host_port_first) + "-" + std::to_string(f.controller.host_port_last));
+  app->add_option_function<double>(
+         "--progress-interval",
+         [&settings](double seconds) {
+           settings.progress_interval = std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000));
+         },
+         "collect training progress from the sidecars and write status.progress at most this often per job (0: off)")
+      ->type_name("SECONDS")->check(CLI::Range(0.0, 3600.0))
+      ->default_str(std::to_string(settings.progress_interval.count() / 1000));
   app->add_option_function<int>(
          "--resync-period", [&f](int seconds) { f.controller.resync = std::chrono::seconds(seconds); },
          "reconcile every job at least this often")

@@ -78,6 +78,7 @@ constexpr const char* kReplicaStatuses = "replicaStatuses";
 constexpr const char* kHeterReady = "heterReady";
 constexpr const char* kRunReplicas = "runReplicas";
 constexpr const char* kReplacedPods = "replacedPods";
+constexpr const char* kProgress = "progress";
 
 constexpr const char* kType = "type";
 constexpr const char* kStatus = "status";
@@ -104,6 +105,8 @@ std::optional<std::string> AsString(const Json& v) {
   if (!v.is_string()) return std::nullopt;
   return v.get<std::string>();
 }
+std::optional<Json> AsObject(const Json& v) { return v.is_object() ? std::optional<Json>(v) : std::nullopt; }
+
 std::optional<Time> AsTime(const Json& v) {
   auto text = AsString(v);
   return text ? ParseRfc3339(*text) : std::nullopt;
@@ -250,6 +253,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kHeterReady, s.heter_ready, AsInt<int>);
   r.Read(key::kRunReplicas, s.run_replicas, AsString);
   r.Read(key::kReplacedPods, s.replaced_pods, AsStringSet);
+  r.Read(key::kProgress, s.progress, AsObject);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
     for (const Json& c : *conditions) {
@@ -297,6 +301,7 @@ Json FleetJobStatus::ToJson() const {
   if (heter_ready) out[key::kHeterReady] = *heter_ready;
   if (!run_replicas.empty()) out[key::kRunReplicas] = run_replicas;
   if (!replaced_pods.empty()) out[key::kReplacedPods] = replaced_pods;
+  if (progress) out[key::kProgress] = *progress;
   return out;
 }
 

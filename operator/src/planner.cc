@@ -10,6 +10,7 @@
 #include "fleet/base/strings.h"
 #include "fleet/base/time.h"
 #include "fleet/operator/pod_builder.h"
+#include "fleet/operator/progress.h"
 #include "fleet/operator/wiring.h"
 
 namespace fleet::op {
@@ -151,6 +152,7 @@ class Planner {
   void Summarize(const RunPods& pods, const Hosts& hosts);
   void CheckPending(const RunPods& pods);
   void CheckProgress(const RunPods& pods);
+  void PublishProgress();
   void CountPods();
 
   // ---- what the steps share ----
@@ -668,6 +670,7 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
 void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
   CheckPending(pods);
   CheckProgress(pods);
+  PublishProgress();
   bool all_running = pods.size() == slots_.size();
   for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.
@@ -706,6 +709,29 @@ void Planner::CheckProgress(const RunPods& pods) {
   std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
   if (!first_message.empty()) message += " (" + first_message + ")";
   Raise(ConditionType::kStalled, "Warning", "TrainingStalled", message);
+}
+
+// status.progress: the collector's latest summary of this run, written when it differs from the
+// one written, and at most once per progress interval whatever makes the job reconcile: the bound
+// on the status writes progress causes (one per job per interval, for any number of ranks).
+void Planner::PublishProgress() {
+  if (!observed_.progress) return;
+  std::optional<Json>& written = status().progress;
+  std::optional<Time> updated;
+  if (written) {
+    Json same = *written;
+    if (auto at = ParseRfc3339(same.value(kProgressUpdateTime, ""))) updated = *at;
+    same.erase(kProgressUpdateTime);
+    if (same == *observed_.progress) return;
+  }
+  // updateTime has whole seconds: the write it records may have been up to a second after it.
+  const Time due = updated ? *updated + settings_.progress_interval + seconds(1) : now_;
+  if (now_ < due) {
+    RequeueAfter(std::chrono::ceil<seconds>(due - now_));
+    return;
+  }
+  written = *observed_.progress;
+  (*written)[kProgressUpdateTime] = FormatRfc3339(now_);
 }
 
 // status.replicaStatuses: per role, this run's pods that exist and that this plan does not

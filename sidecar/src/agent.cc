@@ -702,6 +702,21 @@ httpd::Route Agent::ReportRoute() {
           }};
 }
 
+namespace {
+
+// One rank in GET /status, as the operator's progress collector reads it (docs/sidecar.md).
+Json RankJson(const RankProgress& p) {
+  Json rank = {{"rank", p.rank}, {"step", p.step}, {"steps", p.steps}, {"idleSeconds", p.idle_seconds}};
+  if (p.epoch) rank["epoch"] = *p.epoch;
+  if (p.total_steps) rank["totalSteps"] = *p.total_steps;
+  if (p.loss && std::isfinite(*p.loss)) rank["loss"] = *p.loss;   // JSON has no NaN
+  if (p.samples_per_second) rank["samplesPerSecond"] = *p.samples_per_second;
+  if (p.step_seconds) rank["stepSeconds"] = *p.step_seconds;
+  return rank;
+}
+
+}  // namespace
+
 httpd::Route Agent::StatusRoute() {
   return {"/status", {}, [this](const httpd::Request&) {
             Json status;
@@ -715,9 +730,7 @@ httpd::Route Agent::StatusRoute() {
                 status["mainProcess"] = {{"running", main_running_}, {"pid", main_pid_}, {"command", main_command_}};
               }
               Json ranks = Json::array();
-              for (const RankProgress& p : progress_) {
-                ranks.push_back({{"rank", p.rank}, {"step", p.step}, {"idleSeconds", p.idle_seconds}});
-              }
+              for (const RankProgress& p : progress_) ranks.push_back(RankJson(p));
               status["ranks"] = ranks;
               Json stalled = Json::array();
               for (const RankProgress& p : stalled_) stalled.push_back(p.rank);

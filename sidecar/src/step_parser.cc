@@ -16,7 +16,9 @@ namespace {
 
 using Json = nlohmann::json;
 
-enum class Key { kStep, kSteps, kEpoch, kLoss, kStepTime, kSamples, kSamplesPerSecond, kTotalTime, kRank, kIgnored, kScalar };
+enum class Key {
+  kStep, kSteps, kEpoch, kLoss, kStepTime, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank, kIgnored, kScalar
+};
 
 inline char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
 
@@ -80,6 +82,7 @@ Key Classify(std::string_view key) {
       break;
     case 11:
       if (c == 'g' && Is(key, "global_step")) return Key::kStep;
+      if (c == 't' && Is(key, "total_steps")) return Key::kTotalSteps;
       break;
     case 12:
       if (c == 'w' && Is(key, "worker_index")) return Key::kIgnored;
@@ -247,6 +250,10 @@ bool ApplyField(Key key, std::string_view name, double value, std::string_view u
       r->total_time = value;
       r->fields |= StepRecord::kTotalTime;
       return true;
+    case Key::kTotalSteps:
+      if (!AsCount(value, &r->total_steps)) return false;
+      r->fields |= StepRecord::kTotalSteps;
+      return true;
     case Key::kRank: {
       if (from_log) return true;  // a log's rank is its file's
       if (!AsCount(value, &r->rank) || r->rank > (1 << 20)) return false;
@@ -355,9 +362,16 @@ bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord*
   return true;
 }
 
-// "step" as a word, then optional spaces, ':' or '=', then digits ending the word.
+// Where FindStepToken found a step's total ("step 10/1000"); begin == end: none.
+struct TotalToken {
+  size_t begin = 0, end = 0;
+  int64_t value = 0;
+};
+
+// "step" as a word, then optional spaces, ':' or '=', then digits ending the word, optionally
+// followed by "/<total>" (*total).
 bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, size_t* end, int64_t* step,
-                   size_t* digits_begin) {
+                   size_t* digits_begin, TotalToken* total) {
   for (size_t p = line.find(word); p != std::string_view::npos; p = line.find(word, p + 1)) {
     if (p > 0 && (IsAlnum(line[p - 1]) || line[p - 1] == '_')) continue;
     size_t i = p + word.size();
@@ -375,6 +389,15 @@ bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, 
     *digits_begin = digits;
     *begin = p;
     *end = i;
+    *total = {};
+    if (i + 1 < line.size() && line[i] == '/' && IsDigit(line[i + 1])) {
+      size_t t = i + 1;
+      while (t < line.size() && IsDigit(line[t])) ++t;
+      const bool word_ends = t == line.size() || !(IsAlpha(line[t]) || line[t] == '_' || line[t] == '.');
+      if (word_ends && std::from_chars(line.data() + i + 1, line.data() + t, total->value).ec == std::errc()) {
+        *total = {i + 1, t, total->value};
+      }
+    }
     return true;
   }
   return false;
@@ -439,6 +462,7 @@ void StepRecord::Clear() {
   epoch = 0;
   rank = 0;
   loss = step_time = samples = samples_per_second = total_time = 0;
+  total_steps = 0;
   scalar_count = 0;
   scalars_dropped = 0;
 }
@@ -495,16 +519,27 @@ ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trac
   // "... step11, train_loss: ..." / "step 12 cost=0.53" (Fleet examples).
   size_t begin = 0, end = 0, digits = 0;
   int64_t step = 0;
-  if (!FindStepToken(line, "step", &begin, &end, &step, &digits) &&
-      !FindStepToken(line, "Step", &begin, &end, &step, &digits)) {
+  TotalToken total;
+  if (!FindStepToken(line, "step", &begin, &end, &step, &digits, &total) &&
+      !FindStepToken(line, "Step", &begin, &end, &step, &digits, &total)) {
     return ParseOutcome::kNone;
   }
   int found = 0;
-  if (!ParseLogFields(line, 0, begin, record, &found, trace) ||
-      !ParseLogFields(line, end, line.size(), record, &found, trace)) {
+  if (!ParseLogFields(line, 0, begin, record, &found, trace)) return ParseOutcome::kMalformed;
+  // The total is applied where it stands in the line, as the template replays it.
+  const bool has_total = total.end > total.begin;
+  if (has_total) {
+    record->total_steps = total.value;
+    record->fields |= StepRecord::kTotalSteps;
+    if (trace) trace->slots.push_back({total.begin, total.end, Key::kTotalSteps, true, false, 0, 0});
+  }
+  if (!ParseLogFields(line, has_total ? total.end : end, line.size(), record, &found, trace)) {
     return ParseOutcome::kMalformed;
   }
-  if (found == 0) return ParseOutcome::kNone;  // "step 3 of the setup": no numbers, not a training step
+  if (found == 0) {   // "step 3 of the setup": no numbers, not a training step
+    record->Clear();
+    return ParseOutcome::kNone;
+  }
   if (step < 0) return ParseOutcome::kMalformed;
   record->step = step;
   record->fields |= StepRecord::kStep;

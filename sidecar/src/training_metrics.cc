@@ -111,6 +111,8 @@ struct TrainingMetrics::Rank {
   int64_t last_epoch = 0;
   bool has_total_time = false;
   double last_total_time = 0;
+  int64_t total_steps = 0;             // 0: not reported
+  double step_seconds = -1;            // the latest step's duration (-1: none yet)
   bool has_wall = false;
   uint64_t last_call = 0;
   Clock::time_point last_wall;          // when its previous record was applied (timed input)
@@ -231,6 +233,7 @@ void TrainingMetrics::ApplyLocked(Rank& r, const StepRecord& rec, bool timed, ui
     r.seen_step = true;
     r.last_progress = now;
     if (per_step >= 0 && std::isfinite(per_step)) {
+      r.step_seconds = per_step;
       const auto& bounds = StepDurationBuckets();
       const size_t bucket =
           static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), per_step) - bounds.begin());
@@ -240,6 +243,7 @@ void TrainingMetrics::ApplyLocked(Rank& r, const StepRecord& rec, bool timed, ui
       r.has_duration = true;
     }
   }
+  if (rec.Has(StepRecord::kTotalSteps)) r.total_steps = rec.total_steps;
   if (rec.Has(StepRecord::kLoss)) {
     r.has_loss = true;
     r.loss = rec.loss;
@@ -300,7 +304,17 @@ std::vector<RankProgress> TrainingMetrics::Progress(Clock::time_point now) const
   std::vector<RankProgress> out;
   for (const auto& r : ranks_) {
     if (!r || !r->seen_step) continue;
-    out.push_back({r->rank, r->last_step, std::chrono::duration<double>(now - r->last_progress).count()});
+    RankProgress p;
+    p.rank = r->rank;
+    p.step = r->last_step;
+    p.idle_seconds = std::chrono::duration<double>(now - r->last_progress).count();
+    p.steps = r->steps;
+    if (r->has_epoch) p.epoch = r->last_epoch;
+    if (r->total_steps > 0) p.total_steps = r->total_steps;
+    if (r->has_loss) p.loss = r->loss;
+    if (r->has_sps) p.samples_per_second = r->sps;
+    if (r->step_seconds >= 0) p.step_seconds = r->step_seconds;
+    out.push_back(p);
   }
   return out;
 }

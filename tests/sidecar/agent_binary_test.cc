@@ -229,6 +229,16 @@ TEST_F(GatedAgentTest, AfterTheGateItFollowsTheLogsDetectsStallsAndSaysSoOnThePo
   const Json state = Json::parse(status->body);
   EXPECT_EQ(state["stalled"], Json::array({5}));
   EXPECT_FALSE(state["ready"].get<bool>());
+  // What the operator's progress collector reads of each rank.
+  ASSERT_EQ(state["ranks"].size(), 1u) << state.dump();
+  const Json& rank = state["ranks"][0];
+  EXPECT_EQ(rank["rank"], 5);
+  EXPECT_EQ(rank["step"], 31);
+  EXPECT_EQ(rank["steps"], 31);
+  EXPECT_NEAR(rank["loss"].get<double>(), 1.0 / 31, 1e-6);
+  EXPECT_EQ(rank["samplesPerSecond"], 3200);
+  EXPECT_TRUE(rank.contains("stepSeconds")) << rank.dump();
+  EXPECT_GE(rank["idleSeconds"].get<double>(), 1);
 
   // Steps again: progressing, ready.
   Append(log_dir + "/workerlog.1", StepLine(5, 41, 0.01));

@@ -178,6 +178,45 @@ bool Same(const StepRecord& a, const StepRecord& b) {
 
 // The template parser must say exactly what the general parser says, line by line, whatever the
 // stream mixes: formats, numbers of other shapes, non-step lines, malformed lines.
+TEST(StepLineTest, AStepOfATotalGivesTheTotal) {
+  StepRecord r = Parse("step 10/1000, loss: 0.5");
+  EXPECT_EQ(r.step, 10);
+  EXPECT_TRUE(r.Has(StepRecord::kTotalSteps));
+  EXPECT_EQ(r.total_steps, 1000);
+  EXPECT_DOUBLE_EQ(r.loss, 0.5);
+  r = Parse("epoch 1 step: 7/250 loss=0.25 total_steps=900");
+  EXPECT_EQ(r.step, 7);
+  EXPECT_EQ(r.total_steps, 900) << "the last one said wins";
+  StepRecord replayed;
+  LineParser learnt;
+  ASSERT_EQ(learnt.Parse("epoch 1 step: 6/250 loss=0.25 total_steps=900", &replayed), ParseOutcome::kStep);
+  ASSERT_EQ(learnt.Parse("epoch 1 step: 7/250 loss=0.25 total_steps=900", &replayed), ParseOutcome::kStep);
+  EXPECT_EQ(replayed.total_steps, 900) << "the template agrees";
+  r = Parse("step 12, loss: 0.4");
+  EXPECT_FALSE(r.Has(StepRecord::kTotalSteps));
+  r = Parse("step 12/abc, loss: 0.4");
+  EXPECT_FALSE(r.Has(StepRecord::kTotalSteps));
+  EXPECT_EQ(r.step, 12);
+  Parse("step 12/99999999999999999999, loss: 0.4", ParseOutcome::kStep);   // a total out of range is no total
+  EXPECT_FALSE(Parse("step 12/99999999999999999999, loss: 0.4").Has(StepRecord::kTotalSteps));
+
+  // The template learnt from the first line replays the total of the next.
+  LineParser parser;
+  StepRecord first, next;
+  ASSERT_EQ(parser.Parse("step 1/500, loss: 0.9", &first), ParseOutcome::kStep);
+  ASSERT_EQ(parser.Parse("step 2/500, loss: 0.8", &next), ParseOutcome::kStep);
+  EXPECT_EQ(next.step, 2);
+  EXPECT_EQ(next.total_steps, 500);
+  EXPECT_DOUBLE_EQ(next.loss, 0.8);
+}
+
+TEST(ReportTest, APushedReportMayGiveTheTotal) {
+  auto records = ParseJsonReport(Json{{"step", 5}, {"total_steps", 80}}, 16);
+  ASSERT_TRUE(records.ok()) << records.error();
+  EXPECT_EQ((*records)[0].total_steps, 80);
+  EXPECT_FALSE(ParseJsonReport(Json{{"step", 5}, {"total_steps", -1}}, 16).ok());
+}
+
 TEST(LineParserTest, AgreesWithTheGeneralParserOnMixedStreams) {
   std::mt19937_64 rng(11);
   auto pick = [&](int n) { return static_cast<int>(rng() % static_cast<uint64_t>(n)); };

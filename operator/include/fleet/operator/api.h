@@ -84,6 +84,7 @@ struct FleetJobSpec {
   Gloo gloo = Gloo::kNone;
   int processes_per_pod = 1;         // collective: pods running fleetrun get the cluster env
   int port = 6170;                   // every pod's first port, in its endpoint (PodIP/Service)
+  int64_t total_steps = 0;           // the training's steps, for progress and ETA (0: unknown)
   std::vector<RoleSpec> roles;       // server (if any), worker, heter stages
   RunPolicy run_policy;
   Scheduling scheduling;

@@ -29,6 +29,7 @@
 #include "fleet/kube/workqueue.h"
 #include "fleet/operator/planner.h"
 #include "fleet/operator/port_allocator.h"
+#include "fleet/operator/progress_collector.h"
 
 namespace prometheus {
 class Registry;
@@ -41,6 +42,8 @@ struct ControllerOptions {
   int workers = 4;                    // jobs reconciled at once
   int create_concurrency = 64;        // API writes in flight for one job's pods
   OperatorSettings settings;
+  // Training progress (status.progress) is collected every settings.progress_interval.
+  ProgressCollectorOptions progress;
   int host_port_first = 20000;        // HostNetwork jobs' port blocks come from this range
   int host_port_last = 29999;
   std::chrono::seconds resync{600};   // every job is reconciled at least this often
@@ -101,6 +104,8 @@ class Controller {
   void Expect(const std::string& key, const Action& action, bool expect);
   void ReserveRecordedPortBlocks();
   void Forget(const std::string& key);
+  // The trainer pods of running jobs whose sidecars report training progress.
+  std::vector<ProgressJob> ProgressTargets() const;
 
   std::shared_ptr<kube::Client> client_;
   ControllerOptions options_;
@@ -125,6 +130,7 @@ class Controller {
   // the pod informer's handlers: a reconcile reads them without unpacking the cached pods.
   mutable std::mutex pods_mu_;
   std::map<std::string, std::map<std::string, std::shared_ptr<const Json>>> pods_;
+  std::unique_ptr<ProgressCollector> progress_;   // null: progress is not collected
   std::atomic<bool> stopping_{false};
 };
 

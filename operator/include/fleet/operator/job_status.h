@@ -92,6 +92,8 @@ struct FleetJobStatus {
   std::string run_replicas;                     // ReplicaSignature the current run was wired for
   // Service mode: uids of failed pods whose restart was counted, until they are gone.
   std::set<std::string> replaced_pods;
+  // Training progress as the sidecars report it (progress.h), with its updateTime.
+  std::optional<Json> progress;
 
   // Kept for round trips (see the top of this file).
   Json unknown_fields = Json::object();

@@ -96,6 +96,8 @@ struct Observed {
   std::optional<Json> role;
   std::optional<Json> role_binding;
   HostPortBlock host_ports;            // HostNetwork jobs (recorded in status.hostPortBase)
+  // The latest summary of this run's training progress (ProgressCollector), without updateTime.
+  std::optional<Json> progress;
 };
 
 struct ReconcilePlan {

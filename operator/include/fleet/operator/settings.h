@@ -2,6 +2,7 @@
 // differs per job and per reconcile (its block of host ports) is observed, not set: Observed.
 #pragma once
 
+#include <chrono>
 #include <string>
 
 #include "fleet/operator/api.h"
@@ -14,6 +15,8 @@ struct OperatorSettings {
   std::string cluster_domain = "cluster.local";
   std::string sidecar_service_account_token_audience;   // "" = the API server's default
   std::string sidecar_image = kDefaultSidecarImage;      // unless the job sets spec.sidecar.image
+  // status.progress is written at most this often per job (0: progress is not collected).
+  std::chrono::milliseconds progress_interval{10000};
 };
 
 }  // namespace fleet::op

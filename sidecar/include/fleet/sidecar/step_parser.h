@@ -49,6 +49,7 @@ struct StepRecord {
     kSamplesPerSecond = 1u << 6,
     kTotalTime = 1u << 7,
     kRank = 1u << 8,
+    kTotalSteps = 1u << 9,
   };
   static constexpr size_t kMaxScalars = 16;
   struct Scalar {
@@ -66,6 +67,7 @@ struct StepRecord {
   double samples = 0;
   double samples_per_second = 0;
   double total_time = 0;     // seconds since training started (Paddle's "total time cost")
+  int64_t total_steps = 0;   // the run's total, from "step 10/1000" or total_steps
   std::array<Scalar, kMaxScalars> scalars{};
   size_t scalar_count = 0;
   size_t scalars_dropped = 0;   // over kMaxScalars in this one record

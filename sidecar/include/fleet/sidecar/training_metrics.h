@@ -59,8 +59,14 @@ struct ApplyStats {
 // A rank that has reported steps, as stall detection sees it.
 struct RankProgress {
   int rank = 0;
-  int64_t step = 0;
+  int64_t step = 0;             // the last step number reported
   double idle_seconds = 0;      // since its last step
+  double steps = 0;             // steps counted since the trainer started (across epochs)
+  std::optional<int64_t> epoch;
+  std::optional<int64_t> total_steps;         // "step 10/1000", total_steps
+  std::optional<double> loss;                 // the latest
+  std::optional<double> samples_per_second;   // the latest
+  std::optional<double> step_seconds;         // the latest step's duration
 };
 
 class TrainingMetrics {

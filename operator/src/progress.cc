@@ -1,0 +1,219 @@
+#include "fleet/operator/progress.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <set>
+#include <utility>
+
+namespace fleet::op {
+namespace {
+
+std::optional<double> Number(const Json& object, const char* key) {
+  auto it = object.find(key);
+  if (it == object.end() || !it->is_number()) return std::nullopt;
+  const double v = it->get<double>();
+  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
+}
+
+double Median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  const size_t mid = values.size() / 2;
+  std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
+  return values[mid];
+}
+
+// Two significant decimals at most: a status that changes with every digit of noise would be
+// written at every interval for nothing.
+double Rounded(double v) { return std::round(v * 100) / 100; }
+
+std::string Compact(double v) {
+  char text[32];
+  std::snprintf(text, sizeof text, v >= 100 ? "%.0f" : v >= 10 ? "%.1f" : "%.2f", v);
+  return text;
+}
+
+// A rank's steps per second: from its count across two collections when it has one (whatever its
+// log's cadence), else from its latest step's duration.
+std::optional<double> Speed(const RankReport& r, const std::map<std::pair<std::string, int>, const RankReport*>& before,
+                            double seconds) {
+  auto it = before.find({r.role, r.rank});
+  if (it != before.end() && seconds > 0 && r.steps >= it->second->steps) return (r.steps - it->second->steps) / seconds;
+  if (r.step_seconds && *r.step_seconds > 0) return 1 / *r.step_seconds;
+  return std::nullopt;
+}
+
+struct RankRow {
+  const RankReport* report;
+  std::optional<double> speed;
+  double lag = 0;
+};
+
+}  // namespace
+
+Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const std::string& role,
+                                                   const std::string& pod) {
+  const Json status = Json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (!status.is_object()) return Error{"not a JSON object"};
+  auto ranks = status.find("ranks");
+  if (ranks == status.end() || !ranks->is_array()) return Error{"no ranks array"};
+  std::set<int64_t> stalled;
+  if (auto s = status.find("stalled"); s != status.end() && s->is_array()) {
+    for (const Json& rank : *s) {
+      if (rank.is_number_integer()) stalled.insert(rank.get<int64_t>());
+    }
+  }
+  std::vector<RankReport> out;
+  for (const Json& rank : *ranks) {
+    if (!rank.is_object()) return Error{"a rank is not an object"};
+    auto number = Number(rank, "rank");
+    auto steps = Number(rank, "steps");
+    if (!steps) steps = Number(rank, "step");   // a sidecar older than "steps"
+    if (!number || *number < 0 || *number > 1e7 || !steps || *steps < 0) return Error{"a rank without rank and steps"};
+    RankReport r;
+    r.role = role;
+    r.pod = pod;
+    r.rank = static_cast<int>(*number);
+    r.steps = *steps;
+    r.idle_seconds = std::max(0.0, Number(rank, "idleSeconds").value_or(0));
+    r.stalled = stalled.count(r.rank) > 0;
+    if (auto total = Number(rank, "totalSteps"); total && *total > 0 && *total < 9e15) {
+      r.total_steps = static_cast<int64_t>(*total);
+    }
+    r.loss = Number(rank, "loss");
+    r.samples_per_second = Number(rank, "samplesPerSecond");
+    r.step_seconds = Number(rank, "stepSeconds");
+    out.push_back(std::move(r));
+  }
+  return out;
+}
+
+std::string HumanDuration(double seconds) {
+  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
+  char text[48];
+  if (s >= 86400) std::snprintf(text, sizeof text, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
+  else if (s >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
+  else if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
+  else std::snprintf(text, sizeof text, "%llds", static_cast<long long>(s));
+  return text;
+}
+
+Json SummarizeProgress(const ProgressInput& in) {
+  if (in.ranks.empty()) return nullptr;
+  std::map<std::pair<std::string, int>, const RankReport*> before;
+  if (in.previous) {
+    for (const RankReport& r : *in.previous) before[{r.role, r.rank}] = &r;
+  }
+
+  // Per role: its rows, and the median its lags are measured from.
+  std::map<std::string, std::vector<RankRow>> roles;
+  for (const RankReport& r : in.ranks) roles[r.role].push_back({&r, Speed(r, before, in.seconds_since_previous), 0});
+  Json progress = Json::object();
+  Json role_summaries = Json::object();
+  std::vector<RankRow> all;
+  for (auto& [role, rows] : roles) {
+    std::vector<double> steps, speeds;
+    for (const RankRow& row : rows) {
+      steps.push_back(row.report->steps);
+      if (row.speed) speeds.push_back(*row.speed);
+    }
+    const double median = Median(steps);
+    for (RankRow& row : rows) row.lag = std::max(0.0, median - row.report->steps);
+    auto expected = in.expected_ranks.find(role);
+    Json summary = {{"ranks", expected != in.expected_ranks.end() ? expected->second : static_cast<int>(rows.size())},
+                    {"reportingRanks", rows.size()},
+                    {"minStep", static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()))},
+                    {"medianStep", static_cast<int64_t>(median)},
+                    {"maxStep", static_cast<int64_t>(*std::max_element(steps.begin(), steps.end()))}};
+    if (!speeds.empty()) summary["stepsPerSecond"] = Rounded(Median(speeds));
+    // The loss of the lowest rank that reports one: rank 0's, as Paddle's examples print it.
+    const RankRow* lowest = nullptr;
+    for (const RankRow& row : rows) {
+      if (row.report->loss && (!lowest || row.report->rank < lowest->report->rank)) lowest = &row;
+    }
+    if (lowest) summary["loss"] = *lowest->report->loss;
+    role_summaries[role] = summary;
+    all.insert(all.end(), rows.begin(), rows.end());
+  }
+  progress["roles"] = role_summaries;
+
+  // The job's figures are its workers' (a heter-only report still shows something).
+  const std::string main = role_summaries.contains("worker") ? "worker" : role_summaries.begin().key();
+  const Json& m = role_summaries[main];
+  const auto step = m["medianStep"].get<int64_t>();
+  progress["step"] = step;
+  int64_t total = in.total_steps;
+  if (total <= 0) {
+    for (const RankRow& row : roles[main]) total = std::max(total, row.report->total_steps.value_or(0));
+  }
+  std::optional<double> speed;
+  if (m.contains("stepsPerSecond")) speed = m["stepsPerSecond"].get<double>();
+  if (speed) progress["stepsPerSecond"] = *speed;
+  if (m.contains("loss")) progress["loss"] = m["loss"];
+  double samples = 0;
+  bool has_samples = false;
+  for (const RankRow& row : all) {
+    if (row.report->samples_per_second) {
+      samples += *row.report->samples_per_second;
+      has_samples = true;
+    }
+  }
+  if (has_samples) progress["samplesPerSecond"] = Rounded(samples);
+
+  int expected = 0, stalled = 0;
+  for (const auto& [role, summary] : role_summaries.items()) expected += summary["ranks"].get<int>();
+  for (const RankRow& row : all) stalled += row.report->stalled ? 1 : 0;
+  progress["ranks"] = expected;
+  progress["reportingRanks"] = all.size();
+  progress["stalledRanks"] = stalled;
+
+  std::string step_text = std::to_string(step);
+  if (total > 0) {
+    const double percent = std::min(100.0, 100.0 * static_cast<double>(step) / static_cast<double>(total));
+    progress["totalSteps"] = total;
+    progress["percent"] = std::round(percent * 10) / 10;
+    step_text += "/" + std::to_string(total) + " (" + std::to_string(static_cast<int>(percent)) + "%)";
+    if (speed && *speed > 0) {
+      const double eta = static_cast<double>(std::max<int64_t>(0, total - step)) / *speed;
+      progress["etaSeconds"] = static_cast<int64_t>(std::llround(eta));
+      progress["etaText"] = HumanDuration(eta);
+    }
+  }
+  progress["stepText"] = step_text;
+  if (speed) progress["speedText"] = Compact(*speed) + " step/s";
+
+  // The slowest first: the most steps behind its role's median, then the longest idle.
+  std::stable_sort(all.begin(), all.end(), [](const RankRow& a, const RankRow& b) {
+    if (a.lag != b.lag) return a.lag > b.lag;
+    if (a.report->idle_seconds != b.report->idle_seconds) return a.report->idle_seconds > b.report->idle_seconds;
+    return std::make_pair(a.report->role, a.report->rank) < std::make_pair(b.report->role, b.report->rank);
+  });
+  const RankRow& slowest = all.front();
+  const auto lag = static_cast<int64_t>(slowest.lag);
+  progress["slowest"] = {{"role", slowest.report->role},
+                         {"rank", slowest.report->rank},
+                         {"pod", slowest.report->pod},
+                         {"step", static_cast<int64_t>(slowest.report->steps)},
+                         {"lag", lag}};
+  progress["slowestText"] = slowest.report->role + "-" + std::to_string(slowest.report->rank) +
+                            (lag > 0 ? " (-" + std::to_string(lag) + ")" : "");
+  Json details = Json::array();
+  for (size_t i = 0; i < all.size() && i < kProgressRankDetails; ++i) {
+    const RankRow& row = all[i];
+    Json d = {{"role", row.report->role},
+              {"rank", row.report->rank},
+              {"pod", row.report->pod},
+              {"step", static_cast<int64_t>(row.report->steps)},
+              {"lag", static_cast<int64_t>(row.lag)},
+              // Whole seconds: idle time grows between steps, and must not make a write by itself.
+              {"idleSeconds", static_cast<int64_t>(row.report->idle_seconds)},
+              {"stalled", row.report->stalled}};
+    if (row.speed) d["stepsPerSecond"] = Rounded(*row.speed);
+    if (row.report->loss) d["loss"] = *row.report->loss;
+    details.push_back(std::move(d));
+  }
+  progress["rankDetails"] = std::move(details);
+  return progress;
+}
+
+}  // namespace fleet::op

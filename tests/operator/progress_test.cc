@@ -1,0 +1,325 @@
+// Training progress: a sidecar's /status read defensively, the summary in status.progress
+// (median step, speed, ETA, the straggler), the planner's bound on how often it is written, and
+// the collector's bounded HTTP reads of real servers.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <functional>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "builders.h"
+#include "fleet/base/time.h"
+#include "fleet/httpd/http_server.h"
+#include "fleet/operator/planner.h"
+#include "fleet/operator/progress.h"
+#include "fleet/operator/progress_collector.h"
+
+namespace fleet::op {
+namespace {
+
+using testing::JobBuilder;
+
+RankReport Rank(const std::string& role, int rank, double steps) {
+  RankReport r;
+  r.role = role;
+  r.pod = "j-" + role + "-" + std::to_string(rank);
+  r.rank = rank;
+  r.steps = steps;
+  return r;
+}
+
+TEST(SidecarStatusTest, ReadsTheRanksASidecarReports) {
+  const std::string body = R"({"ready": true, "stalled": [1], "ranks": [
+      {"rank": 0, "step": 120, "steps": 120, "idleSeconds": 0.4, "totalSteps": 1000, "loss": 0.5,
+       "samplesPerSecond": 256, "stepSeconds": 0.25},
+      {"rank": 1, "step": 7, "steps": 80, "idleSeconds": 700}]})";
+  auto ranks = ParseSidecarStatus(body, "worker", "j-worker-0");
+  ASSERT_TRUE(ranks.ok()) << ranks.error();
+  ASSERT_EQ(ranks->size(), 2u);
+  EXPECT_EQ((*ranks)[0].pod, "j-worker-0");
+  EXPECT_EQ((*ranks)[0].steps, 120);
+  EXPECT_EQ((*ranks)[0].total_steps, 1000);
+  EXPECT_EQ((*ranks)[0].loss, 0.5);
+  EXPECT_EQ((*ranks)[0].samples_per_second, 256);
+  EXPECT_EQ((*ranks)[0].step_seconds, 0.25);
+  EXPECT_FALSE((*ranks)[0].stalled);
+  EXPECT_EQ((*ranks)[1].steps, 80) << "steps trained, not the epoch's batch number";
+  EXPECT_TRUE((*ranks)[1].stalled);
+  EXPECT_FALSE((*ranks)[1].loss.has_value());
+}
+
+TEST(SidecarStatusTest, MalformedAnswersAreErrorsNotCrashes) {
+  for (const std::string body :
+       {"", "not json", "[]", "{}", R"({"ranks": 3})", R"({"ranks": [3]})", R"({"ranks": [{"rank": 0}]})",
+        R"({"ranks": [{"rank": "0", "steps": 1}]})", R"({"ranks": [{"rank": -1, "steps": 1}]})",
+        R"({"ranks": [{"rank": 1e300, "steps": 1}]})", R"({"ranks": [{"rank": 0, "steps": -5}]})"}) {
+    EXPECT_FALSE(ParseSidecarStatus(body, "worker", "p").ok()) << body;
+  }
+  // Odd optional fields are left out, not trusted.
+  auto ranks = ParseSidecarStatus(R"({"stalled": ["x", 0.5], "ranks": [{"rank": 0, "steps": 3,
+      "totalSteps": -1, "loss": "low", "idleSeconds": -4}]})", "worker", "p");
+  ASSERT_TRUE(ranks.ok()) << ranks.error();
+  EXPECT_FALSE((*ranks)[0].total_steps.has_value());
+  EXPECT_FALSE((*ranks)[0].loss.has_value());
+  EXPECT_EQ((*ranks)[0].idle_seconds, 0);
+}
+
+TEST(ProgressSummaryTest, NothingReportedIsNoProgress) {
+  EXPECT_TRUE(SummarizeProgress({}).is_null());
+}
+
+TEST(ProgressSummaryTest, TheJobsStepIsTheMedianRanksAndTheStragglerIsNamed) {
+  ProgressInput in;
+  in.ranks = {Rank("worker", 0, 100), Rank("worker", 1, 102), Rank("worker", 2, 40), Rank("worker", 3, 101)};
+  in.ranks[0].loss = 0.7;
+  in.ranks[3].loss = 0.9;
+  in.expected_ranks = {{"worker", 4}};
+  const Json p = SummarizeProgress(in);
+  EXPECT_EQ(p["step"], 101);
+  EXPECT_EQ(p["stepText"], "101");
+  EXPECT_EQ(p["ranks"], 4);
+  EXPECT_EQ(p["reportingRanks"], 4);
+  EXPECT_EQ(p["loss"], 0.7) << "rank 0's loss";
+  EXPECT_EQ(p["roles"]["worker"]["minStep"], 40);
+  EXPECT_EQ(p["roles"]["worker"]["maxStep"], 102);
+  EXPECT_EQ(p["slowest"]["rank"], 2);
+  EXPECT_EQ(p["slowest"]["pod"], "j-worker-2");
+  EXPECT_EQ(p["slowest"]["lag"], 61);
+  EXPECT_EQ(p["slowestText"], "worker-2 (-61)");
+  ASSERT_EQ(p["rankDetails"].size(), 4u);
+  EXPECT_EQ(p["rankDetails"][0]["rank"], 2) << "the straggler first";
+  EXPECT_FALSE(p.contains("etaSeconds")) << "no total, no ETA";
+  EXPECT_FALSE(p.contains("stepsPerSecond")) << "no speed from one collection without step times";
+}
+
+TEST(ProgressSummaryTest, SpeedComesFromTwoCollectionsAndGivesTheEtaOfAKnownTotal) {
+  std::vector<RankReport> before = {Rank("worker", 0, 100), Rank("worker", 1, 100)};
+  ProgressInput in;
+  in.ranks = {Rank("worker", 0, 150), Rank("worker", 1, 150)};
+  in.previous = &before;
+  in.seconds_since_previous = 10;   // 5 steps/s
+  in.total_steps = 1150;            // spec.totalSteps: 1000 to go at 5/s
+  const Json p = SummarizeProgress(in);
+  EXPECT_EQ(p["stepsPerSecond"], 5);
+  EXPECT_EQ(p["speedText"], "5.00 step/s");
+  EXPECT_EQ(p["totalSteps"], 1150);
+  EXPECT_EQ(p["etaSeconds"], 200);
+  EXPECT_EQ(p["etaText"], "3m20s");
+  EXPECT_EQ(p["stepText"], "150/1150 (13%)");
+  EXPECT_NEAR(p["percent"].get<double>(), 13.0, 0.05);
+}
+
+TEST(ProgressSummaryTest, ALoggedTotalIsUsedWhenTheSpecHasNone) {
+  ProgressInput in;
+  in.ranks = {Rank("worker", 0, 250)};
+  in.ranks[0].total_steps = 1000;
+  in.ranks[0].step_seconds = 0.5;   // no earlier collection: the latest step's duration
+  const Json p = SummarizeProgress(in);
+  EXPECT_EQ(p["totalSteps"], 1000);
+  EXPECT_EQ(p["stepsPerSecond"], 2);
+  EXPECT_EQ(p["etaSeconds"], 375);
+  EXPECT_EQ(p["percent"], 25);
+}
+
+TEST(ProgressSummaryTest, HeterStagesAreSummarizedApartFromTheWorkers) {
+  ProgressInput in;
+  in.ranks = {Rank("worker", 0, 10), Rank("worker", 1, 12), Rank("gpu", 0, 500), Rank("gpu", 1, 400)};
+  in.expected_ranks = {{"worker", 2}, {"gpu", 3}};
+  const Json p = SummarizeProgress(in);
+  EXPECT_EQ(p["step"], 12) << "the workers' median, not the heter stage's";
+  EXPECT_EQ(p["roles"]["gpu"]["ranks"], 3);
+  EXPECT_EQ(p["roles"]["gpu"]["reportingRanks"], 2);
+  EXPECT_EQ(p["ranks"], 5);
+  EXPECT_EQ(p["slowest"]["role"], "gpu") << "100 steps behind its own stage";
+  EXPECT_EQ(p["slowest"]["lag"], 100);
+}
+
+TEST(ProgressSummaryTest, AThousandRanksKeepTheTwentySlowest) {
+  ProgressInput in;
+  for (int r = 0; r < 1000; ++r) in.ranks.push_back(Rank("worker", r, 5000 - (r % 97 == 0 ? 300 : 0) + r % 3));
+  in.ranks[777].stalled = true;
+  in.ranks[777].steps = 10;
+  const Json p = SummarizeProgress(in);
+  ASSERT_EQ(p["rankDetails"].size(), kProgressRankDetails);
+  EXPECT_EQ(p["rankDetails"][0]["rank"], 777);
+  EXPECT_EQ(p["rankDetails"][0]["stalled"], true);
+  EXPECT_EQ(p["stalledRanks"], 1);
+  for (size_t i = 1; i < kProgressRankDetails; ++i) {
+    EXPECT_GE(p["rankDetails"][i - 1]["lag"].get<int64_t>(), p["rankDetails"][i]["lag"].get<int64_t>());
+  }
+  EXPECT_LT(p.dump().size(), 8u * 1024) << "status.progress stays small at any scale";
+}
+
+TEST(HumanDurationTest, ReadsAsKubectlShowsAges) {
+  EXPECT_EQ(HumanDuration(0), "0s");
+  EXPECT_EQ(HumanDuration(59.4), "59s");
+  EXPECT_EQ(HumanDuration(245), "4m05s");
+  EXPECT_EQ(HumanDuration(3720), "1h02m");
+  EXPECT_EQ(HumanDuration(90000), "1d01h");
+  EXPECT_EQ(HumanDuration(-3), "0s");
+}
+
+// ---- the planner: status.progress at most once per interval ----
+
+class ProgressPlanTest : public ::testing::Test {
+ protected:
+  Json job_ = JobBuilder("j").Collective(2).Obj();
+  Time now_ = std::chrono::system_clock::now();
+  OperatorSettings settings_;
+
+  ReconcilePlan Plan(const FleetJobStatus& status, std::optional<Json> progress) {
+    Observed observed;
+    observed.progress = std::move(progress);
+    return PlanReconcile(ReadFleetJob(job_), status, observed, now_, settings_);
+  }
+  FleetJobStatus Written(const Json& progress, Time at) {
+    FleetJobStatus status;
+    status.progress = progress;
+    (*status.progress)[kProgressUpdateTime] = FormatRfc3339(at);
+    return status;
+  }
+};
+
+TEST_F(ProgressPlanTest, TheFirstSummaryIsWrittenWithItsTime) {
+  const ReconcilePlan plan = Plan({}, Json{{"step", 10}});
+  ASSERT_TRUE(plan.status.progress.has_value());
+  EXPECT_EQ((*plan.status.progress)["step"], 10);
+  EXPECT_EQ((*plan.status.progress)[kProgressUpdateTime], FormatRfc3339(now_));
+}
+
+TEST_F(ProgressPlanTest, ANewerSummaryWaitsForTheIntervalAndIsRequeuedForIt) {
+  settings_.progress_interval = std::chrono::seconds(10);
+  const FleetJobStatus status = Written(Json{{"step", 10}}, now_ - std::chrono::seconds(4));
+  const ReconcilePlan early = Plan(status, Json{{"step", 30}});
+  EXPECT_EQ((*early.status.progress)["step"], 10) << "written 4 s ago: not again yet";
+  ASSERT_TRUE(early.requeue_after.has_value());
+  EXPECT_LE(*early.requeue_after, std::chrono::seconds(8));
+  EXPECT_GE(*early.requeue_after, std::chrono::seconds(6));
+
+  const ReconcilePlan due = Plan(Written(Json{{"step", 10}}, now_ - std::chrono::seconds(12)), Json{{"step", 30}});
+  EXPECT_EQ((*due.status.progress)["step"], 30);
+}
+
+TEST_F(ProgressPlanTest, AnUnchangedSummaryIsNotRewritten) {
+  const FleetJobStatus status = Written(Json{{"step", 10}}, now_ - std::chrono::hours(1));
+  const ReconcilePlan plan = Plan(status, Json{{"step", 10}});
+  EXPECT_EQ(plan.status.progress, status.progress) << "no write for the time alone";
+}
+
+TEST_F(ProgressPlanTest, WithoutASummaryTheLastOneStays) {
+  const FleetJobStatus status = Written(Json{{"step", 10}}, now_ - std::chrono::hours(1));
+  EXPECT_EQ(Plan(status, std::nullopt).status.progress, status.progress);
+}
+
+// ---- the collector's HTTP reads ----
+
+ProgressJob::Pod LoopbackPod(int port) { return {"p", "worker", "127.0.0.1", port}; }
+
+// A sidecar stand-in: GET /status answers `body()`. (A short request timeout: CivetWeb's stop
+// waits that long for its idle threads.)
+std::unique_ptr<httpd::HttpServer> StatusServer(std::function<std::string()> body) {
+  httpd::HttpServerOptions options;
+  options.request_timeout_ms = 100;
+  auto server = httpd::HttpServer::Start(
+      "127.0.0.1:0", {{"/status", {}, [body](const httpd::Request&) { return httpd::Response{200, "application/json", body()}; }}},
+      options);
+  EXPECT_TRUE(server.ok()) << server.error();
+  return server.ok() ? std::move(*server) : nullptr;
+}
+
+TEST(FetchSidecarStatusesTest, ReadsEveryPodsAnswerInOrder) {
+  std::vector<std::unique_ptr<httpd::HttpServer>> servers;
+  std::vector<ProgressJob::Pod> pods;
+  for (int i = 0; i < 5; ++i) {
+    servers.push_back(StatusServer([i] { return "{\"n\": " + std::to_string(i) + "}"; }));
+    ASSERT_TRUE(servers.back());
+    pods.push_back(LoopbackPod(servers.back()->port()));
+  }
+  ProgressCollectorOptions options;
+  options.concurrency = 2;
+  const auto bodies = FetchSidecarStatuses(pods, options);
+  ASSERT_EQ(bodies.size(), 5u);
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_TRUE(bodies[i].has_value()) << i;
+    EXPECT_EQ(*bodies[i], "{\"n\": " + std::to_string(i) + "}");
+  }
+  // Stopping a server takes CivetWeb about 2 s: stop them together.
+  std::vector<std::thread> stops;
+  for (auto& server : servers) stops.emplace_back([s = std::move(server)]() mutable { s.reset(); });
+  for (std::thread& t : stops) t.join();
+}
+
+TEST(FetchSidecarStatusesTest, RefusedOversizedAndSilentPeersFailWithinTheTimeout) {
+  auto big = StatusServer([] { return std::string(1 << 20, 'x'); });
+  ASSERT_TRUE(big);
+  // A peer that accepts connections and never answers.
+  const int silent = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ASSERT_EQ(::bind(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  ASSERT_EQ(::listen(silent, 8), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(silent, reinterpret_cast<sockaddr*>(&addr), &len);
+  const int silent_port = ntohs(addr.sin_port);
+  // A port nothing listens on.
+  const int closed = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in closed_addr{};
+  closed_addr.sin_family = AF_INET;
+  closed_addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  ::bind(closed, reinterpret_cast<sockaddr*>(&closed_addr), sizeof closed_addr);
+  len = sizeof closed_addr;
+  ::getsockname(closed, reinterpret_cast<sockaddr*>(&closed_addr), &len);
+  const int closed_port = ntohs(closed_addr.sin_port);
+  ::close(closed);
+
+  ProgressCollectorOptions options;
+  options.timeout = std::chrono::milliseconds(300);
+  const auto start = std::chrono::steady_clock::now();
+  const auto bodies = FetchSidecarStatuses(
+      {LoopbackPod(big->port()), LoopbackPod(silent_port), LoopbackPod(closed_port), {"p", "worker", "not-an-ip", 1}},
+      options);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ::close(silent);
+  ASSERT_EQ(bodies.size(), 4u);
+  for (size_t i = 0; i < bodies.size(); ++i) EXPECT_FALSE(bodies[i].has_value()) << i << ": " << bodies[i]->size();
+  EXPECT_LT(seconds, 3) << "the silent peer is cut off at the timeout";
+}
+
+TEST(ProgressCollectorTest, TellsWhichJobsChangedAndKeepsOneSummaryPerRun) {
+  int steps = 10;
+  auto server = StatusServer([&steps] { return R"({"ranks": [{"rank": 0, "steps": )" + std::to_string(steps) + "}]}"; });
+  ASSERT_TRUE(server);
+  const int port = server->port();
+  std::vector<std::string> changed;
+  ProgressCollector collector({}, [&] {
+    return std::vector<ProgressJob>{{"ns/j", 2, {{"worker", 1}}, 0, {LoopbackPod(port)}}};
+  }, [&](const std::string& key) { changed.push_back(key); });
+  collector.CollectOnce();
+  EXPECT_THAT(changed, ::testing::ElementsAre("ns/j"));
+  ASSERT_TRUE(collector.Latest("ns/j", 2).has_value());
+  EXPECT_EQ((*collector.Latest("ns/j", 2))["step"], 10);
+  EXPECT_FALSE(collector.Latest("ns/j", 1).has_value()) << "another run's pods";
+  EXPECT_FALSE(collector.Latest("ns/other", 2).has_value());
+  collector.CollectOnce();
+  EXPECT_EQ(changed.size(), 2u) << "a speed appeared (0 steps/s)";
+  collector.CollectOnce();
+  EXPECT_EQ(changed.size(), 2u) << "nothing new: no change";
+  steps = 20;
+  collector.CollectOnce();
+  EXPECT_EQ(changed.size(), 3u);
+  EXPECT_EQ(collector.stats().requests, 4u);
+  EXPECT_EQ(collector.stats().failures, 0u);
+}
+
+}  // namespace
+}  // namespace fleet::op
