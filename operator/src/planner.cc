@@ -724,14 +724,14 @@ void Planner::PublishProgress() {
     same.erase(kProgressUpdateTime);
     if (same == *observed_.progress) return;
   }
-  // updateTime has whole seconds: the write it records may have been up to a second after it.
-  const Time due = updated ? *updated + settings_.progress_interval + seconds(1) : now_;
+  const Time due = updated ? *updated + settings_.progress_interval : now_;
   if (now_ < due) {
     RequeueAfter(std::chrono::ceil<seconds>(due - now_));
     return;
   }
   written = *observed_.progress;
-  (*written)[kProgressUpdateTime] = FormatRfc3339(now_);
+  // Milliseconds (metav1.MicroTime-like): whole seconds would let writes come up to 1 s early.
+  (*written)[kProgressUpdateTime] = FormatRfc3339(now_, TimePrecision::kMillis);
 }
 
 // status.replicaStatuses: per role, this run's pods that exist and that this plan does not

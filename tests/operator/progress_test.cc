@@ -184,7 +184,7 @@ class ProgressPlanTest : public ::testing::Test {
   FleetJobStatus Written(const Json& progress, Time at) {
     FleetJobStatus status;
     status.progress = progress;
-    (*status.progress)[kProgressUpdateTime] = FormatRfc3339(at);
+    (*status.progress)[kProgressUpdateTime] = FormatRfc3339(at, TimePrecision::kMillis);
     return status;
   }
 };
@@ -193,7 +193,7 @@ TEST_F(ProgressPlanTest, TheFirstSummaryIsWrittenWithItsTime) {
   const ReconcilePlan plan = Plan({}, Json{{"step", 10}});
   ASSERT_TRUE(plan.status.progress.has_value());
   EXPECT_EQ((*plan.status.progress)["step"], 10);
-  EXPECT_EQ((*plan.status.progress)[kProgressUpdateTime], FormatRfc3339(now_));
+  EXPECT_EQ((*plan.status.progress)[kProgressUpdateTime], FormatRfc3339(now_, TimePrecision::kMillis));
 }
 
 TEST_F(ProgressPlanTest, ANewerSummaryWaitsForTheIntervalAndIsRequeuedForIt) {
@@ -202,8 +202,7 @@ TEST_F(ProgressPlanTest, ANewerSummaryWaitsForTheIntervalAndIsRequeuedForIt) {
   const ReconcilePlan early = Plan(status, Json{{"step", 30}});
   EXPECT_EQ((*early.status.progress)["step"], 10) << "written 4 s ago: not again yet";
   ASSERT_TRUE(early.requeue_after.has_value());
-  EXPECT_LE(*early.requeue_after, std::chrono::seconds(8));
-  EXPECT_GE(*early.requeue_after, std::chrono::seconds(6));
+  EXPECT_EQ(*early.requeue_after, std::chrono::seconds(6));
 
   const ReconcilePlan due = Plan(Written(Json{{"step", 10}}, now_ - std::chrono::seconds(12)), Json{{"step", 30}});
   EXPECT_EQ((*due.status.progress)["step"], 30);
