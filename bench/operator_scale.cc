@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
+#include "operator_bench_util.h"
 #include "harness.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/rate_limiter.h"
@@ -55,21 +56,14 @@ using fleet::kube::Resource;
 using fleet::kube::testing::FakeApiServer;
 using fleet::kube::testing::TempDir;
 using Clock = std::chrono::steady_clock;
+using fleet::bench::CreateCrd;
+using fleet::bench::FleetJobObject;
+using fleet::bench::ReadProcStatus;
+using fleet::bench::WriteKubeconfig;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
 int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
-
-Json FleetJobObject(const std::string& ns, const std::string& name, int servers, int workers) {
-  const Json container = {{"name", "paddle"}, {"image", "paddlepaddle/paddle:2.5.0"},
-                          {"command", {"python", "-u", "train.py"}},
-                          {"resources", {{"requests", {{"cpu", "1"}, {"memory", "1Gi"}}}, {"limits", {{"cpu", "2"}, {"memory", "2Gi"}}}}}};
-  const Json tmpl = {{"spec", {{"containers", Json::array({container})}}}};
-  Json spec = {{"mode", servers > 0 ? "ps" : "collective"}, {"worker", {{"replicas", workers}, {"template", tmpl}}}};
-  if (servers > 0) spec["server"] = {{"replicas", servers}, {"template", tmpl}};
-  return {{"apiVersion", "fleet.paddlepaddle.org/v1alpha1"}, {"kind", "FleetJob"},
-          {"metadata", {{"name", name}, {"namespace", ns}}}, {"spec", spec}};
-}
 
 // The pods the operator makes for `job` (so every client sends the same bodies).
 std::vector<Json> PodsFor(const Json& job_object, const std::string& ns) {
@@ -195,34 +189,6 @@ double PodsCreated(prometheus::Registry& registry) {
     if (family.name == "fleet_operator_pods_created_total" && !family.metric.empty()) return family.metric[0].counter.value;
   }
   return 0;
-}
-
-std::string ReadProcStatus(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::string v = line.substr(field.size() + 1);
-      v.erase(0, v.find_first_not_of(" \t"));
-      return v;
-    }
-  }
-  return "?";
-}
-
-void CreateCrd(Client& client) {
-  const Json crd = fleet::op::e2e::LoadYamlDocuments(fleet::op::e2e::SourceDir() + "/crds/fleetjob.yaml").at(0);
-  auto created = client.Create({"apiextensions.k8s.io", "v1", "customresourcedefinitions", false}, "", crd);
-  if (!created.ok()) {
-    std::fprintf(stderr, "cannot create the CRD: %s\n", created.status().ToString().c_str());
-    std::exit(1);
-  }
-}
-
-std::string WriteKubeconfig(const TempDir& dir, const std::string& url) {
-  return dir.Write("kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: f, cluster: {server: \"" + url +
-                                     "\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: "
-                                     "{cluster: f, user: u, namespace: default}}]\ncurrent-context: c\n");
 }
 
 void BringUp(int servers, int workers, int latency_ms, int concurrency, int serial_pods) {

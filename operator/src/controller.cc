@@ -99,7 +99,10 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
     ProgressCollectorOptions progress = options_.progress;
     progress.interval = options_.settings.progress_interval;
     progress_ = std::make_unique<ProgressCollector>(
-        progress, [this] { return ProgressTargets(); }, [this](const std::string& key) { queue_.Add(key); });
+        progress, [this] { return ProgressTargets(); }, [this](const std::string& key) { queue_.Add(key); },
+        [this](size_t requests, size_t failures, double seconds) {
+          if (metrics_) metrics_->ProgressCollected(requests, failures, seconds);
+        });
   }
 
   // Children are selected by the job-name label: the informers never see unrelated objects.

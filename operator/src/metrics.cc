@@ -49,8 +49,15 @@ ControllerMetrics::ControllerMetrics(prometheus::Registry& registry)
       job_restarts_(BuildCounter().Name("fleet_operator_job_restarts_total")
                         .Help("FleetJob restarts (failures retried, counted against backoffLimit)").Register(registry).Add({})),
       leader_(BuildGauge().Name("fleet_operator_leader").Help("1 while this replica holds the leader lease")
-                  .Register(registry).Add({})) {
+                  .Register(registry).Add({})),
+      progress_requests_(BuildCounter().Name("fleet_operator_progress_requests_total")
+                             .Help("GET /status requests to trainer pods' sidecars, by result (ok, failed)")
+                             .Register(registry)),
+      progress_collection_(BuildHistogram().Name("fleet_operator_progress_collection_seconds")
+                               .Help("Time to collect the training progress of every running job")
+                               .Register(registry).Add({}, LatencyBuckets())) {
   for (const char* result : {"success", "error", "requeue"}) reconciles_.Add({{"result", result}});
+  for (const char* result : {"ok", "failed"}) progress_requests_.Add({{"result", result}});
   for (JobPhase phase : AllPhases()) {
     if (phase != JobPhase::kNone) phase_gauges_[PhaseName(phase)] = &jobs_.Add({{"phase", PhaseName(phase)}});
   }
@@ -77,6 +84,12 @@ void ControllerMetrics::PodsCreated(int n) { pods_created_.Increment(n); }
 void ControllerMetrics::PodsDeleted(int n) { pods_deleted_.Increment(n); }
 void ControllerMetrics::JobRestarted(int n) { job_restarts_.Increment(n); }
 void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
+
+void ControllerMetrics::ProgressCollected(size_t requests, size_t failures, double seconds) {
+  progress_requests_.Add({{"result", "ok"}}).Increment(static_cast<double>(requests - failures));
+  progress_requests_.Add({{"result", "failed"}}).Increment(static_cast<double>(failures));
+  progress_collection_.Observe(seconds);
+}
 
 void ControllerMetrics::SetJobPhases(const std::map<std::string, int>& jobs_by_phase) {
   std::lock_guard<std::mutex> lock(mu_);

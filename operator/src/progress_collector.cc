@@ -100,8 +100,9 @@ std::vector<std::optional<std::string>> FetchSidecarStatuses(const std::vector<P
   return bodies;
 }
 
-ProgressCollector::ProgressCollector(ProgressCollectorOptions options, Targets targets, Changed changed)
-    : options_(options), targets_(std::move(targets)), changed_(std::move(changed)) {}
+ProgressCollector::ProgressCollector(ProgressCollectorOptions options, Targets targets, Changed changed,
+                                     Collected collected)
+    : options_(options), targets_(std::move(targets)), changed_(std::move(changed)), collected_(std::move(collected)) {}
 
 ProgressCollector::~ProgressCollector() { Stop(); }
 
@@ -132,6 +133,7 @@ void ProgressCollector::Loop() {
 }
 
 void ProgressCollector::CollectOnce() {
+  const auto start = std::chrono::steady_clock::now();
   const std::vector<ProgressJob> jobs = targets_();
   std::vector<ProgressJob::Pod> pods;
   for (const ProgressJob& job : jobs) pods.insert(pods.end(), job.pods.begin(), job.pods.end());
@@ -139,6 +141,7 @@ void ProgressCollector::CollectOnce() {
   const auto now = std::chrono::steady_clock::now();
 
   std::vector<std::string> changed;
+  size_t failures = 0;
   {
     std::lock_guard<std::mutex> lock(mu_);
     std::map<std::string, JobState> next;
@@ -153,6 +156,7 @@ void ProgressCollector::CollectOnce() {
         auto ranks = body ? ParseSidecarStatus(*body, pod.role, pod.name) : Result<std::vector<RankReport>>(Error{""});
         if (!ranks.ok()) {
           ++stats_.failures;
+          ++failures;
           continue;
         }
         state.ranks.insert(state.ranks.end(), ranks->begin(), ranks->end());
@@ -173,6 +177,7 @@ void ProgressCollector::CollectOnce() {
     }
     jobs_ = std::move(next);   // jobs no longer running are forgotten
   }
+  if (collected_) collected_(pods.size(), failures, std::chrono::duration<double>(now - start).count());
   for (const std::string& key : changed) changed_(key);
 }
 

@@ -43,6 +43,8 @@ class ControllerMetrics {
   // The phase of every job this replica knows about.
   void SetJobPhases(const std::map<std::string, int>& jobs_by_phase);
   void SetLeader(bool leader);
+  // One progress collection: GET /status requests made, how many failed, how long it took.
+  void ProgressCollected(size_t requests, size_t failures, double seconds);
 
  private:
   prometheus::Family<prometheus::Counter>& reconciles_;
@@ -56,6 +58,8 @@ class ControllerMetrics {
   prometheus::Counter& pods_deleted_;
   prometheus::Counter& job_restarts_;
   prometheus::Gauge& leader_;
+  prometheus::Family<prometheus::Counter>& progress_requests_;
+  prometheus::Histogram& progress_collection_;
   std::mutex mu_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;
 };

@@ -51,8 +51,10 @@ class ProgressCollector {
  public:
   using Targets = std::function<std::vector<ProgressJob>()>;
   using Changed = std::function<void(const std::string& key)>;
+  // After each collection: requests made, how many failed, seconds it took (metrics).
+  using Collected = std::function<void(size_t requests, size_t failures, double seconds)>;
 
-  ProgressCollector(ProgressCollectorOptions options, Targets targets, Changed changed);
+  ProgressCollector(ProgressCollectorOptions options, Targets targets, Changed changed, Collected collected = nullptr);
   ~ProgressCollector();
   ProgressCollector(const ProgressCollector&) = delete;
   ProgressCollector& operator=(const ProgressCollector&) = delete;
@@ -83,6 +85,7 @@ class ProgressCollector {
   const ProgressCollectorOptions options_;
   const Targets targets_;
   const Changed changed_;
+  const Collected collected_;
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
