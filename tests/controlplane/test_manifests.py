@@ -54,7 +54,7 @@ class TestManifests(unittest.TestCase):
                 self.assertIn("created", self.kubectl("apply", "--validate=false", "-f", path))
         listing = self.kubectl("get", "fj")
         header = listing.splitlines()[0].split()
-        self.assertEqual(header, ["NAME", "MODE", "PHASE", "SERVERS", "WORKERS", "HETER", "RESTARTS", "AGE"])
+        self.assertEqual(header, ["NAME", "MODE", "PHASE", "SERVERS", "WORKERS", "HETER", "RESTARTS", "STEP", "SPEED", "ETA", "AGE"])
         for name in ("ps-example", "resnet50", "heter-example"):
             self.assertIn(name, listing)
 
