@@ -170,7 +170,7 @@ std::unique_ptr<CLI::App> FleetctlApp(CommandLine& cl) {
                                "\"--\" (fleetctl submit [flags] -- COMMAND [ARGS...]) in --image: a parameter-server "
                                "job with --server_num > 0, else a collective job. With -f, the manifest is the job."),
                  cl.submit);
-  CLI::App* list = app->add_subcommand("list", "list FleetJobs: name, mode, phase, ready servers and workers, restarts, age");
+  CLI::App* list = app->add_subcommand("list", "list FleetJobs: name, mode, phase, ready/replicas of servers, workers and heter stages, restarts, age");
   list->alias("ls");
   cmdline::AddSwitch(*list, "-A,--all-namespaces", cl.all_namespaces, "every namespace");
   list->add_option("-l,--selector", cl.selector, "a label selector (e.g. team=ranking)")->type_name("SELECTOR");
