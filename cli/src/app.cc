@@ -61,8 +61,8 @@ struct Failure {
 
 class Session {
  public:
-  Session(const CommandLine& cl, std::istream& in, std::ostream& out, std::ostream& err)
-      : cl_(cl), in_(in), out_(out), err_(err) {}
+  Session(const CommandLine& cl, std::istream& in, std::ostream& out, std::ostream& err, Terminals terminals)
+      : cl_(cl), in_(in), out_(out), err_(err), terminals_(terminals) {}
 
   // Loads the cluster config and makes the client; without a config only --dry-run works.
   std::optional<Failure> Connect(const EnvMap& env, bool need_cluster) {
@@ -90,6 +90,7 @@ class Session {
       case Command::kSubmit: return Submit();
       case Command::kList: return List();
       case Command::kStatus: return Status();
+      case Command::kTop: return Top();
       case Command::kLogs: return Logs();
       case Command::kStop: return Suspend(cl_.names[0], true);
       case Command::kResume: return Suspend(cl_.names[0], false);
@@ -113,6 +114,7 @@ class Session {
 
   // Progress and notes: on stdout for people, on stderr when stdout carries a document.
   std::ostream& Note() { return Machine() ? err_ : out_; }
+  bool NoteIsTerminal() const { return Machine() ? terminals_.err : terminals_.out; }
 
   // ---- errors -----------------------------------------------------------------------------------
   std::string CrdMissing() const {
@@ -188,29 +190,29 @@ class Session {
     if (!Machine()) out_ << "fleetjob/" << name << " created\n" << std::flush;
     Json final_job = *created;
     std::optional<Failure> failure;
-    if (s.wait) failure = Wait(name, &final_job);
+    if (s.wait) {
+      WaitProgress progress(name, NoteIsTerminal());
+      failure = Wait(name, &final_job, progress);
+      Note() << progress.Finish() << std::flush;
+    }
     if (Machine()) Print(final_job);
     return failure;
   }
 
-  // Progress lines until the job is Running or has ended (or the timeout passes).
-  std::optional<Failure> Wait(const std::string& name, Json* job) {
+  // Progress lines until the job is Running (with --until=done: Succeeded) or has ended (or the
+  // timeout passes).
+  std::optional<Failure> Wait(const std::string& name, Json* job, WaitProgress& progress) {
     const SubmitOptions& s = cl_.submit;
     const auto deadline = s.timeout_seconds > 0 ? Clock::now() + std::chrono::seconds(s.timeout_seconds)
                                                 : Clock::time_point::max();
-    std::string last;
-    auto report = [&](const Json& j) {
-      const std::string line = ProgressLine(j);
-      if (line != last) Note() << name << ": " << line << "\n" << std::flush;
-      last = line;
-    };
+    auto report = [&](const Json& j) { Note() << progress.Update(j, Now()) << std::flush; };
     // Whether waiting is over, and how: Running or Succeeded end it well, Failed and Suspended not.
     struct End {
       std::optional<Failure> failure;
     };
     auto ended = [&](const Json& j) -> std::optional<End> {
       const std::string phase = Phase(j);
-      if (phase == "Running" || phase == "Succeeded") return End{};
+      if ((phase == "Running" && !s.until_done) || phase == "Succeeded") return End{};
       if (phase == "Failed") {
         return End{Failure{"fleetjob \"" + name + "\" failed: " + j.value("status", Json::object()).value("message", "")}};
       }
@@ -313,6 +315,37 @@ class Session {
       out_ << StatusText(doc, Now());
     }
     return std::nullopt;
+  }
+
+  // The job's ranks from status.progress until the job ends: redrawn in place every --interval on
+  // a terminal; else a table (or with -o, a document) each time the phase or the progress changes.
+  std::optional<Failure> Top() {
+    const std::string& name = cl_.names[0];
+    const bool live = !Machine() && terminals_.out && !cl_.top.once;
+    std::optional<std::string> shown;   // the phase and progress last printed
+    while (true) {
+      auto job = GetJob(name);
+      if (!job.ok()) {
+        if (shown && job.status().code() == Code::kNotFound) return Failure{"fleetjob \"" + name + "\" was deleted"};
+        return Explain(job.status(), name);
+      }
+      const std::string phase = Phase(*job);
+      const Json status = job->value("status", Json::object());
+      const Json progress = status.is_object() ? status.value("progress", Json()) : Json();
+      const std::string state = phase + "\n" + progress.dump();
+      if (live) {
+        out_ << "\x1b[H\x1b[2J" << TopText(*job, Now()) << std::flush;   // cursor home, clear the screen
+      } else if (state != shown) {
+        if (Machine()) {
+          Print({{"name", name}, {"namespace", ns_}, {"phase", phase}, {"progress", progress}});
+        } else {
+          out_ << (shown ? "\n" : "") << TopText(*job, Now()) << std::flush;
+        }
+      }
+      shown = state;
+      if (cl_.top.once || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
+      std::this_thread::sleep_for(std::chrono::seconds(cl_.top.interval_seconds));
+    }
   }
 
   // ---- logs ---------------------------------------------------------------------------------------
@@ -534,6 +567,7 @@ class Session {
   std::istream& in_;
   std::ostream& out_;
   std::ostream& err_;
+  Terminals terminals_;
   std::shared_ptr<kube::Client> client_;
   std::string server_;
   std::string ns_;
@@ -542,7 +576,7 @@ class Session {
 }  // namespace
 
 int RunFleetctl(const std::vector<std::string>& args, const EnvMap& env, std::istream& in, std::ostream& out,
-                std::ostream& err) {
+                std::ostream& err, Terminals terminals) {
   auto cl = ParseCommandLine(args);
   if (!cl) {
     err << "fleetctl: " << cl.error() << "\n";
@@ -561,7 +595,7 @@ int RunFleetctl(const std::vector<std::string>& args, const EnvMap& env, std::is
     }
     return 0;
   }
-  Session session(*cl, in, out, err);
+  Session session(*cl, in, out, err, terminals);
   const bool need_cluster = !(cl->command == Command::kSubmit && cl->submit.dry_run);
   std::optional<Failure> failure = session.Connect(env, need_cluster);
   if (!failure) {

@@ -11,7 +11,7 @@ namespace {
 const std::map<std::string, Command>& Commands() {
   static const std::map<std::string, Command> commands = {
       {"submit", Command::kSubmit}, {"list", Command::kList},     {"status", Command::kStatus},
-      {"logs", Command::kLogs},     {"stop", Command::kStop},     {"resume", Command::kResume},
+      {"top", Command::kTop},       {"logs", Command::kLogs},     {"stop", Command::kStop},     {"resume", Command::kResume},
       {"delete", Command::kDelete}, {"version", Command::kVersion}, {"help", Command::kHelp},
   };
   return commands;
@@ -67,6 +67,19 @@ Result<int> Duration(const std::string& value) {
   return static_cast<int>(total);
 }
 
+// A flag whose value is a duration (90s, 10m, 1h30m), kept in `seconds`.
+void AddDuration(CLI::App& app, const std::string& name, int& seconds, const std::string& description) {
+  app.add_option_function<std::string>(
+         name,
+         [&seconds, name](const std::string& text) {
+           auto parsed = Duration(text);
+           if (!parsed) throw CLI::ValidationError(name, parsed.error());
+           seconds = *parsed;
+         },
+         description)
+      ->type_name("DURATION");
+}
+
 void AddSubmitFlags(CLI::App& submit, SubmitOptions& s) {
   submit.add_option("-f,--filename", s.file, "a FleetJob manifest (\"-\": stdin)")->type_name("FILE");
   submit.add_option("--name", s.name, "the job's name (default: the script's name and a random suffix)")->type_name("NAME");
@@ -110,17 +123,18 @@ void AddSubmitFlags(CLI::App& submit, SubmitOptions& s) {
   submit.add_option(Names("--sidecar_image"), s.sidecar_image, "fleet-sidecar's image (default: the operator's)")
       ->type_name("IMAGE");
   cmdline::AddSwitch(submit, Names("--dry-run"), s.dry_run, "print the FleetJob (-o json|yaml, default yaml), create nothing");
-  cmdline::AddSwitch(submit, "--wait", s.wait, "show progress until the job runs or ends; exit 1 if it fails");
+  cmdline::AddSwitch(submit, "--wait", s.wait, "show progress until the job runs (--until=done: succeeds) or ends; exit 1 if it fails");
   submit
       .add_option_function<std::string>(
-          "--timeout",
-          [&s](const std::string& text) {
-            auto seconds = Duration(text);
-            if (!seconds) throw CLI::ValidationError("--timeout", seconds.error());
-            s.timeout_seconds = *seconds;
-          },
-          "give up waiting after this long (e.g. 10m)")
-      ->type_name("DURATION");
+          "--until", [&s](const std::string& v) { s.until_done = v == "done"; },
+          "with --wait: running (the default) or done - until the job succeeds, with its training progress")
+      ->check(cmdline::OneOf({"running", "done"}));
+  AddDuration(submit, "--timeout", s.timeout_seconds, "give up waiting after this long (e.g. 10m)");
+}
+
+void AddTopFlags(CLI::App& top, TopOptions& t) {
+  AddDuration(top, "--interval", t.interval_seconds, "how often to read the job again (default 2s)");
+  cmdline::AddSwitch(top, "--once", t.once, "print one table and exit");
 }
 
 void AddLogsFlags(CLI::App& logs, LogsOptions& l) {
@@ -156,20 +170,26 @@ std::unique_ptr<CLI::App> FleetctlApp(CommandLine& cl) {
                                "\"--\" (fleetctl submit [flags] -- COMMAND [ARGS...]) in --image: a parameter-server "
                                "job with --server_num > 0, else a collective job. With -f, the manifest is the job."),
                  cl.submit);
-  CLI::App* list = app->add_subcommand("list", "list FleetJobs: name, mode, phase, ready servers and workers, restarts, age");
+  CLI::App* list = app->add_subcommand("list", "list FleetJobs: name, mode, phase, ready/replicas of servers, workers and heter stages, restarts, age");
   list->alias("ls");
   cmdline::AddSwitch(*list, "-A,--all-namespaces", cl.all_namespaces, "every namespace");
   list->add_option("-l,--selector", cl.selector, "a label selector (e.g. team=ranking)")->type_name("SELECTOR");
-  CLI::App* status = app->add_subcommand("status", "a job's phase, pods per role, conditions and recent events");
+  CLI::App* status = app->add_subcommand("status", "a job's phase, training progress, pods per role, conditions and recent events");
   status->add_option("--events", cl.events, "how many events")
       ->type_name("N")->transform(cmdline::IntegerIn(0, 1000))->capture_default_str();
+  CLI::App* top = app->add_subcommand(
+      "top", "a live table of a job's training ranks (step, speed, loss, lag behind the median), the straggler on top");
+  top->footer("From the job's status.progress, which the operator collects from the sidecars. On a terminal the "
+              "table is redrawn every --interval until Ctrl-C or the job ends; otherwise a table is printed each time "
+              "the progress changes (once with --once). A job of more than 20 ranks shows its 20 slowest.");
+  AddTopFlags(*top, cl.top);
   CLI::App* logs = app->add_subcommand("logs", "a pod's log (-f follows): <NAME>-<ROLE>-<N>, default worker 0");
   AddLogsFlags(*logs, cl.logs);
   CLI::App* stop = app->add_subcommand("stop", "suspend a job (spec.runPolicy.suspend): its pods are removed, the job "
                                                "object stays; resume starts it again");
   CLI::App* resume = app->add_subcommand("resume", "resume a suspended job: its pods are created again (a new run)");
   CLI::App* del = app->add_subcommand("delete", "delete jobs; their pods and other children go with them");
-  for (CLI::App* named : {status, logs, stop, resume, del}) {
+  for (CLI::App* named : {status, top, logs, stop, resume, del}) {
     named->add_option("NAME", cl.names, "the FleetJob's name")->type_name("");
   }
   app->add_subcommand("version", "fleetctl's version");
@@ -186,7 +206,8 @@ Status CheckSubmit(const CLI::App& submit, const SubmitOptions& s) {
   if (!s.file.empty()) {
     for (const CLI::Option* option : submit.get_options()) {
       const std::string name = option->get_name();
-      if (option->count() > 0 && name != "--filename" && name != "--wait" && name != "--timeout" && name != "--dry-run") {
+      if (option->count() > 0 && name != "--filename" && name != "--wait" && name != "--until" && name != "--timeout" &&
+          name != "--dry-run") {
         return Error{name + " cannot be combined with -f: the manifest describes the whole job"};
       }
     }
@@ -196,6 +217,7 @@ Status CheckSubmit(const CLI::App& submit, const SubmitOptions& s) {
     if (s.command.empty()) return Error{"submit needs the training command after \"--\", e.g. -- python train.py"};
   }
   if (s.timeout_seconds > 0 && !s.wait) return Error{"--timeout applies to --wait only"};
+  if (submit.count("--until") > 0 && !s.wait) return Error{"--until applies to --wait only"};
   if (s.wait && s.dry_run) return Error{"--wait cannot be combined with --dry-run"};
   return OkStatus();
 }
@@ -240,6 +262,7 @@ Result<CommandLine> ParseCommandLine(const std::vector<std::string>& args) {
       if (cl.all_namespaces && !cl.global.ns.empty()) status = Error{"--all-namespaces cannot be combined with --namespace"};
       break;
     case Command::kStatus:
+    case Command::kTop:
     case Command::kLogs:
     case Command::kStop:
     case Command::kResume:

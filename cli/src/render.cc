@@ -1,9 +1,12 @@
 #include "fleet/cli/render.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <map>
+#include <optional>
 
+#include "fleet/base/strings.h"
 #include "fleet/base/time.h"
 
 namespace fleet::cli {
@@ -26,9 +29,25 @@ int64_t Int(const Json& obj, const char* key) {
   return v.is_number_integer() ? v.get<int64_t>() : 0;
 }
 
+// A JSON number, when the key holds one.
+std::optional<double> Number(const Json& obj, const char* key) {
+  const Json& v = Field(obj, key);
+  if (!v.is_number()) return std::nullopt;
+  return v.get<double>();
+}
+
 std::string Printf(const char* format, int64_t a, int64_t b = 0) {
   char buf[32];
   std::snprintf(buf, sizeof buf, format, static_cast<long long>(a), static_cast<long long>(b));
+  return buf;
+}
+
+// Speeds and losses as people read them: 3 significant digits ("3.1", "0.0421"), whole numbers
+// from 100 on ("812", "12345"), "-" when unknown.
+std::string FormatNumber(std::optional<double> value) {
+  if (!value) return "-";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, std::fabs(*value) >= 100 ? "%.0f" : "%.3g", *value);
   return buf;
 }
 
@@ -76,6 +95,119 @@ std::string PodWhy(const Json& pod) {
   return Str(Field(pod, "spec"), "nodeName").empty() ? "not scheduled yet" : "";
 }
 
+// A role of a job: its name and its spec (spec.server, spec.worker or a spec.heter stage).
+struct RoleOfJob {
+  std::string name;
+  const Json* spec;
+  bool heter;
+};
+
+std::vector<RoleOfJob> Roles(const Json& job) {
+  const Json& spec = Field(job, "spec");
+  std::vector<RoleOfJob> roles;
+  if (Field(spec, "server").is_object()) roles.push_back({"server", &Field(spec, "server"), false});
+  roles.push_back({"worker", &Field(spec, "worker"), false});
+  const Json& heter = Field(spec, "heter");
+  for (size_t i = 0; heter.is_array() && i < heter.size(); ++i) {
+    roles.push_back({Str(heter[i], "name", "heter" + std::to_string(i + 1)), &heter[i], true});
+  }
+  return roles;
+}
+
+// "ready/replicas" for one role or several together, the same in every column and line: ready
+// pods from status.replicaStatuses (the pods that exist), replicas from the spec (what the job
+// asks for, also before the operator has seen it).
+std::string ReadyOfReplicas(const Json& job, const std::vector<RoleOfJob>& roles) {
+  int64_t ready = 0, replicas = 0;
+  for (const RoleOfJob& role : roles) {
+    ready += Int(Field(Field(Field(job, "status"), "replicaStatuses"), role.name.c_str()), "ready");
+    replicas += Int(*role.spec, "replicas");
+  }
+  return std::to_string(ready) + "/" + std::to_string(replicas);
+}
+
+// ---- training progress ----------------------------------------------------------------------------
+
+std::string Steps(std::optional<double> steps) {
+  return steps ? std::to_string(static_cast<int64_t>(*steps)) : "-";
+}
+
+// How far done, in percent: status.progress.percent, else step/totalSteps.
+std::optional<double> PercentDone(const Json& progress) {
+  if (auto percent = Number(progress, "percent")) return percent;
+  const auto step = Number(progress, "step");
+  const auto total = Number(progress, "totalSteps");
+  if (!step || !total || *total <= 0) return std::nullopt;
+  return 100.0 * *step / *total;
+}
+
+// "24%": whole percents, rounded down (a job 99.7% done is not 100% done).
+std::string Percent(double percent) {
+  return std::to_string(static_cast<int64_t>(std::floor(std::clamp(percent, 0.0, 100.0)))) + "%";
+}
+
+// How old status.progress is, when that is worth saying (it is stale): "updated 5m ago".
+std::string StaleNote(const Json& progress, int64_t now) {
+  const int64_t updated = ParseTime(Str(progress, "updateTime"));
+  if (updated < 0 || now - updated <= kStaleProgressSeconds) return "";
+  return "updated " + FormatAge(now - updated) + " ago";
+}
+
+// A rank's steps behind the median as top shows it: "-10" behind, "+2" ahead, "0".
+std::string Lag(std::optional<double> lag) {
+  if (!lag) return "-";
+  if (*lag == 0) return "0";
+  return (*lag > 0 ? "-" : "+") + Steps(std::fabs(*lag));
+}
+
+// "worker-3 (job-worker-3) at step 1190, 10 steps behind the median".
+std::string SlowestRank(const Json& slowest) {
+  if (!slowest.is_object()) return "";
+  std::string text = Str(slowest, "role", "?") + "-" + Steps(Number(slowest, "rank"));
+  if (!Str(slowest, "pod").empty()) text += " (" + Str(slowest, "pod") + ")";
+  if (Number(slowest, "step")) text += " at step " + Steps(Number(slowest, "step"));
+  if (auto lag = Number(slowest, "lag")) text += ", " + Steps(lag) + " steps behind the median";
+  return text;
+}
+
+// "7/8 reporting, 1 stalled"; "" when the number of ranks is unknown.
+std::string RanksReporting(const Json& progress) {
+  const auto expected = Number(progress, "ranks");
+  if (!expected) return "";
+  std::string text = Steps(Number(progress, "reportingRanks").value_or(0)) + "/" + Steps(expected) + " reporting";
+  if (auto stalled = Number(progress, "stalledRanks"); stalled && *stalled > 0) text += ", " + Steps(stalled) + " stalled";
+  return text;
+}
+
+// status's "Progress:" section.
+std::string ProgressText(const Json& progress, int64_t now) {
+  if (!progress.is_object()) return "Progress:   no progress reported yet\n";
+  std::string out = "Progress:   " + ProgressSummary(progress, now) + "\n";
+  std::string ranks = RanksReporting(progress);
+  if (auto samples = Number(progress, "samplesPerSecond")) {
+    ranks += (ranks.empty() ? "" : ", ") + FormatNumber(samples) + " samples/s";
+  }
+  if (!ranks.empty()) out += "Ranks:      " + ranks + "\n";
+  const std::string slowest = SlowestRank(Field(progress, "slowest"));
+  if (!slowest.empty()) out += "Slowest:    " + slowest + "\n";
+  const std::string updated = Str(progress, "updateTime");
+  if (!updated.empty()) {
+    const bool stale = !StaleNote(progress, now).empty();
+    out += "Updated:    " + updated + " (" + Ago(updated, now) + " ago" + (stale ? ", stale" : "") + ")\n";
+  }
+  const Json& roles = Field(progress, "roles");
+  if (roles.is_object() && !roles.empty()) {
+    std::vector<std::vector<std::string>> rows = {{"ROLE", "RANKS", "REPORTING", "MIN STEP", "MEDIAN", "MAX STEP", "SPEED", "LOSS"}};
+    for (const auto& [role, r] : roles.items()) {
+      rows.push_back({role, Steps(Number(r, "ranks")), Steps(Number(r, "reportingRanks")), Steps(Number(r, "minStep")),
+                      Steps(Number(r, "medianStep")), Steps(Number(r, "maxStep")),
+                      FormatNumber(Number(r, "stepsPerSecond")), FormatNumber(Number(r, "loss"))});
+    }
+    out += FormatTable(rows);
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string FormatAge(int64_t s) {
@@ -118,15 +250,9 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
 }
 
 std::vector<std::string> RoleNames(const Json& job) {
-  const Json& spec = Field(job, "spec");
-  std::vector<std::string> roles;
-  if (Field(spec, "server").is_object()) roles.push_back("server");
-  roles.push_back("worker");
-  const Json& heter = Field(spec, "heter");
-  for (size_t i = 0; heter.is_array() && i < heter.size(); ++i) {
-    roles.push_back(Str(heter[i], "name", "heter" + std::to_string(i + 1)));
-  }
-  return roles;
+  std::vector<std::string> names;
+  for (const RoleOfJob& role : Roles(job)) names.push_back(role.name);
+  return names;
 }
 
 std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
@@ -138,25 +264,18 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
     const Json& meta = Field(job, "metadata");
     const Json& status = Field(job, "status");
     const Json& spec = Field(job, "spec");
-    auto counts = [&](const char* role) -> std::string {
-      if (!Field(spec, role).is_object()) return "-";
-      const Json& rs = Field(Field(status, "replicaStatuses"), role);
-      return std::to_string(Int(rs, "ready")) + "/" + std::to_string(Int(Field(spec, role), "replicas"));
-    };
-    // Every heter stage in one column, as kubectl's Heter column (status.heterReady).
-    auto heter = [&]() -> std::string {
-      const Json& stages = Field(spec, "heter");
-      if (!stages.is_array() || stages.empty()) return "-";
-      int64_t replicas = 0;
-      for (const Json& stage : stages) replicas += Int(stage, "replicas");
-      return std::to_string(Int(status, "heterReady")) + "/" + std::to_string(replicas);
+    // SERVERS, WORKERS, and every heter stage in one column (as kubectl's Heter column).
+    std::vector<RoleOfJob> servers, workers, heter;
+    for (const RoleOfJob& role : Roles(job)) (role.heter ? heter : role.name == "server" ? servers : workers).push_back(role);
+    auto counts = [&](const std::vector<RoleOfJob>& roles) -> std::string {
+      return roles.empty() ? "-" : ReadyOfReplicas(job, roles);
     };
     std::vector<std::string> row = {Str(meta, "name"),
                                     Str(status, "mode", Str(spec, "mode", "")),
                                     Str(status, "phase", "<none>"),
-                                    counts("server"),
-                                    counts("worker"),
-                                    heter(),
+                                    counts(servers),
+                                    counts(workers),
+                                    counts(heter),
                                     std::to_string(Int(status, "restartCount")),
                                     Ago(Str(meta, "creationTimestamp"), now)};
     if (row[1].empty()) row[1] = "<none>";
@@ -184,6 +303,7 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
     roles.push_back(entry);
   }
   doc["roles"] = roles;
+  doc["progress"] = Field(status, "progress").is_object() ? Field(status, "progress") : Json();
   doc["conditions"] = Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array();
 
   Json waiting = Json::array();
@@ -232,6 +352,8 @@ std::string StatusText(const Json& d, int64_t now) {
   line("Started:", Str(d, "startTime"));
   line("Completed:", Str(d, "completionTime"));
 
+  out += ProgressText(Field(d, "progress"), now);
+
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
   for (const Json& r : Field(d, "roles")) {
     roles.push_back({Str(r, "role"), std::to_string(Int(r, "replicas")), std::to_string(Int(r, "active")),
@@ -277,21 +399,101 @@ std::string StatusText(const Json& d, int64_t now) {
 
 std::string ProgressLine(const Json& job) {
   const Json& status = Field(job, "status");
-  const Json& spec = Field(job, "spec");
   std::string line = Str(status, "phase", "<none>");
-  for (const std::string& role : RoleNames(job)) {
-    const Json& rs = Field(Field(status, "replicaStatuses"), role.c_str());
-    int64_t replicas = Int(rs, "replicas");
-    if (replicas == 0) {
-      const Json& r = role == "server" || role == "worker" ? Field(spec, role.c_str()) : Json();
-      replicas = Int(r, "replicas");
-    }
-    line += "  " + role + " " + std::to_string(Int(rs, "ready")) + "/" + std::to_string(replicas) + " ready";
-  }
+  for (const RoleOfJob& role : Roles(job)) line += "  " + role.name + " " + ReadyOfReplicas(job, {role}) + " ready";
   if (Int(status, "restartCount") > 0) line += "  restarts " + std::to_string(Int(status, "restartCount"));
   const std::string message = Str(status, "message");
   if (!message.empty()) line += "  (" + message + ")";
   return line;
+}
+
+std::string ProgressBar(double percent, int width) {
+  const int done = static_cast<int>(std::floor(std::clamp(percent, 0.0, 100.0) * width / 100.0));
+  return "[" + std::string(done, '#') + std::string(width - done, '.') + "]";
+}
+
+std::string ProgressSummary(const Json& progress, int64_t now) {
+  if (!progress.is_object()) return "";
+  std::vector<std::string> parts;
+  const auto percent = PercentDone(progress);
+  if (percent) parts.push_back(ProgressBar(*percent) + " " + Percent(*percent));
+  if (auto step = Number(progress, "step")) {
+    const auto total = Number(progress, "totalSteps");
+    parts.push_back("step " + Steps(step) + (total ? "/" + Steps(total) : ""));
+  } else {
+    parts.push_back("no step reported yet");
+  }
+  if (auto speed = Number(progress, "stepsPerSecond")) parts.push_back(FormatNumber(speed) + " step/s");
+  if (auto eta = Number(progress, "etaSeconds"); eta && percent) {
+    parts.push_back("ETA " + FormatAge(static_cast<int64_t>(std::ceil(*eta))));
+  }
+  if (auto loss = Number(progress, "loss")) parts.push_back("loss " + FormatNumber(loss));
+  const std::string stale = StaleNote(progress, now);
+  if (!stale.empty()) parts.push_back("(" + stale + ")");
+  return JoinStrings(parts, "  ");
+}
+
+std::string WaitProgress::Update(const Json& job, int64_t now) {
+  const std::string state = ProgressLine(job);
+  const std::string progress = ProgressSummary(Field(Field(job, "status"), "progress"), now);
+  const std::string line = name_ + ": " + state + (progress.empty() ? "" : "  " + progress);
+  if (line == line_) return "";
+  const bool new_state = state != state_ || line_.empty();
+  if (!terminal_ && !new_state && now - written_at_ < kPlainProgressSeconds) return "";
+  std::string out;
+  if (terminal_) {
+    out = new_state ? (open_ ? "\n" : "") + line : "\r" + line + "\x1b[K";
+    open_ = true;
+  } else {
+    out = line + "\n";
+  }
+  state_ = state;
+  line_ = line;
+  written_at_ = now;
+  return out;
+}
+
+std::string WaitProgress::Finish() {
+  if (!open_) return "";
+  open_ = false;
+  return "\n";
+}
+
+std::string TopText(const Json& job, int64_t now) {
+  const Json& status = Field(job, "status");
+  const Json& progress = Field(status, "progress");
+  std::string out = Str(Field(job, "metadata"), "name") + "  " + Str(status, "phase", "<none>");
+  if (!progress.is_object()) return out + "  no progress reported yet\n";
+  out += "  " + ProgressSummary(progress, now);
+  const std::string reporting = RanksReporting(progress);
+  out += (reporting.empty() ? "" : "  " + reporting) + "\n\n";
+
+  const Json& details = Field(progress, "rankDetails");
+  std::vector<Json> ranks;
+  if (details.is_array()) ranks.assign(details.begin(), details.end());
+  // The straggler first: the lowest step (none at all is lowest), then the longest idle.
+  std::stable_sort(ranks.begin(), ranks.end(), [](const Json& a, const Json& b) {
+    const double step_a = Number(a, "step").value_or(-1), step_b = Number(b, "step").value_or(-1);
+    if (step_a != step_b) return step_a < step_b;
+    return Number(a, "idleSeconds").value_or(0) > Number(b, "idleSeconds").value_or(0);
+  });
+  std::vector<std::vector<std::string>> rows = {{"ROLE", "RANK", "POD", "STEP", "SPEED", "LOSS", "LAG", "IDLE", ""}};
+  for (const Json& r : ranks) {
+    const auto lag = Number(r, "lag");
+    const auto idle = Number(r, "idleSeconds");
+    const Json& stalled = Field(r, "stalled");
+    rows.push_back({Str(r, "role", "-"), Steps(Number(r, "rank")), Str(r, "pod", "-"), Steps(Number(r, "step")),
+                    FormatNumber(Number(r, "stepsPerSecond")), FormatNumber(Number(r, "loss")),
+                    Lag(lag), idle ? FormatNumber(idle) + "s" : "-",
+                    stalled.is_boolean() && stalled.get<bool>() ? "stalled" : ""});
+  }
+  if (ranks.empty()) return out + "no rank has reported yet\n";
+  out += FormatTable(rows);
+  const auto expected = Number(progress, "ranks");
+  if (expected && *expected > static_cast<double>(ranks.size())) {
+    out += "(the " + std::to_string(ranks.size()) + " slowest of " + Steps(expected) + " ranks)\n";
+  }
+  return out;
 }
 
 }  // namespace fleet::cli

@@ -96,12 +96,12 @@ TEST(FleetctlCommandLineTest, HelpForEveryCommand) {
   EXPECT_EQ(Parse({"help", "logs"}).help_for, Command::kLogs);
   EXPECT_EQ(Parse({"submit", "-h"}).help_for, Command::kSubmit);
   EXPECT_EQ(Parse({"status", "--help"}).help_for, Command::kStatus);   // no name needed for help
-  for (Command c : {Command::kNone, Command::kSubmit, Command::kList, Command::kStatus, Command::kLogs,
+  for (Command c : {Command::kNone, Command::kSubmit, Command::kList, Command::kStatus, Command::kTop, Command::kLogs,
                     Command::kStop, Command::kResume, Command::kDelete, Command::kVersion}) {
     EXPECT_EQ(Usage(c).rfind("usage: fleetctl", 0), 0u);
   }
   EXPECT_EQ(Parse({"help", "ls"}).help_for, Command::kList);
-  for (const char* command : {"submit", "list", "status", "logs", "stop", "resume", "delete", "version", "help"}) {
+  for (const char* command : {"submit", "list", "status", "top", "logs", "stop", "resume", "delete", "version", "help"}) {
     EXPECT_NE(Usage().find("\n  " + std::string(command) + " "), std::string::npos) << command << " is not listed";
   }
   EXPECT_NE(Usage(Command::kSubmit).find("--server_num N"), std::string::npos);
@@ -134,11 +134,31 @@ TEST(FleetctlCommandLineTest, SubmitNeedsAJobAndConsistentFlags) {
   EXPECT_EQ(ErrorOf({"submit", "-f", "j.yaml", "--", "python"}), "a command after \"--\" cannot be combined with -f");
   EXPECT_EQ(ErrorOf({"submit", "-f", "j.yaml", "--timeout=5m"}), "--timeout applies to --wait only");
   EXPECT_EQ(ErrorOf({"submit", "-f", "j.yaml", "--wait", "--dry-run"}), "--wait cannot be combined with --dry-run");
+  EXPECT_EQ(ErrorOf({"submit", "-f", "j.yaml", "--until=done"}), "--until applies to --wait only");
+  EXPECT_EQ(ErrorOf({"submit", "-f", "j.yaml", "--wait", "--until=never"}),
+            "--until: expected running or done, got 'never'");
   const auto ok = Parse({"submit", "-f", "-", "--wait", "--timeout=90"});
   EXPECT_EQ(ok.submit.timeout_seconds, 90);
+  EXPECT_FALSE(ok.submit.until_done);
+  EXPECT_TRUE(Parse({"submit", "-f", "-", "--wait", "--until=done"}).submit.until_done);
+  EXPECT_FALSE(Parse({"submit", "-f", "-", "--wait", "--until", "running"}).submit.until_done);
   for (const char* bad : {"--timeout=0", "--timeout=5d", "--timeout=1h30", "--timeout=", "--timeout=m"}) {
     EXPECT_NE(ErrorOf({"submit", "-f", "j", "--wait", bad}).find("expected a duration"), std::string::npos) << bad;
   }
+}
+
+TEST(FleetctlCommandLineTest, TopTakesAJobAnIntervalAndOnce) {
+  const auto cl = Parse({"top", "job"});
+  EXPECT_EQ(cl.command, Command::kTop);
+  EXPECT_EQ(cl.names, std::vector<std::string>{"job"});
+  EXPECT_EQ(cl.top.interval_seconds, 2);
+  EXPECT_FALSE(cl.top.once);
+  const auto once = Parse({"top", "job", "--interval=1m", "--once"});
+  EXPECT_EQ(once.top.interval_seconds, 60);
+  EXPECT_TRUE(once.top.once);
+  EXPECT_EQ(ErrorOf({"top"}), "top needs the FleetJob's name");
+  EXPECT_NE(ErrorOf({"top", "job", "--interval=0s"}).find("--interval: expected a duration"), std::string::npos);
+  EXPECT_NE(Usage(Command::kTop).find("20 slowest"), std::string::npos);
 }
 
 }  // namespace

@@ -2,6 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+
+#include "fleet/base/time.h"
+
 namespace fleet::cli {
 namespace {
 
@@ -41,7 +45,7 @@ Json Job(const std::string& name, const std::string& phase) {
                "heterReady": 2,
                "replicaStatuses": {"server": {"replicas": 2, "active": 2, "ready": 2},
                                    "worker": {"replicas": 4, "active": 4, "ready": 3, "failed": 1},
-                                   "gpu": {"replicas": 1, "ready": 1}},
+                                   "gpu": {"replicas": 1, "ready": 1}, "heter2": {"replicas": 2, "ready": 1}},
                "conditions": [{"type": "Running", "status": "True", "reason": "AllPodsRunning",
                                "lastTransitionTime": "2023-11-14T22:12:20Z"}]}})");
 }
@@ -116,12 +120,182 @@ TEST(FleetctlRenderTest, StatusOfAJobTheOperatorHasNotSeen) {
 
 TEST(FleetctlRenderTest, ProgressLine) {
   EXPECT_EQ(ProgressLine(Job("j", "Starting")),
-            "Starting  server 2/2 ready  worker 3/4 ready  gpu 1/1 ready  heter2 0/0 ready  restarts 1");
+            "Starting  server 2/2 ready  worker 3/4 ready  gpu 1/1 ready  heter2 1/2 ready  restarts 1");
   EXPECT_EQ(ProgressLine(Json::parse(R"({"spec": {"server": {"replicas": 1}, "worker": {"replicas": 2}}})")),
             "<none>  server 0/1 ready  worker 0/2 ready");
   EXPECT_EQ(ProgressLine(Json::parse(R"({"spec": {"worker": {"replicas": 2}},
                                          "status": {"phase": "Failed", "message": "spec.port: bad"}})")),
             "Failed  worker 0/2 ready  (spec.port: bad)");
+}
+
+// A job the operator has not counted yet: every column and line says 0 of what the spec asks for.
+TEST(FleetctlRenderTest, ReadyCountsAgreeBetweenListAndProgress) {
+  const Json job = Json::parse(R"({"metadata": {"name": "h", "creationTimestamp": "2023-11-14T22:13:00Z"},
+    "spec": {"server": {"replicas": 1}, "worker": {"replicas": 2},
+             "heter": [{"name": "gpu", "replicas": 1}, {"replicas": 2}]}})");
+  EXPECT_EQ(JobsTable(Json::array({job}), false, kNow),
+            "NAME   MODE     PHASE    SERVERS   WORKERS   HETER   RESTARTS   AGE\n"
+            "h      <none>   <none>   0/1       0/2       0/3     0          20s\n");
+  EXPECT_EQ(ProgressLine(job), "<none>  server 0/1 ready  worker 0/2 ready  gpu 0/1 ready  heter2 0/2 ready");
+}
+
+// ---- training progress ------------------------------------------------------------------------------
+
+// status.progress as the operator writes it, collected `age` seconds before kNow.
+Json Progress(int64_t age = 2) {
+  Json p = Json::parse(R"({
+    "step": 1200, "totalSteps": 5000, "percent": 24.0, "etaSeconds": 1260, "stepsPerSecond": 3.1,
+    "samplesPerSecond": 812.5, "loss": 0.42, "ranks": 8, "reportingRanks": 8, "stalledRanks": 1,
+    "roles": {"worker": {"ranks": 8, "reportingRanks": 8, "minStep": 1190, "medianStep": 1200, "maxStep": 1210,
+                         "stepsPerSecond": 3.1, "loss": 0.42}},
+    "slowest": {"role": "worker", "rank": 3, "pod": "j-worker-3", "step": 1190, "lag": 10},
+    "rankDetails": [
+      {"role": "worker", "rank": 5, "pod": "j-worker-5", "step": 1210, "stepsPerSecond": 3.2, "loss": 0.4,
+       "lag": -10, "idleSeconds": 0.3, "stalled": false},
+      {"role": "worker", "rank": 1, "pod": "j-worker-1", "step": 1190, "stepsPerSecond": 3.0, "loss": 0.5,
+       "lag": 10, "idleSeconds": 1.2, "stalled": false},
+      {"role": "worker", "rank": 3, "pod": "j-worker-3", "step": 1190, "stepsPerSecond": 0, "loss": 0.51,
+       "lag": 10, "idleSeconds": 95, "stalled": true},
+      {"role": "worker", "rank": 0, "pod": "j-worker-0", "step": 1200, "stepsPerSecond": 3.1, "loss": 0.42,
+       "lag": 0, "idleSeconds": 0.9, "stalled": false}]})");
+  p["updateTime"] = FormatRfc3339(std::chrono::system_clock::time_point(std::chrono::seconds(kNow - age)));
+  return p;
+}
+
+Json WithProgress(Json job, const Json& progress) {
+  job["status"]["progress"] = progress;
+  return job;
+}
+
+TEST(FleetctlRenderTest, ProgressBarFillsWholeCellsOnly) {
+  EXPECT_EQ(ProgressBar(0), "[....................]");
+  EXPECT_EQ(ProgressBar(24), "[####................]");
+  EXPECT_EQ(ProgressBar(99.9), "[###################.]");
+  EXPECT_EQ(ProgressBar(100), "[####################]");
+  EXPECT_EQ(ProgressBar(130, 4), "[####]");
+  EXPECT_EQ(ProgressBar(-5, 4), "[....]");
+}
+
+TEST(FleetctlRenderTest, ProgressSummaryWithAKnownTotal) {
+  EXPECT_EQ(ProgressSummary(Progress(), kNow),
+            "[####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42");
+  Json p = Progress();
+  p.erase("percent");   // from step/totalSteps; 99.98% is not done yet
+  p["step"] = 4999;
+  p["etaSeconds"] = 0.3;
+  p["stepsPerSecond"] = 1234.5;
+  p["loss"] = 0.000123;
+  EXPECT_EQ(ProgressSummary(p, kNow), "[###################.] 99%  step 4999/5000  1234 step/s  ETA 1s  loss 0.000123");
+  p["etaSeconds"] = 3 * 3600 + 1;
+  EXPECT_NE(ProgressSummary(p, kNow).find("  ETA 3h  "), std::string::npos) << ProgressSummary(p, kNow);
+}
+
+TEST(FleetctlRenderTest, ProgressSummaryWithoutATotalOrFields) {
+  Json p = Progress();
+  for (const char* key : {"totalSteps", "percent", "etaSeconds"}) p.erase(key);
+  EXPECT_EQ(ProgressSummary(p, kNow), "step 1200  3.1 step/s  loss 0.42");
+  EXPECT_EQ(ProgressSummary(Json::parse(R"({"updateTime": "2023-11-14T22:13:19Z"})"), kNow), "no step reported yet");
+  EXPECT_EQ(ProgressSummary(Json(), kNow), "");
+  EXPECT_EQ(ProgressSummary(Json::parse(R"({"step": 7, "loss": "n/a"})"), kNow), "step 7");
+}
+
+TEST(FleetctlRenderTest, StaleProgressSaysHowOld) {
+  const std::string fresh = "[####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42";
+  EXPECT_EQ(ProgressSummary(Progress(kStaleProgressSeconds), kNow), fresh);
+  EXPECT_EQ(ProgressSummary(Progress(kStaleProgressSeconds + 1), kNow), fresh + "  (updated 31s ago)");
+  EXPECT_EQ(ProgressSummary(Progress(300), kNow), fresh + "  (updated 5m ago)");
+  const std::string text = StatusText(StatusDocument(WithProgress(Job("j", "Running"), Progress(300)),
+                                                     Json::array(), Json::array(), 10), kNow);
+  EXPECT_NE(text.find("Updated:    2023-11-14T22:08:20Z (5m ago, stale)\n"), std::string::npos) << text;
+}
+
+TEST(FleetctlRenderTest, StatusShowsTheProgress) {
+  const Json doc = StatusDocument(WithProgress(Job("j", "Running"), Progress()), Json::array(), Json::array(), 10);
+  EXPECT_EQ(doc["progress"], Progress());
+  const std::string text = StatusText(doc, kNow);
+  EXPECT_NE(text.find("\nProgress:   [####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42\n"
+                      "Ranks:      8/8 reporting, 1 stalled, 812 samples/s\n"
+                      "Slowest:    worker-3 (j-worker-3) at step 1190, 10 steps behind the median\n"
+                      "Updated:    2023-11-14T22:13:18Z (2s ago)\n"
+                      "ROLE     RANKS   REPORTING   MIN STEP   MEDIAN   MAX STEP   SPEED   LOSS\n"
+                      "worker   8       8           1190       1200     1210       3.1     0.42\n"
+                      "\nPods:\n"),
+            std::string::npos)
+      << text;
+
+  const Json none = StatusDocument(Job("j", "Running"), Json::array(), Json::array(), 10);
+  EXPECT_TRUE(none["progress"].is_null());
+  EXPECT_NE(StatusText(none, kNow).find("\nProgress:   no progress reported yet\n"), std::string::npos);
+  // Only the step known: no bar, no ranks, no slowest.
+  const std::string bare = StatusText(
+      StatusDocument(WithProgress(Job("j", "Running"), Json::parse(R"({"step": 3})")), Json::array(), Json::array(), 10),
+      kNow);
+  EXPECT_NE(bare.find("\nProgress:   step 3\n\nPods:"), std::string::npos) << bare;
+}
+
+TEST(FleetctlRenderTest, TopPutsTheStragglerOnTop) {
+  EXPECT_EQ(TopText(WithProgress(Job("j", "Running"), Progress()), kNow),
+            "j  Running  [####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42  "
+            "8/8 reporting, 1 stalled\n"
+            "\n"
+            "ROLE     RANK   POD          STEP   SPEED   LOSS   LAG   IDLE\n"
+            "worker   3      j-worker-3   1190   0       0.51   -10   95s    stalled\n"
+            "worker   1      j-worker-1   1190   3       0.5    -10   1.2s\n"
+            "worker   0      j-worker-0   1200   3.1     0.42   0     0.9s\n"
+            "worker   5      j-worker-5   1210   3.2     0.4    +10   0.3s\n"
+            "(the 4 slowest of 8 ranks)\n");
+}
+
+TEST(FleetctlRenderTest, TopWithMissingFields) {
+  EXPECT_EQ(TopText(Job("j", "Starting"), kNow), "j  Starting  no progress reported yet\n");
+  const Json progress = Json::parse(R"({"step": 10, "ranks": 2, "reportingRanks": 1,
+    "rankDetails": [{"role": "worker", "rank": 0, "pod": "j-worker-0", "step": 10},
+                    {"role": "worker", "rank": 1, "pod": "j-worker-1"}]})");
+  EXPECT_EQ(TopText(WithProgress(Job("j", "Running"), progress), kNow),
+            "j  Running  step 10  1/2 reporting\n"
+            "\n"
+            "ROLE     RANK   POD          STEP   SPEED   LOSS   LAG   IDLE\n"
+            "worker   1      j-worker-1   -      -       -      -     -\n"
+            "worker   0      j-worker-0   10     -       -      -     -\n");
+  EXPECT_EQ(TopText(WithProgress(Job("j", "Running"), Json::parse(R"({"ranks": 2})")), kNow),
+            "j  Running  no step reported yet  0/2 reporting\n\nno rank has reported yet\n");
+}
+
+// Not a terminal: a line when the phase or ready counts change, and for progress alone at most
+// every kPlainProgressSeconds.
+TEST(FleetctlRenderTest, WaitProgressOnPlainOutput) {
+  WaitProgress wait("j", false);
+  const Json starting = Job("j", "Starting");
+  EXPECT_EQ(wait.Update(starting, kNow), "j: " + ProgressLine(starting) + "\n");
+  EXPECT_EQ(wait.Update(starting, kNow + 1), "");
+  Json running = WithProgress(Job("j", "Running"), Progress(0));
+  const std::string line = "j: " + ProgressLine(running) + "  " + ProgressSummary(running["status"]["progress"], kNow);
+  EXPECT_EQ(wait.Update(running, kNow + 1), line + "\n");   // a new phase: at once
+  running["status"]["progress"]["step"] = 1210;
+  EXPECT_EQ(wait.Update(running, kNow + 1 + WaitProgress::kPlainProgressSeconds - 1), "");
+  running["status"]["progress"]["step"] = 1220;
+  const std::string later = wait.Update(running, kNow + 1 + WaitProgress::kPlainProgressSeconds);
+  EXPECT_NE(later.find("step 1220/5000"), std::string::npos) << later;
+  EXPECT_EQ(later.back(), '\n');
+  EXPECT_EQ(wait.Finish(), "");
+}
+
+// A terminal: one line rewritten in place, a new line for a new phase.
+TEST(FleetctlRenderTest, WaitProgressOnATerminal) {
+  WaitProgress wait("j", true);
+  const Json starting = Job("j", "Starting");
+  EXPECT_EQ(wait.Update(starting, kNow), "j: " + ProgressLine(starting));
+  Json running = WithProgress(Job("j", "Running"), Progress(0));
+  const std::string first = wait.Update(running, kNow);
+  EXPECT_EQ(first.substr(0, 4), "\nj: ");
+  running["status"]["progress"]["step"] = 1210;
+  const std::string second = wait.Update(running, kNow);
+  EXPECT_EQ(second.substr(0, 4), "\rj: ");
+  EXPECT_EQ(second.substr(second.size() - 3), "\x1b[K");
+  EXPECT_NE(second.find("step 1210/5000"), std::string::npos);
+  EXPECT_EQ(wait.Update(running, kNow), "");
+  EXPECT_EQ(wait.Finish(), "\n");
+  EXPECT_EQ(wait.Finish(), "");
 }
 
 }  // namespace

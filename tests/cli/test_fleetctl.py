@@ -4,6 +4,9 @@ real fleet-operator running the jobs it submits.
   TestFleetctl:        submit (flags, a manifest, --wait, --dry-run), list, status, logs (-f too),
                        stop/resume, delete, -o json|yaml - against a cluster with the CRD and an
                        operator.
+  TestFleetctlProgress: the training progress the operator writes into status.progress (written here
+                       by the test, no operator) in status, top (--once, plain snapshots, a terminal)
+                       and submit --wait --until=done.
   TestFleetctlErrors:  one clear line and a non-zero exit for: no cluster configured, an unreachable
                        cluster, no CRD installed, a job that does not exist, a refused object, a
                        usage error; --wait that times out.
@@ -11,22 +14,27 @@ real fleet-operator running the jobs it submits.
 Run (ctest does):  FLEETCTL=... FLEET_OPERATOR_BINARY=... /usr/bin/python3 -m unittest -v test_fleetctl
 """
 
+import datetime
 import json
 import os
+import pty
 import re
+import select
 import shlex
 import socket
 import subprocess
 import sys
 import threading
+import time
 import unittest
+import urllib.request
 
 import yaml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "chart"))
 import fleet_cluster  # noqa: E402
-from fleet_cluster import ROOT, Cluster, wait_for  # noqa: E402
+from fleet_cluster import FLEET_GROUP, FLEET_VERSION, ROOT, Cluster, wait_for  # noqa: E402
 
 FLEETCTL = os.environ.get("FLEETCTL", os.path.join(ROOT, "build", "cli", "fleetctl"))
 OPERATOR = os.environ.get("FLEET_OPERATOR_BINARY", os.path.join(ROOT, "build", "operator", "fleet-operator"))
@@ -45,7 +53,20 @@ class Run:
 
 
 class FleetctlTest(unittest.TestCase):
+    """A fake control plane per test class: with the FleetJob CRD when `crd`, with no operator."""
     cluster = None
+    crd = True
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster()
+        cls.home = cls.cluster.dir
+        if cls.crd:
+            cls.cluster.install_crd(CRD)
+
+    @classmethod
+    def tearDownClass(cls):
+        cls.cluster.close()
 
     def fleetctl(self, *args, kubeconfig=None, stdin=None, timeout=60):
         kc = kubeconfig or self.cluster.kubeconfig
@@ -73,16 +94,10 @@ class FleetctlTest(unittest.TestCase):
 class TestFleetctl(FleetctlTest):
     @classmethod
     def setUpClass(cls):
-        cls.cluster = Cluster()
-        cls.home = cls.cluster.dir
-        cls.cluster.install_crd(CRD)
+        super().setUpClass()
         cls.operator = cls.cluster.start("fleet-operator", [
             OPERATOR, "--kubeconfig=" + cls.cluster.kubeconfig, "--metrics-bind-address=0",
             "--health-probe-bind-address=127.0.0.1:0", "--log-level=debug"])
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.close()
 
     def wait_phase(self, name, phase, ns="default"):
         return self.cluster.wait_for_phase(ns, name, phase)
@@ -361,17 +376,143 @@ class TestFleetctl(FleetctlTest):
                    "--", "./train.sh", code=2)
 
 
+def rfc3339(seconds_ago=0):
+    t = datetime.datetime.now(datetime.timezone.utc) - datetime.timedelta(seconds=seconds_ago)
+    return t.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def progress(job, step=1200, seconds_ago=1):
+    """status.progress as the operator writes it: 4 workers, worker 3 stalled behind the median."""
+    def rank(r, s, idle, stalled=False):
+        return {"role": "worker", "rank": r, "pod": "%s-worker-%d" % (job, r), "step": s, "stepsPerSecond": 3.1,
+                "loss": 0.42, "lag": step - s, "idleSeconds": idle, "stalled": stalled}
+    return {"updateTime": rfc3339(seconds_ago), "step": step, "totalSteps": 5000, "percent": step * 100 / 5000,
+            "etaSeconds": 1260, "stepsPerSecond": 3.1, "samplesPerSecond": 812.5, "loss": 0.42,
+            "ranks": 4, "reportingRanks": 4, "stalledRanks": 1,
+            "roles": {"worker": {"ranks": 4, "reportingRanks": 4, "minStep": step - 10, "medianStep": step,
+                                 "maxStep": step + 10, "stepsPerSecond": 3.1, "loss": 0.42}},
+            "slowest": {"role": "worker", "rank": 3, "pod": job + "-worker-3", "step": step - 10, "lag": 10},
+            "rankDetails": [rank(0, step, 0.5), rank(1, step + 10, 0.2), rank(2, step - 10, 1.0),
+                            rank(3, step - 10, 60.0, stalled=True)]}
+
+
+class TestFleetctlProgress(FleetctlTest):
+    """The CRD and no operator: the test writes the jobs' status as the operator would."""
+
+    def patch_status(self, name, status):
+        """A merge patch of the job's status subresource, as the operator writes it."""
+        path = "/apis/%s/%s/namespaces/default/fleetjobs/%s/status" % (FLEET_GROUP, FLEET_VERSION, name)
+        req = urllib.request.Request(self.cluster.srv.url + path, method="PATCH",
+                                     data=json.dumps({"status": status}).encode(),
+                                     headers={"Content-Type": "application/merge-patch+json",
+                                              "Authorization": "Bearer unused"})
+        with urllib.request.urlopen(req, timeout=10) as r:
+            return json.loads(r.read())
+
+    def running(self, name, **kwargs):
+        return {"phase": "Running", "replicaStatuses": {"worker": {"replicas": 4, "active": 4, "ready": 4}},
+                "progress": progress(name, **kwargs)}
+
+    def submit(self, name):
+        self.ok("submit", "--name=" + name, "--worker_num=4", "--image=" + TOOLS, *PS_COMMAND)
+
+    def background(self, *args, stdout=subprocess.PIPE):
+        proc = subprocess.Popen([FLEETCTL, "--kubeconfig", self.cluster.kubeconfig] + list(args),
+                                stdout=stdout, stderr=subprocess.PIPE, text=True)
+        self.addCleanup(lambda: proc.poll() is None and proc.kill())
+        return proc
+
+    def test_status_and_top_once_show_the_progress(self):
+        self.submit("prog")
+        self.assertIn("Progress:   no progress reported yet\n", self.ok("status", "prog").out)
+        self.patch_status("prog", self.running("prog"))
+        text = self.ok("status", "prog").out
+        self.assertIn("Progress:   [####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42\n", text)
+        self.assertIn("Ranks:      4/4 reporting, 1 stalled, 812 samples/s\n", text)
+        self.assertIn("Slowest:    worker-3 (prog-worker-3) at step 1190, 10 steps behind the median\n", text)
+        doc = json.loads(self.ok("status", "prog", "-o", "json").out)
+        self.assertEqual(doc["progress"]["step"], 1200)
+
+        top = self.ok("top", "prog", "--once").out.splitlines()
+        self.assertEqual(top[0], "prog  Running  [####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  "
+                                 "loss 0.42  4/4 reporting, 1 stalled")
+        self.assertEqual(top[2].split(), ["ROLE", "RANK", "POD", "STEP", "SPEED", "LOSS", "LAG", "IDLE"])
+        rows = [line.split() for line in top[3:]]
+        self.assertEqual([r[2] for r in rows], ["prog-worker-3", "prog-worker-2", "prog-worker-0", "prog-worker-1"])
+        self.assertEqual(rows[0][3:], ["1190", "3.1", "0.42", "-10", "60s", "stalled"])
+        self.assertEqual(rows[3][6], "+10")
+        doc = yaml.safe_load(self.ok("top", "prog", "--once", "-o", "yaml").out)
+        self.assertEqual((doc["phase"], doc["progress"]["slowest"]["rank"]), ("Running", 3))
+
+        # The operator stopped writing it: status and top say how old it is.
+        self.patch_status("prog", {"progress": {"updateTime": rfc3339(600)}})
+        self.assertIn("(updated 10m ago)", self.ok("top", "prog", "--once").out.splitlines()[0])
+        self.assertRegex(self.ok("status", "prog").out, r"Updated:\s+\S+ \(10m ago, stale\)")
+
+    def test_top_prints_a_table_per_change_until_the_job_ends(self):
+        self.submit("snap")
+        self.patch_status("snap", self.running("snap"))
+        top = self.background("top", "snap", "--interval=1s")
+        out = []
+        reader = threading.Thread(target=lambda: out.extend(iter(top.stdout.readline, "")), daemon=True)
+        reader.start()
+        wait_for("the first table", lambda: any("snap-worker-3" in line for line in out))
+        time.sleep(1.5)   # a read or more of the same progress: no second table
+        self.assertEqual(sum(line.startswith("snap  ") for line in out), 1, out)
+        self.patch_status("snap", {"progress": progress("snap", step=1300)})
+        wait_for("the second table", lambda: any("step 1300/5000" in line for line in out))
+        self.patch_status("snap", {"phase": "Succeeded"})
+        self.assertEqual(top.wait(20), 0, top.stderr.read())
+        reader.join(5)
+        top.stdout.close()
+        top.stderr.close()
+        headers = [line for line in out if line.startswith("snap  ")]
+        self.assertEqual([h.split()[1] for h in headers], ["Running", "Running", "Succeeded"], out)
+        self.assertNotIn("\x1b", "".join(out))
+
+    def test_top_redraws_in_place_on_a_terminal(self):
+        self.submit("tty")
+        self.patch_status("tty", self.running("tty"))
+        primary, secondary = pty.openpty()
+        top = self.background("top", "tty", "--interval=1s", stdout=secondary)
+        os.close(secondary)
+        screen = b""
+
+        def read():
+            nonlocal screen
+            while select.select([primary], [], [], 0)[0]:
+                try:
+                    screen += os.read(primary, 65536)
+                except OSError:   # the terminal closed: top exited
+                    break
+            return screen
+        wait_for("two redraws", lambda: read().count(b"\x1b[H\x1b[2J") >= 2)
+        self.assertIn(b"tty-worker-3", screen)
+        self.patch_status("tty", {"phase": "Failed"})
+        self.assertEqual(top.wait(20), 0, top.stderr.read())
+        read()
+        os.close(primary)
+        self.assertIn(b"tty  Failed", screen.split(b"\x1b[H\x1b[2J")[-1])
+
+    def test_submit_wait_until_done_shows_the_progress(self):
+        wait = self.background("submit", "--name=done", "--worker_num=4", "--image=" + TOOLS, "--wait",
+                               "--until=done", *PS_COMMAND)
+        wait_for("the job", lambda: self.cluster.job("default", "done"))
+        self.patch_status("done", self.running("done"))
+        self.patch_status("done", {"phase": "Succeeded", "progress": progress("done", step=5000)})
+        self.assertEqual(wait.wait(20), 0, wait.stderr.read())
+        lines = wait.stdout.read().splitlines()
+        wait.stdout.close()
+        wait.stderr.close()
+        self.assertEqual(lines[0], "fleetjob/done created")
+        self.assertIn("done: Running  worker 4/4 ready  [####................] 24%  step 1200/5000  3.1 step/s  "
+                      "ETA 21m  loss 0.42", lines)
+        self.assertTrue(lines[-1].startswith("done: Succeeded  worker 4/4 ready  [####################] 100%"), lines)
+
+
 class TestFleetctlErrors(FleetctlTest):
     """Clusters that are not there, or not ready for FleetJobs."""
-
-    @classmethod
-    def setUpClass(cls):
-        cls.cluster = Cluster()   # no CRD, no operator
-        cls.home = cls.cluster.dir
-
-    @classmethod
-    def tearDownClass(cls):
-        cls.cluster.close()
+    crd = False
 
     def test_no_cluster_configured(self):
         missing = os.path.join(self.cluster.dir, "no-such-kubeconfig")

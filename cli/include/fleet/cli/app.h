@@ -14,7 +14,14 @@
 
 namespace fleet::cli {
 
+// Which of `out` and `err` are terminals: `submit --wait` and `top` then redraw their progress in
+// place rather than print a line (or a table) per change.
+struct Terminals {
+  bool out = false;
+  bool err = false;
+};
+
 int RunFleetctl(const std::vector<std::string>& args, const EnvMap& env, std::istream& in, std::ostream& out,
-                std::ostream& err);
+                std::ostream& err, Terminals terminals = {});
 
 }  // namespace fleet::cli

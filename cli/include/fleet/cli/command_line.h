@@ -18,7 +18,7 @@
 
 namespace fleet::cli {
 
-enum class Command { kNone, kSubmit, kList, kStatus, kLogs, kStop, kResume, kDelete, kVersion, kHelp };
+enum class Command { kNone, kSubmit, kList, kStatus, kTop, kLogs, kStop, kResume, kDelete, kVersion, kHelp };
 enum class Output { kText, kJson, kYaml };
 
 struct GlobalOptions {
@@ -49,6 +49,7 @@ struct SubmitOptions {
   std::vector<std::string> command;  // after "--"
   std::vector<std::string> fleetctl_flags_in_command;  // submit's own flags found after "--"
   bool wait = false;                 // until Running or finished
+  bool until_done = false;           // --until=done: --wait until Succeeded, showing training progress
   int timeout_seconds = 0;           // for --wait; 0 = none
   bool dry_run = false;              // print the FleetJob, create nothing
 };
@@ -61,15 +62,21 @@ struct LogsOptions {
   int tail = -1;                     // lines; -1 = all
 };
 
+struct TopOptions {
+  int interval_seconds = 2;          // between reads of the job
+  bool once = false;                 // one snapshot, then exit
+};
+
 struct CommandLine {
   Command command = Command::kNone;
   GlobalOptions global;
   SubmitOptions submit;
   LogsOptions logs;
+  TopOptions top;
   bool all_namespaces = false;       // list -A
   std::string selector;              // list -l
   int events = 10;                   // status: how many recent events
-  std::vector<std::string> names;    // status, logs, stop, resume: one; delete: one or more
+  std::vector<std::string> names;    // status, top, logs, stop, resume: one; delete: one or more
   Command help_for = Command::kNone; // help / --help: for which command
 };
 

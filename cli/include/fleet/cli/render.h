@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -23,18 +24,64 @@ std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
 // The role names of a job in pod-name order: server, worker, then the heter stages.
 std::vector<std::string> RoleNames(const Json& job);
 
-// `fleetctl list`: NAME MODE PHASE SERVERS WORKERS RESTARTS AGE (NAMESPACE first with -A);
-// SERVERS and WORKERS as ready/replicas.
+// `fleetctl list`: NAME MODE PHASE SERVERS WORKERS HETER RESTARTS AGE (NAMESPACE first with -A);
+// SERVERS, WORKERS and HETER (every heter stage together) as ready/replicas, counted as
+// ProgressLine counts them: ready from status.replicaStatuses, replicas from the spec.
 std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now);
 
 // `fleetctl status -o json|yaml`: the job's name, namespace, phase, mode, network, run, restarts,
-// message, times, per-role counts, conditions, the pods that are not Running/Succeeded (with
-// their phase and why), and the `max_events` most recent events (oldest first).
+// message, times, per-role counts, the training progress (status.progress as the operator wrote
+// it, null when none), conditions, the pods that are not Running/Succeeded (with their phase and
+// why), and the `max_events` most recent events (oldest first).
 Json StatusDocument(const Json& job, const Json& pods, const Json& events, int max_events);
 // The same for people.
 std::string StatusText(const Json& status_document, int64_t now);
 
 // One line of `submit --wait` progress: "Starting  server 1/2 ready  worker 0/4 ready".
 std::string ProgressLine(const Json& job);
+
+// ---- training progress (status.progress, written by the operator from the sidecars) -------------
+
+// status.progress older than this (3 of the operator's usual 10 s collection intervals) is shown
+// with its age: the numbers may no longer be what the job does.
+constexpr int64_t kStaleProgressSeconds = 30;
+
+// "[#####...............]": `width` cells, one "#" per whole 1/width of `percent` done.
+std::string ProgressBar(double percent, int width = 20);
+
+// The job's training progress in one line, from status.progress:
+//   "[####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42"
+// (no bar, percent or ETA when the total is unknown: "step 1200  3.1 step/s  loss 0.42"), with
+// "  (updated 5m ago)" when it is stale. "" when `progress` is not an object.
+std::string ProgressSummary(const Json& progress, int64_t now);
+
+// `submit --wait`'s lines for one job: "NAME: " ProgressLine, and ProgressSummary once the job
+// reports progress. On a terminal the line is rewritten in place ("\r", erase to its end) and a
+// new line starts when the phase or the ready counts change. Elsewhere a line is written when
+// they change, and when only the training progress changed at most every kPlainProgressSeconds.
+class WaitProgress {
+ public:
+  static constexpr int64_t kPlainProgressSeconds = 5;
+
+  WaitProgress(std::string name, bool terminal) : name_(std::move(name)), terminal_(terminal) {}
+  // What to write for this state of the job ("" for nothing).
+  std::string Update(const Json& job, int64_t now);
+  // What ends the output: "\n" when a line is open on a terminal.
+  std::string Finish();
+
+ private:
+  std::string name_;
+  bool terminal_;
+  std::string state_;         // the last ProgressLine written
+  std::string line_;          // the last whole line written
+  int64_t written_at_ = 0;
+  bool open_ = false;         // a terminal line without its "\n" yet
+};
+
+// `fleetctl top`: a header with the job's phase and progress, then status.progress.rankDetails
+// as a table - ROLE RANK POD STEP SPEED LOSS LAG IDLE and "stalled" - the straggler on top
+// (lowest step first, a rank without one first of all; then the longest idle). The operator
+// keeps the 20 slowest ranks: for a bigger job a last line says how many of how many are shown.
+std::string TopText(const Json& job, int64_t now);
 
 }  // namespace fleet::cli
