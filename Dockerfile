@@ -81,6 +81,7 @@ COPY build/runtime/ps/fleet-ps-server /src/build/runtime/ps/fleet-ps-server
 COPY build/launcher/fleetrun /src/build/launcher/fleetrun
 COPY build/cli/fleetctl /src/build/cli/fleetctl
 COPY build/runtime/python/fleet_runtime*.so /src/build/runtime/python/
+COPY build/runtime/python/sitecustomize.py /src/build/runtime/python/sitecustomize.py
 COPY examples /src/examples
 
 FROM build-${BUILD} AS build
@@ -134,6 +135,10 @@ RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
 COPY --from=build /src/build/launcher/fleetrun /usr/local/bin/fleetrun
 COPY --from=build /src/build/cli/fleetctl /usr/local/bin/fleetctl
 COPY --from=build /src/build/runtime/python/fleet_runtime*.so /opt/fleetjob/python/
+# The env loader (lists too long for the env, docs/env-contract.md), first on PYTHONPATH; and a .pth
+# that finds fleet_runtime also where the operator's PYTHONPATH (its mounted loader) replaces this one.
+COPY --from=build /src/build/runtime/python/sitecustomize.py /opt/fleetjob/python/sitecustomize.py
+RUN echo /opt/fleetjob/python > /usr/lib/python3/dist-packages/fleetjob.pth
 COPY --from=build /src/examples /opt/fleetjob/examples
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet PYTHONPATH=/opt/fleetjob/python
 WORKDIR /home/fleet

@@ -230,7 +230,7 @@ else
         dest=$context/build/$rel
         mkdir -p "$(dirname "$dest")"
         [[ -n ${from_cpu[$rel]:-} ]] && f=$cpu_dir/$rel
-        strip --strip-debug -o "$dest" "$f"
+        if [[ $(head -c4 "$f") == $'\x7fELF' ]]; then strip --strip-debug -o "$dest" "$f"; else cp "$f" "$dest"; fi
       done
     else
       mkdir -p "$context/$(dirname "$src")"

@@ -233,6 +233,7 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
     return *object;
   };
   observed.endpoints = find(ObjectKind::kConfigMap, EndpointsConfigMapName(job_name));
+  observed.env_loader = find(ObjectKind::kConfigMap, EnvLoaderConfigMapName(job_name));
   observed.service = find(ObjectKind::kService, HeadlessServiceName(job_name));
   const std::string account = SidecarServiceAccountName(job_name);
   observed.service_account = find(ObjectKind::kServiceAccount, account);

@@ -27,7 +27,8 @@ const NameTable<ConditionType>& ConditionTypeNames() {
       {ConditionType::kGangPending, "GangPending"},
       {ConditionType::kWaitingForHostPorts, "WaitingForHostPorts"},
       {ConditionType::kStalled, "Stalled"},
-      {ConditionType::kUnschedulable, "Unschedulable"}};
+      {ConditionType::kUnschedulable, "Unschedulable"},
+      {ConditionType::kEnvFromFiles, "EnvFromFiles"}};
   return names;
 }
 

@@ -147,6 +147,7 @@ class Planner {
   Hosts CollectHosts(const RunPods& pods) const;
   bool RestartForReplacedPod(const Hosts& hosts);
   bool NeedsWiring(const RunPods& pods, const Hosts& hosts) const;
+  void EnsureEnvLoader();
   void CreateMissingPods(const RunPods& pods);
   void PublishEndpoints(const Hosts& hosts);
   void Summarize(const RunPods& pods, const Hosts& hosts);
@@ -267,6 +268,7 @@ void Planner::Steps() {
   const Hosts hosts = CollectHosts(pods);
   if (RestartForReplacedPod(hosts)) return;
   if (NeedsWiring(pods, hosts) && !Wiring()) return;   // the job failed: it cannot be wired
+  EnsureEnvLoader();
   CreateMissingPods(pods);
   PublishEndpoints(hosts);
   Summarize(pods, hosts);
@@ -636,6 +638,30 @@ bool Planner::NeedsWiring(const RunPods& pods, const Hosts& hosts) const {
   return !pods.AllOccupied() || (hosts.all_known && !hosts.UpToDate());
 }
 
+// Lists too long for the env travel as files (JobWiring::EnvFiles): the pods mount the env
+// loader from its ConfigMap, made with the other children before them, and the condition says
+// which variables a user's image must load (docs/env-contract.md). Decided when the wiring is.
+void Planner::EnsureEnvLoader() {
+  if (!wiring_) return;
+  if (wiring_->file_variables().empty()) return Resolve(ConditionType::kEnvFromFiles, "ListsInEnv");
+  std::string lists;
+  for (const auto& [var, bytes] : wiring_->file_variables()) {
+    lists += (lists.empty() ? "" : ", ") + var + " (about " + std::to_string(bytes / 1024) + " KiB)";
+  }
+  const std::string message = lists + " travel as files of " + EndpointsConfigMapName(job().name) +
+                              ", which the env loader mounted on PYTHONPATH puts into the Python processes' os.environ";
+  if (!status().IsTrue(ConditionType::kEnvFromFiles)) Event("Normal", "EnvFromFiles", message);
+  SetCondition(ConditionType::kEnvFromFiles, true, "ListsTooLongForEnv", message);
+  const Json loader = BuildEnvLoaderConfigMap(job());
+  if (!observed_.env_loader) {
+    Create(ObjectKind::kConfigMap, loader, "the env loader of lists that travel as files");
+  } else if (observed_.env_loader->value("data", Json::object()) != loader["data"]) {
+    Json update = loader;
+    update["metadata"]["resourceVersion"] = Str(Obj(*observed_.env_loader, "metadata"), "resourceVersion", kNone);
+    plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, Name(update), std::move(update), "another operator version"});
+  }
+}
+
 // Missing pods: create them (a name still held by a terminating pod waits for it to go, so
 // two live pods never share a (role, index)).
 void Planner::CreateMissingPods(const RunPods& pods) {
@@ -655,6 +681,7 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
                            {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}}},
                            {"ownerReferences", Json::array({OwnerReference(job())})}}},
              {"data", wiring_->EndpointsData(hosts.by_ordinal)}};
+  if (!wiring_->file_variables().empty()) cm["data"][kEnvFilesRunKey] = run;   // for the env loader
   if (hosts.published) {
     cm["metadata"]["resourceVersion"] = Str(Obj(*hosts.published, "metadata"), "resourceVersion", kNone);
     plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, name, cm, "run " + run});

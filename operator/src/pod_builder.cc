@@ -2,12 +2,15 @@
 
 #include <optional>
 
+#include "env_loader_source.h"
+
 namespace fleet::op {
 namespace {
 
 constexpr const char* kSidecarName = "fleet-sidecar";
 constexpr const char* kTokenVolume = "fleet-sidecar-token";
 constexpr const char* kEndpointsVolume = "fleet-endpoints";
+constexpr const char* kEnvLoaderVolume = "fleet-env-loader";
 constexpr const char* kServiceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 // Injected containers carry requests and limits: namespaces with a ResourceQuota reject pods
@@ -158,6 +161,26 @@ void MountLogFileVolumes(const std::vector<std::string>& files, const Json& cont
   if (!mounts.empty()) sidecar["volumeMounts"] = mounts;
 }
 
+// Lists that travel as files: the env loader, mounted from its ConfigMap, runs first in every
+// Python process of the container, from PYTHONPATH. A PYTHONPATH the container sets (any of its
+// entries, also from a ConfigMap or Secret) goes on after the loader's directory, renamed so that
+// PYTHONPATH can name it: the kubelet expands $(VAR) only for variables defined before.
+void AddEnvLoader(Json& container) {
+  Json env = Json::array();
+  bool users = false;
+  for (Json e : container.value("env", Json::array())) {
+    if (e.value("name", "") == "PYTHONPATH") {
+      e["name"] = "FLEET_USER_PYTHONPATH";
+      users = true;
+    }
+    env.push_back(std::move(e));
+  }
+  const std::string path = std::string(kEnvLoaderMountPath) + (users ? ":$(FLEET_USER_PYTHONPATH)" : "");
+  env.push_back({{"name", "PYTHONPATH"}, {"value", path}});
+  container["env"] = env;
+  container["volumeMounts"].push_back({{"name", kEnvLoaderVolume}, {"mountPath", kEnvLoaderMountPath}, {"readOnly", true}});
+}
+
 }  // namespace
 
 Json OwnerReference(const FleetJob& job) {
@@ -226,6 +249,12 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json env = wiring.PodEnv(slot, config_map);
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
                  {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
+  const std::string env_files = wiring.EnvFiles(slot);
+  if (!env_files.empty()) {
+    env.push_back({{"name", "FLEET_ENV_FILES"}, {"value", env_files}});
+    env.push_back({{"name", "FLEET_ENV_FILES_DIR"}, {"value", kEndpointsMountPath}});
+    env.push_back({{"name", "FLEET_ENV_FILES_RUN"}, {"value", std::to_string(run)}});
+  }
   const int port = wiring.PodPort(slot);
   Json& containers = spec["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {
@@ -236,6 +265,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
     Json mounts = c.value("volumeMounts", Json::array());
     mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
     c["volumeMounts"] = mounts;
+    if (!env_files.empty()) AddEnvLoader(c);
     if (i == 0) {
       Json ports = c.value("ports", Json::array());
       for (int p = 0; p < job.spec.processes_per_pod; ++p) {
@@ -248,6 +278,10 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   }
   Json volumes = spec.value("volumes", Json::array());
   volumes.push_back({{"name", kEndpointsVolume}, {"configMap", {{"name", config_map}, {"optional", true}}}});
+  if (!env_files.empty()) {
+    // Not optional: the kubelet starts no container before the loader is there.
+    volumes.push_back({{"name", kEnvLoaderVolume}, {"configMap", {{"name", EnvLoaderConfigMapName(job.name)}}}});
+  }
 
   // Least privilege: unless the template brings its own service account, the pod runs as the
   // job's sidecar account without an automounted token, and only the sidecar container gets one.
@@ -309,6 +343,11 @@ Json BuildSidecarRoleBinding(const FleetJob& job) {
   return {{"apiVersion", "rbac.authorization.k8s.io/v1"}, {"kind", "RoleBinding"}, {"metadata", ChildMeta(job, name)},
           {"roleRef", {{"apiGroup", "rbac.authorization.k8s.io"}, {"kind", "Role"}, {"name", name}}},
           {"subjects", Json::array({{{"kind", "ServiceAccount"}, {"name", name}, {"namespace", job.ns}}})}};
+}
+
+Json BuildEnvLoaderConfigMap(const FleetJob& job) {
+  return {{"apiVersion", "v1"}, {"kind", "ConfigMap"}, {"metadata", ChildMeta(job, EnvLoaderConfigMapName(job.name))},
+          {"data", {{kEnvLoaderKey, kEnvLoaderSource}}}};
 }
 
 Json BuildService(const FleetJob& job) {

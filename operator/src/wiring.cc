@@ -7,8 +7,13 @@
 namespace fleet::op {
 namespace {
 
-// Linux refuses an exec whose single "NAME=value" string exceeds MAX_ARG_STRLEN (32 pages).
-constexpr size_t kMaxEnvValue = 131072 - 64;
+// What may travel as environment variables. Linux refuses an exec whose single "NAME=value"
+// exceeds MAX_ARG_STRLEN (128 KiB), or whose env and arguments together exceed ARG_MAX (a quarter
+// of the stack limit: 2 MiB with the usual 8 MiB). A list past kMaxEnvList, and a role's largest
+// lists while its lists together pass kMaxEnvLists (most of ARG_MAX stays the user's), travel as
+// files of the mounted ConfigMap instead, for the env loader to put into Python's os.environ.
+constexpr size_t kMaxEnvList = 96 * 1024;
+constexpr size_t kMaxEnvLists = 384 * 1024;
 // A ConfigMap (like any object) is limited to about 1 MiB by etcd.
 constexpr size_t kMaxConfigMapBytes = 1000 * 1000;
 
@@ -194,7 +199,8 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     }
     for (int ordinal : samples) {
       for (const auto& [var, value] : w.SymbolicEnv(ordinal)) {
-        if (NamesOthers(ParseTemplate(value), ordinal)) by_var[var][role.name] = value;
+        // A value too long for the env (PADDLE_WORLD_DEVICE_IDS of a big GPU job) is job-wide too.
+        if (NamesOthers(ParseTemplate(value), ordinal) || value.size() > kMaxEnvList) by_var[var][role.name] = value;
       }
     }
   }
@@ -210,27 +216,58 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     }
   }
 
-  // Refuse what cannot work: a list over the kernel's limit for one variable, or a ConfigMap over
-  // etcd's object limit. Hosts are measured at their longest for the network mode.
+  // Each key's size, with hosts at their longest for the network mode; then what travels as files.
   const size_t host_bytes = spec.network == Network::kService
                                 ? ServiceHost(job, PodName(job, spec.roles.front(), 99999), cluster_domain).size()
                                 : std::string("255.255.255.255").size();
+  std::map<std::string, size_t> key_bytes;
   size_t total = 0;
   for (const auto& [key, t] : w.templates_) {
     size_t bytes = t.holes.size() * host_bytes;
     for (const std::string& l : t.literals) bytes += l.size();
+    key_bytes[key] = bytes;
     total += bytes;
-    if (bytes > kMaxEnvValue) {
-      return Error{"spec: the endpoint list " + key + " would be about " + std::to_string(bytes / 1024) +
-                   " KiB, over Linux's 128 KiB limit for one environment variable; use fewer pods, or "
-                   "spec.processesPerPod to run several processes per pod"};
-    }
   }
   if (total > kMaxConfigMapBytes) {
     return Error{"spec: the endpoint lists would take about " + std::to_string(total / 1024) +
                  " KiB, over the 1 MiB limit of a ConfigMap; use fewer pods"};
   }
+  FLEET_RETURN_IF_ERROR(w.ChooseFiles(key_bytes));
   return w;
+}
+
+// Per role, largest first: a list over kMaxEnvList, or while the role's lists pass kMaxEnvLists,
+// travels as a file. Only Python processes read files (through the env loader): pods whose entry
+// point is fleetrun or fleet-ps-server cannot have any.
+Status JobWiring::ChooseFiles(const std::map<std::string, size_t>& key_bytes) {
+  for (const RoleSpec& role : job_->spec.roles) {
+    std::vector<std::pair<size_t, std::string>> lists;   // (bytes, variable)
+    size_t total = 0;
+    for (const auto& [role_var, key] : key_of_) {
+      if (role_var.first != role.name) continue;
+      lists.emplace_back(key_bytes.at(key), role_var.second);
+      total += lists.back().first;
+    }
+    std::sort(lists.rbegin(), lists.rend());
+    for (const auto& [bytes, var] : lists) {
+      if (bytes <= kMaxEnvList && total <= kMaxEnvLists) break;
+      total -= bytes;
+      files_.insert({role.name, var});
+      size_t& largest = file_variables_[var];
+      largest = std::max(largest, bytes);
+      const char* reader = !topology_ ? "pods running fleetrun (spec.processesPerPod > 1) read it from the env"
+                           : job_->spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer
+                               ? "fleet-ps-server (spec.runtime fleet) reads it from the env"
+                               : nullptr;
+      if (reader) {
+        return Error{"spec: the endpoint list " + var + " would be about " + std::to_string(bytes / 1024) +
+                     " KiB, too long to travel as an environment variable (Linux: 128 KiB for one, about 2 MiB for "
+                     "all), and " + reader +
+                     "; use fewer pods"};
+      }
+    }
+  }
+  return OkStatus();
 }
 
 EnvMap JobWiring::SymbolicEnv(int ordinal) const {
@@ -268,6 +305,7 @@ Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const
     if (var == "POD_IP") continue;
     const HostTemplate t = ParseTemplate(value);
     auto shared = key_of_.find({slot.role->name, var});
+    if (files_.count({slot.role->name, var})) continue;   // EnvFiles names it
     if (shared != key_of_.end()) {
       env.push_back({{"name", var},
                      {"valueFrom", {{"configMapKeyRef", {{"name", config_map}, {"key", shared->second}}}}}});
@@ -278,6 +316,14 @@ Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const
     }
   }
   return env;
+}
+
+std::string JobWiring::EnvFiles(const PodSlot& slot) const {
+  std::vector<std::string> entries;
+  for (const auto& [role, var] : files_) {
+    if (role == slot.role->name) entries.push_back(var + "=" + key_of_.at({role, var}));
+  }
+  return JoinStrings(entries, ",");
 }
 
 int JobWiring::PodPort(const PodSlot& slot) const { return op::PodPort(*job_, slot, host_port_base_); }

@@ -209,7 +209,7 @@ TEST(NameTableTest, EveryPhaseNameReadsBackAsItsPhase) {
 }
 
 TEST(NameTableTest, EveryConditionTypeNameReadsBackAsItsType) {
-  ExpectNamesReadBack(AllConditionTypes(), 9, ConditionTypeName, ParseConditionType);
+  ExpectNamesReadBack(AllConditionTypes(), 10, ConditionTypeName, ParseConditionType);
   EXPECT_EQ(ConditionTypeName(ConditionType::kWaitingForHostPorts), "WaitingForHostPorts");
   EXPECT_EQ(ParseConditionType("Checkpointed"), std::nullopt);
 }

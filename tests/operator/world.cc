@@ -60,28 +60,31 @@ void World::Apply() {
           ADD_FAILURE() << "the planner updates pod " << a.name << "; pods are immutable";
         }
         break;
-      case ObjectKind::kConfigMap:
+      case ObjectKind::kConfigMap: {
+        std::optional<Json>& cm = a.name == EndpointsConfigMapName(job["metadata"]["name"].get<std::string>())
+                                      ? observed.endpoints
+                                      : observed.env_loader;
         if (a.verb == Verb::kCreate) {
-          if (observed.endpoints) {
+          if (cm) {
             ++already_exists;
             break;
           }
-          observed.endpoints = a.object;
-          (*observed.endpoints)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
+          cm = a.object;
+          (*cm)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
         } else if (a.verb == Verb::kUpdate) {
-          if (!observed.endpoints) {
+          if (!cm) {
             ADD_FAILURE() << "update of a ConfigMap that does not exist: " << a.name;
             break;
           }
-          EXPECT_EQ(a.object["metadata"].value("resourceVersion", ""),
-                    (*observed.endpoints)["metadata"].value("resourceVersion", "?"))
+          EXPECT_EQ(a.object["metadata"].value("resourceVersion", ""), (*cm)["metadata"].value("resourceVersion", "?"))
               << "a ConfigMap update without the current resourceVersion is a conflict";
-          observed.endpoints = a.object;
-          (*observed.endpoints)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
+          cm = a.object;
+          (*cm)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
         } else {
-          observed.endpoints.reset();
+          cm.reset();
         }
         break;
+      }
       case ObjectKind::kService:
         if (a.verb == Verb::kDelete) observed.service.reset();
         else observed.service = a.object;
@@ -133,7 +136,10 @@ void World::StartPods() {
     if (pod["metadata"].contains("deletionTimestamp") || pod["status"].value("phase", "") != "Pending") continue;
     const std::string node = nodes[static_cast<size_t>(next_node_++) % nodes.size()];
     const bool host_network = pod["spec"].value("hostNetwork", false);
-    const std::string ip = host_network ? node : "10.0.0." + std::to_string(next_ip_++);
+    const int n = next_ip_++;   // 10.0.0.1, ... 10.0.0.255, 10.0.1.0, ...
+    const std::string ip = host_network ? node
+                                        : "10." + std::to_string(n >> 16 & 255) + "." + std::to_string(n >> 8 & 255) +
+                                              "." + std::to_string(n & 255);
     pod = PodBuilder(pod).HostIp(node).Ip(ip).Phase("Running").Ready().Obj();
   }
 }

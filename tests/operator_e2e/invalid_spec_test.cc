@@ -85,10 +85,10 @@ std::vector<InvalidCase> Cases() {
       {"queue-without-volcano", col("queue-without-volcano").Gang("SchedulerPlugins", "research").Obj(),
        "spec.scheduling.queue"},
       {long_name, col(long_name).Obj(), "metadata.name"},
-      // 7,000 trainers: PADDLE_TRAINER_ENDPOINTS would be ~140 KiB, over the kernel's limit for one
-      // variable (found by the wiring, after the spec itself parsed).
-      {"endpoint-list-too-large", JobBuilder("endpoint-list-too-large").Collective(7000).Obj(),
-       "endpoint list PADDLE_TRAINER_ENDPOINTS"},
+      // 7,000 pods of fleetrun: DISTRIBUTED_TRAINER_ENDPOINTS would be ~290 KiB, too long for the
+      // env, and fleetrun reads no files (found by the wiring, after the spec itself parsed).
+      {"endpoint-list-too-large", JobBuilder("endpoint-list-too-large").Collective(7000).ProcessesPerPod(2).Obj(),
+       "endpoint list DISTRIBUTED_TRAINER_ENDPOINTS"},
   };
 }
 

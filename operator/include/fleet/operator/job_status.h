@@ -48,6 +48,7 @@ enum class ConditionType {
   kWaitingForHostPorts,  // HostNetwork: no block of host ports is free
   kStalled,              // sidecars report no training progress
   kUnschedulable,        // a pod is Pending past pendingTimeoutSeconds
+  kEnvFromFiles,         // lists too long for the env travel as files, for the env loader
 };
 const std::vector<ConditionType>& AllConditionTypes();
 const std::string& ConditionTypeName(ConditionType type);

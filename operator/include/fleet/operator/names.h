@@ -21,9 +21,17 @@ using api::kRunAnnotation;
 using api::kRunLabel;
 // Where pods mount the endpoints ConfigMap (one file per key).
 inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
+// Lists too long for the env travel as those files (JobWiring::EnvFiles). The endpoints ConfigMap
+// then also says which run its lists are of, under this key, for the env loader to wait for.
+inline constexpr const char* kEnvFilesRunKey = "fleet-run";
+// The env loader (runtime/python/sitecustomize.py) is mounted from its own ConfigMap, made before
+// the pods, under this directory, which the containers' PYTHONPATH starts with.
+inline constexpr const char* kEnvLoaderMountPath = "/etc/fleet/python";
+inline constexpr const char* kEnvLoaderKey = "sitecustomize.py";
 
 // The job's children (pods are named by the wiring: PodName).
 inline std::string EndpointsConfigMapName(const std::string& job) { return job + "-endpoints"; }
+inline std::string EnvLoaderConfigMapName(const std::string& job) { return job + "-env-loader"; }
 inline std::string HeadlessServiceName(const std::string& job) { return job; }   // Service mode
 inline std::string PodGroupName(const std::string& job) { return job; }          // gang scheduling
 // The sidecar's ServiceAccount, and the Role and RoleBinding that give it its rights.

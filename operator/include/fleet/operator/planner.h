@@ -88,6 +88,7 @@ struct HostPortBlock {
 struct Observed {
   PodList pods;                        // pods labelled with the job's name
   std::optional<Json> endpoints;       // the job's endpoints ConfigMap
+  std::optional<Json> env_loader;      // the env loader's ConfigMap (lists too long for the env)
   std::optional<Json> service;         // Service mode: the job's headless Service
   std::optional<Json> pod_group;       // gang scheduling: the job's PodGroup
   // The sidecar's identity: a per-job ServiceAccount allowed to read the job's endpoints

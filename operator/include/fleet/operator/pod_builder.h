@@ -12,6 +12,10 @@ namespace fleet::op {
 Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
               const OperatorSettings& settings);
 
+// The env loader's ConfigMap (EnvLoaderConfigMapName): runtime/python/sitecustomize.py as key
+// kEnvLoaderKey, for the pods of jobs whose lists travel as files (JobWiring::EnvFiles).
+Json BuildEnvLoaderConfigMap(const FleetJob& job);
+
 // The job's headless Service (Service mode): pod DNS names <pod>.<job>.<ns>.svc.<domain>.
 Json BuildService(const FleetJob& job);
 

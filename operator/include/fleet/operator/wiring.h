@@ -4,13 +4,16 @@
 // a variable whose value names only the pod itself goes straight into the pod spec (its own host
 // becomes $(POD_IP), expanded by the kubelet); a variable that names other pods (the endpoint
 // lists) becomes a key of the job's endpoints ConfigMap, which the pod references by env and also
-// mounts as files (the scalable path past the kernel's 128 KiB limit for one variable). Once every
+// mounts as files. A list too long for the env (the kernel's 128 KiB for one variable, and a
+// budget for all) is not in the pod's env at all: it travels only as its file, which the env
+// loader (runtime/python/sitecustomize.py) puts into the Python process's os.environ. Once every
 // pod's host is known (its IP, its stable DNS name, or its node's IP) the ConfigMap's values are the
 // same templates with the hosts filled in. One renderer, so pods get exactly the env fleetrun gives.
 #pragma once
 
 #include <map>
 #include <memory>
+#include <set>
 #include <utility>
 #include <string>
 #include <vector>
@@ -59,7 +62,8 @@ struct HostTemplate {
 
 class JobWiring {
  public:
-  // Fails when the job cannot be wired (e.g. an endpoint list over the kernel's per-variable limit).
+  // Fails when the job cannot be wired (e.g. endpoint lists over a ConfigMap's limit, or too long
+  // for the env in pods whose entry point reads no files).
   // `cluster_domain` names Service-mode hosts: <pod>.<job>.<namespace>.svc.<cluster_domain>.
   static Result<JobWiring> Build(const FleetJob& job, int host_port_base,
                                  const std::string& cluster_domain = "cluster.local");
@@ -67,6 +71,11 @@ class JobWiring {
   // The pod's env entries (core/v1 EnvVar objects): POD_IP first, then the contract variables
   // inline or as configMapKeyRef into `config_map`.
   Json PodEnv(const PodSlot& slot, const std::string& config_map) const;
+  // The variables of the slot's role that travel as files, as the env loader reads them
+  // (FLEET_ENV_FILES): "VAR=KEY,..." with KEY a file of the mounted ConfigMap; "" when none.
+  std::string EnvFiles(const PodSlot& slot) const;
+  // Every variable that travels as a file for some role, with its largest estimated size in bytes.
+  const std::map<std::string, size_t>& file_variables() const { return file_variables_; }
   // The ConfigMap data for the given pod hosts (indexed by ordinal).
   std::map<std::string, std::string> EndpointsData(const std::vector<std::string>& hosts) const;
   // The pod's first Paddle port and its sidecar's port, from the job's block of host ports in
@@ -78,6 +87,7 @@ class JobWiring {
  private:
   EnvMap SymbolicEnv(int ordinal) const;
   std::string SharedKey(int ordinal, const std::string& var) const;
+  Status ChooseFiles(const std::map<std::string, size_t>& key_bytes);
 
   const FleetJob* job_ = nullptr;
   int host_port_base_ = 0;
@@ -88,6 +98,8 @@ class JobWiring {
   std::vector<int> process_of_slot_;                   // ordinal -> index in topology processes
   std::map<std::string, HostTemplate> templates_;      // ConfigMap key -> template
   std::map<std::pair<std::string, std::string>, std::string> key_of_;  // (role name, var) -> key
+  std::set<std::pair<std::string, std::string>> files_;               // (role name, var) as files
+  std::map<std::string, size_t> file_variables_;                      // var -> largest bytes
 };
 
 }  // namespace fleet::op
