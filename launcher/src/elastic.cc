@@ -132,6 +132,7 @@ class ElasticNode {
   Clock::time_point next_keepalive_;
   bool etcd_trouble_ = false;
   int generation_ = 0;
+  int interrupted_by_ = 0;   // the signal that ended registration
 };
 
 // Registers this node under a fresh lease. A live registration of the same host is either the
@@ -154,7 +155,10 @@ Status ElasticNode::Register() {
     if (!said) Say("host " + settings_.self.host + " is still registered (" + holder + "); waiting up to " +
                    std::to_string(settings_.ttl_seconds + 1) + " s for that lease to expire");
     said = true;
-    if (WaitForSignal(kPollSeconds)) return Error{"received a signal while registering"};
+    if (auto sig = WaitForSignal(kPollSeconds)) {
+      interrupted_by_ = *sig;
+      return Error{std::string("received SIG") + ::sigabbrev_np(*sig) + " while registering"};
+    }
   }
   FLEET_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(settings_.ttl_seconds));
   // Paddle's node key: six random letters and the time.
@@ -330,7 +334,7 @@ int ElasticNode::Run() {
   }
   if (auto registered = Register(); !registered) {
     Say("error: " + registered.error());
-    return 2;
+    return interrupted_by_ ? 128 + interrupted_by_ : 2;
   }
   if (auto running = etcd_->Put(job_key_, "0"); !running) EtcdTrouble(running.error());
   Say("elastic: registered " + settings_.self.ToString() + " in job " + Quote(settings_.job_id) + " at " +
