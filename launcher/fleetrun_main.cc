@@ -1,7 +1,11 @@
-// fleetrun: composition root. Flags -> host facts -> plan -> logs -> supervised processes.
-// Exit status: 0 success; 2 bad flags or environment (nothing was started); a failed process's
-// own status (128+signal when it died by a signal); 128+signal when fleetrun itself was signalled;
-// 124 when parameter servers did not accept connections within --server_timeout.
+// fleetrun: composition root. Flags -> host facts -> plan -> logs -> supervised processes; or, for
+// an elastic job, flags -> host facts -> logs -> the elastic node (elastic.h), which plans each
+// generation itself.
+// Exit status: 0 success; 2 bad flags or environment (nothing was started; for elastic jobs also an
+// unreachable etcd or a duplicate host); a failed process's own status (128+signal when it died by
+// a signal); 128+signal when fleetrun itself was signalled; 124 when parameter servers did not
+// accept connections within --server_timeout, or an elastic job stayed below its minimum for
+// PADDLE_ELASTIC_TIMEOUT.
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -13,6 +17,7 @@
 #include <iostream>
 
 #include "fleet/base/strings.h"
+#include "fleet/launcher/elastic.h"
 #include "fleet/launcher/flags.h"
 #include "fleet/launcher/host.h"
 #include "fleet/launcher/plan.h"
@@ -59,6 +64,23 @@ int main(int argc, char** argv) {
   std::string gloo_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/fleetrun-gloo-XXXXXX";
   if (!::mkdtemp(gloo_dir.data())) return Fail(1, "cannot create a gloo directory in " + gloo_dir + ": " + std::strerror(errno));
   host.gloo_dir = gloo_dir;
+
+  auto elastic = ElasticSettingsFrom(*options, host.env);
+  if (!elastic) {
+    ::rmdir(gloo_dir.c_str());
+    return Fail(kUsageError, elastic.error());
+  }
+  if (*elastic) {
+    if (!MakeDirectories(options->log_dir)) {
+      ::rmdir(gloo_dir.c_str());
+      return Fail(1, "cannot create log directory '" + options->log_dir + "': " + std::strerror(errno));
+    }
+    std::cout << FormatConfiguration(*options) << std::flush;
+    const int status = RunElastic(*options, host, **elastic);
+    ::rmdir(gloo_dir.c_str());
+    return status;
+  }
+
   auto plan = PlanLaunch(*options, host);
   if (!plan) {
     ::rmdir(gloo_dir.c_str());

@@ -17,6 +17,7 @@ packages=(
   pybind11-dev python3-dev                            # the runtime's Python binding (Fleet API)
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
   procps iproute2                                     # ps/kill/ip for the launcher's tests
+  etcd-server etcd-client                             # a real etcd for elastic fleetrun's tests (etcdctl to inspect it)
 )
 # Containers (scripts/images.sh builds the images; the container tests run them), unless
 # FLEET_SETUP_CONTAINERS=0 (the Dockerfile's builder). podman runs as root with runc (crun, its

@@ -1,5 +1,6 @@
 #include "fleet/base/strings.h"
 
+#include <algorithm>
 #include <charconv>
 
 namespace fleet {
@@ -44,6 +45,57 @@ Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what) {
     return Error{std::string(what) + " must be a non-negative integer, got " + Quote(text)};
   }
   return value;
+}
+
+std::string EncodeBase64(std::string_view bytes) {
+  static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+  std::string out;
+  out.reserve((bytes.size() + 2) / 3 * 4);
+  for (size_t i = 0; i < bytes.size(); i += 3) {
+    const size_t n = std::min<size_t>(3, bytes.size() - i);
+    unsigned int group = 0;
+    for (size_t k = 0; k < 3; ++k) {
+      group = (group << 8) | (k < n ? static_cast<unsigned char>(bytes[i + k]) : 0u);
+    }
+    for (size_t k = 0; k < 4; ++k) {
+      out.push_back(k <= n ? kAlphabet[(group >> (18 - 6 * k)) & 0x3Fu] : '=');
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> DecodeBase64(std::string_view in) {
+  auto value = [](char c) -> int {
+    if (c >= 'A' && c <= 'Z') return c - 'A';
+    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
+    if (c >= '0' && c <= '9') return c - '0' + 52;
+    if (c == '+') return 62;
+    if (c == '/') return 63;
+    return -1;
+  };
+  std::string out;
+  unsigned int bits = 0;
+  int nbits = 0;
+  size_t symbols = 0;
+  bool padding = false;
+  for (char c : in) {
+    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
+    if (c == '=') {
+      padding = true;
+      continue;
+    }
+    const int v = value(c);
+    if (v < 0 || padding) return std::nullopt;  // bad character, or data after padding
+    bits = (bits << 6) | static_cast<unsigned int>(v);
+    nbits += 6;
+    ++symbols;
+    if (nbits >= 8) {
+      nbits -= 8;
+      out.push_back(static_cast<char>((bits >> nbits) & 0xFFu));
+    }
+  }
+  if (symbols % 4 == 1) return std::nullopt;  // a lone trailing symbol cannot encode a byte
+  return out;
 }
 
 }  // namespace fleet

@@ -42,41 +42,6 @@ std::string Resolve(const std::string& base_dir, const std::string& path) {
   return base_dir + "/" + path;
 }
 
-// Standard base64 (kubeconfig's *-data fields), whitespace ignored, padding optional.
-std::optional<std::string> DecodeBase64(const std::string& in) {
-  auto value = [](char c) -> int {
-    if (c >= 'A' && c <= 'Z') return c - 'A';
-    if (c >= 'a' && c <= 'z') return c - 'a' + 26;
-    if (c >= '0' && c <= '9') return c - '0' + 52;
-    if (c == '+') return 62;
-    if (c == '/') return 63;
-    return -1;
-  };
-  std::string out;
-  unsigned int bits = 0;
-  int nbits = 0;
-  size_t symbols = 0;
-  bool padding = false;
-  for (char c : in) {
-    if (c == ' ' || c == '\n' || c == '\r' || c == '\t') continue;
-    if (c == '=') {
-      padding = true;
-      continue;
-    }
-    const int v = value(c);
-    if (v < 0 || padding) return std::nullopt;  // bad character, or data after padding
-    bits = (bits << 6) | static_cast<unsigned int>(v);
-    nbits += 6;
-    ++symbols;
-    if (nbits >= 8) {
-      nbits -= 8;
-      out.push_back(static_cast<char>((bits >> nbits) & 0xFFu));
-    }
-  }
-  if (symbols % 4 == 1) return std::nullopt;  // a lone trailing symbol cannot encode a byte
-  return out;
-}
-
 // One kubeconfig document and the context of the entry being read, for error messages.
 class KubeconfigReader {
  public:

@@ -27,8 +27,8 @@ CLI::Validator SecondsUpTo(double maximum) {
       "SECS");
 }
 
-// Paddle's launcher flags, bound to `o`. Elastic training is its own issue; until it lands its
-// flags are refused rather than ignored.
+// Paddle's launcher flags, bound to `o`. Paddle's elastic flags that fleetrun does not support are
+// refused rather than ignored.
 std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
   auto app = cmdline::NewApp("fleetrun",
                              "Starts the processes of a PaddlePaddle distributed job on this node with Paddle's env "
@@ -82,10 +82,15 @@ std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
       ->check(SecondsUpTo(86400))->capture_default_str()->group(common);
   app->add_flag("--version", o.version, "version and build features")->group(common);
 
-  for (const std::string elastic : {"--elastic_server", "--job_id", "--np", "--scale", "--force", "--elastic_pre_hook",
-                                    "--elastic_level", "--max_restart"}) {
-    app->add_option_function<std::string>(elastic, [elastic](const std::string&) {
-         throw CLI::ValidationError(elastic, "elastic training is not supported by this fleetrun yet");
+  const std::string elastic = "elastic (all three, or PADDLE_ELASTIC_SERVER/JOB_ID/NP; collective only)";
+  app->add_option("--elastic_server", o.elastic_server, "etcd's host:port, where the nodes rendezvous")
+      ->type_name("HOST:PORT")->group(elastic);
+  app->add_option("--job_id", o.job_id, "the job's name in etcd (keys under /paddle/ID)")->type_name("ID")->group(elastic);
+  app->add_option("--np", o.np, "nodes: N (fault tolerance: exactly N) or MIN:MAX (elastic)")
+      ->type_name("N|MIN:MAX")->group(elastic);
+  for (const std::string unsupported : {"--scale", "--force", "--elastic_pre_hook", "--elastic_level", "--max_restart"}) {
+    app->add_option_function<std::string>(unsupported, [unsupported](const std::string&) {
+         throw CLI::ValidationError(unsupported, "is not supported by fleetrun (docs/fleetrun.md, elastic training)");
        })->group("");   // not in the help
   }
   return app;
@@ -117,6 +122,7 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
   }
   script_args += "]";
   return {
+      {"elastic_server", text(elastic_server)},
       {"gpus", text(gpus)},
       {"grace_period", std::to_string(grace_period_seconds)},
       {"heter_devices", text(heter_devices)},
@@ -125,7 +131,9 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
       {"host", text(host)},
       {"http_port", number(http_port)},
       {"ips", ips},
+      {"job_id", text(job_id)},
       {"log_dir", log_dir},
+      {"np", text(np)},
       {"nproc_per_node", number(nproc_per_node)},
       {"run_mode", text(run_mode)},
       {"server_num", number(server_num)},

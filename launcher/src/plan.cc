@@ -419,11 +419,6 @@ std::vector<std::string> ScriptCommand(const std::string& program, const LaunchO
 
 Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host) {
   FLEET_ASSIGN_OR_RETURN(auto mode, DecideMode(options));
-  // Elastic mode switches on from the env alone in Paddle; refuse it rather than run non-elastic.
-  if (FindEnv(host, "PADDLE_ELASTIC_SERVER") && FindEnv(host, "PADDLE_ELASTIC_JOB_ID") &&
-      FindEnv(host, "PADDLE_ELASTIC_NP")) {
-    return Error{"PADDLE_ELASTIC_SERVER/JOB_ID/NP are set: elastic training is not supported by this fleetrun yet"};
-  }
   FLEET_ASSIGN_OR_RETURN(auto program, host.resolve_program(options.training_script));
 
   LaunchPlan plan;

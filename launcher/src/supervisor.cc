@@ -97,16 +97,6 @@ int ExitCodeOf(int status) {
   return WIFSIGNALED(status) ? 128 + WTERMSIG(status) : WEXITSTATUS(status);
 }
 
-const sigset_t& HandledSignals() {
-  static const sigset_t set = [] {
-    sigset_t s;
-    sigemptyset(&s);
-    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&s, sig);
-    return s;
-  }();
-  return set;
-}
-
 struct Child {
   const LocalProcess* spec = nullptr;
   pid_t pid = -1;
@@ -209,8 +199,10 @@ bool Supervisor::Start(const LocalProcess& spec, Child& child) {
     ::dup2(out_fd, 1);
     ::dup2(out_fd, 2);
     ::execvpe(argv[0], argv.data(), envp.data());
-    // fleetrun is single-threaded, so strerror is safe enough here; the line goes to the log.
-    const char* reason = std::strerror(errno);
+    // strerrordesc_np reads a constant table (no locale, no lock): safe after fork() in a process
+    // with other threads (elastic fleetrun's etcd I/O). The line goes to the log.
+    const char* reason = ::strerrordesc_np(errno);
+    if (!reason) reason = "unknown error";
     (void)!::write(2, exec_failed.data(), exec_failed.size());
     (void)!::write(2, reason, std::strlen(reason));
     (void)!::write(2, "\n", 1);
@@ -366,10 +358,12 @@ void Supervisor::KillAdoptedOrphans() {
   for (pid_t pid : orphans) ::waitpid(pid, nullptr, 0);
 }
 
-// Once a second: is the log disk full, have the parameter servers started listening.
+// Every tick: is the log disk full, have the parameter servers started listening, has the elastic
+// membership changed.
 void Supervisor::Tick() {
   CheckLogSpace();
   if (!stopping_ && !waiting_for_servers_.empty()) WatchServers();
+  if (!stopping_ && options_.stop_for_change && options_.stop_for_change()) BeginStop(kStoppedForChange, false);
 }
 
 // Trainers wait for their servers without limit (Paddle's wait_server_ready), so a server that
@@ -415,8 +409,8 @@ int Supervisor::Run() {
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   ::signal(SIGPIPE, SIG_IGN);
   sigset_t previous;
-  ::sigprocmask(SIG_BLOCK, &HandledSignals(), &previous);
-  signal_fd_ = ::signalfd(-1, &HandledSignals(), SFD_CLOEXEC | SFD_NONBLOCK);
+  ::sigprocmask(SIG_BLOCK, &SupervisedSignals(), &previous);
+  signal_fd_ = ::signalfd(-1, &SupervisedSignals(), SFD_CLOEXEC | SFD_NONBLOCK);
   if (signal_fd_ < 0) {
     Say(std::string("signalfd failed: ") + std::strerror(errno));
     return 1;
@@ -429,11 +423,12 @@ int Supervisor::Run() {
   if (!StartAll()) BeginStop(1, false);
   Reap();  // a child that failed to exec may already be gone
 
-  auto next_tick = Clock::now() + std::chrono::seconds(1);
+  const auto tick = std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(options_.tick_seconds));
+  auto next_tick = Clock::now() + tick;
   while (AnyRunning()) {
     if (Clock::now() >= next_tick) {
       Tick();
-      next_tick = Clock::now() + std::chrono::seconds(1);
+      next_tick = Clock::now() + tick;
     }
     Clock::time_point wake = next_tick;
     if (stopping_) {
@@ -472,6 +467,16 @@ int Supervisor::Run() {
 }
 
 }  // namespace
+
+const sigset_t& SupervisedSignals() {
+  static const sigset_t set = [] {
+    sigset_t s;
+    sigemptyset(&s);
+    for (int sig : {SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT}) sigaddset(&s, sig);
+    return s;
+  }();
+  return set;
+}
 
 int Supervise(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options) {
   return Supervisor(plan, base_env, options).Run();

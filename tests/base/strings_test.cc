@@ -1,4 +1,4 @@
-// strings.h: the helpers every component splits, trims, quotes and parses integers with.
+// strings.h: the helpers every component splits, trims, quotes, parses integers and base64s with.
 #include "fleet/base/strings.h"
 
 #include <string>
@@ -32,6 +32,22 @@ TEST(ParseNonNegativeInt, AcceptsPlainDecimalsOnly) {
     ASSERT_FALSE(parsed.ok()) << "accepted as " << *parsed;
     EXPECT_EQ(parsed.error(), "PADDLE_TRAINER_ID must be a non-negative integer, got '" + bad + "'");
   }
+}
+
+TEST(Base64, RoundTripsEveryLengthAndMatchesRfc4648) {
+  // RFC 4648 section 10's test vectors.
+  const std::vector<std::pair<std::string, std::string>> vectors = {
+      {"", ""}, {"f", "Zg=="}, {"fo", "Zm8="}, {"foo", "Zm9v"}, {"foob", "Zm9vYg=="}, {"fooba", "Zm9vYmE="},
+      {"foobar", "Zm9vYmFy"}};
+  for (const auto& [plain, encoded] : vectors) {
+    EXPECT_EQ(EncodeBase64(plain), encoded);
+    EXPECT_EQ(DecodeBase64(encoded), plain);
+  }
+  std::string bytes;
+  for (int i = 0; i < 256; ++i) bytes.push_back(static_cast<char>(i));
+  EXPECT_EQ(DecodeBase64(EncodeBase64(bytes)), bytes);
+  EXPECT_EQ(DecodeBase64("Zm9v\nYmE"), "fooba") << "whitespace ignored, padding optional";
+  for (const std::string bad : {"Zm9v!", "Zg==Zg", "Z"}) EXPECT_EQ(DecodeBase64(bad), std::nullopt) << bad;
 }
 
 }  // namespace

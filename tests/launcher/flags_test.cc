@@ -94,6 +94,13 @@ TEST(FleetrunFlags, ValueMayContainEqualsSign) {
   EXPECT_EQ(o.log_dir, "a=b");
 }
 
+TEST(FleetrunFlags, ElasticFlagsAreKeptAsGiven) {
+  const LaunchOptions o = MustParse({"--elastic_server=127.0.0.1:2379", "--job_id", "j1", "--np=2:4", "train.py"});
+  EXPECT_EQ(o.elastic_server, "127.0.0.1:2379");
+  EXPECT_EQ(o.job_id, "j1");
+  EXPECT_EQ(o.np, "2:4");
+}
+
 TEST(FleetrunFlags, SelectedGpusIsPaddlesOlderSpellingOfGpus) {
   EXPECT_EQ(MustParse({"--selected_gpus=2,3", "train.py"}).gpus, "2,3");
 }
@@ -184,11 +191,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadFlags{"text_grace_period", {"--grace_period=soon", "train.py"}, {"--grace_period", "'soon'"}},
         BadFlags{"negative_server_timeout", {"--server_timeout=-5", "train.py"}, {"--server_timeout", "[0, 86400]", "'-5'"}},
         BadFlags{"nan_server_timeout", {"--server_timeout=nan", "train.py"}, {"--server_timeout", "'nan'"}},
-        BadFlags{"elastic_server", {"--elastic_server=127.0.0.1:2379", "--job_id=j", "--np=2", "train.py"},
-                 {"--elastic_server", "elastic training is not supported"}},
-        BadFlags{"elastic_job_id_space_form", {"--job_id", "j", "train.py"}, {"--job_id", "elastic"}},
-        BadFlags{"elastic_np", {"--np=2", "train.py"}, {"--np", "elastic"}},
-        BadFlags{"elastic_flag_without_value", {"--elastic_server", "train.py"}, {"--elastic_server", "elastic"}}),
+        BadFlags{"unsupported_elastic_scale", {"--scale=1", "train.py"}, {"--scale", "not supported by fleetrun"}},
+        BadFlags{"unsupported_elastic_level", {"--elastic_level", "2", "train.py"}, {"--elastic_level", "not supported"}},
+        BadFlags{"unsupported_elastic_pre_hook", {"--elastic_pre_hook=x", "train.py"}, {"--elastic_pre_hook", "not supported"}}),
     [](const ::testing::TestParamInfo<BadFlags>& param_info) { return param_info.param.name; });
 
 }  // namespace

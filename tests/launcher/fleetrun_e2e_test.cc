@@ -30,6 +30,7 @@
 #include <thread>
 #include <vector>
 
+#include "e2e_util.h"
 #include "fleet/runtime/env_contract.h"
 
 extern char** environ;
@@ -37,69 +38,9 @@ extern char** environ;
 namespace fleet {
 namespace {
 
-namespace fs = std::filesystem;
-using Clock = std::chrono::steady_clock;
 using ::testing::HasSubstr;
 using ::testing::Not;
 using ::testing::StartsWith;
-
-double SecondsSince(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-std::string ReadFile(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream out;
-  out << in.rdbuf();
-  return out.str();
-}
-
-void WriteFile(const fs::path& path, const std::string& content, mode_t mode) {
-  std::ofstream(path, std::ios::binary) << content;
-  ASSERT_EQ(::chmod(path.c_str(), mode), 0) << path;
-}
-
-std::vector<std::string> Lines(const std::string& text) {
-  std::vector<std::string> lines;
-  std::stringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-// `env -0` output -> EnvMap.
-EnvMap ReadEnvDump(const fs::path& path) {
-  EnvMap env;
-  const std::string text = ReadFile(path);
-  size_t start = 0;
-  while (start < text.size()) {
-    size_t end = text.find('\0', start);
-    if (end == std::string::npos) end = text.size();
-    const std::string entry = text.substr(start, end - start);
-    const size_t eq = entry.find('=');
-    if (eq != std::string::npos) env[entry.substr(0, eq)] = entry.substr(eq + 1);
-    start = end + 1;
-  }
-  return env;
-}
-
-// Alive = exists and is not a zombie (a zombie is dead; its reaper may simply not have run yet).
-bool IsAlive(pid_t pid) {
-  if (::kill(pid, 0) != 0) return errno != ESRCH;
-  const std::string stat = ReadFile("/proc/" + std::to_string(pid) + "/stat");
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
-  const char state = stat[paren + 2];
-  return state != 'Z' && state != 'X';
-}
-
-bool WaitUntil(const std::function<bool()>& done, double seconds) {
-  const auto start = Clock::now();
-  while (!done()) {
-    if (SecondsSince(start) > seconds) return done();
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
 
 // Variables of the host's own job environment that would change what fleetrun plans.
 bool Scrubbed(const std::string& name) {
@@ -479,11 +420,13 @@ INSTANTIATE_TEST_SUITE_P(
                  "does not divide the 3 GPUs"},
         BadInput{"missing_py_script", {"missing.py"}, {}, "'missing.py' does not exist"},
         BadInput{"missing_program", {"./missing.sh"}, {}, "'./missing.sh' does not exist or is not executable"},
-        BadInput{"elastic_server_flag", {"--elastic_server=127.0.0.1:2379", "--job_id=j", "--np=2", "./marker.sh"}, {},
-                 "--elastic_server: elastic training is not supported"},
-        BadInput{"elastic_env", {"./marker.sh"},
-                 {{"PADDLE_ELASTIC_SERVER", "127.0.0.1:2379"}, {"PADDLE_ELASTIC_JOB_ID", "j"}, {"PADDLE_ELASTIC_NP", "2"}},
-                 "elastic training is not supported"},
+        BadInput{"elastic_flag_alone", {"--np=2", "./marker.sh"}, {},
+                 "elastic training needs --elastic_server, --job_id and --np"},
+        BadInput{"elastic_np_max_below_min", {"--elastic_server=127.0.0.1:2379", "--job_id=j", "--np=3:2", "--host=127.0.0.2",
+                                              "./marker.sh"}, {}, "--np/PADDLE_ELASTIC_NP '3:2': MAX is below MIN"},
+        BadInput{"elastic_env_np_not_a_number", {"--host=127.0.0.2", "./marker.sh"},
+                 {{"PADDLE_ELASTIC_SERVER", "127.0.0.1:2379"}, {"PADDLE_ELASTIC_JOB_ID", "j"}, {"PADDLE_ELASTIC_NP", "two"}},
+                 "--np/PADDLE_ELASTIC_NP 'two': must be N or MIN:MAX"},
         BadInput{"collective_with_servers", {"--run_mode=collective", "--servers=127.0.0.1:6001", "./marker.sh"}, {},
                  "--run_mode=collective"},
         // Names under .invalid (RFC 6761) are never this machine's address or name.

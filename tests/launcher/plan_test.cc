@@ -722,10 +722,6 @@ TEST_P(FleetrunPlanError, IsRefusedWithAMessageNamingTheProblem) {
   for (const std::string& part : c.message_parts) EXPECT_THAT(plan.error(), HasSubstr(part));
 }
 
-EnvMap ElasticEnv() {
-  return {{"PADDLE_ELASTIC_SERVER", "127.0.0.1:2379"}, {"PADDLE_ELASTIC_JOB_ID", "job"}, {"PADDLE_ELASTIC_NP", "2"}};
-}
-
 INSTANTIATE_TEST_SUITE_P(
     Cases, FleetrunPlanError,
     ::testing::Values(
@@ -756,8 +752,6 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlan{"nproc_larger_than_gpus", {"--nproc_per_node=4", "--gpus=0,1", "train.py"}, Host({}, 2),
                 {"--nproc_per_node=4", "2 GPUs"}},
         BadPlan{"missing_script", {"nope.py"}, Host(), {"nope.py", "does not exist"}},
-        BadPlan{"elastic_env", {"train.py"}, Host(ElasticEnv()), {"PADDLE_ELASTIC_SERVER", "elastic"}},
-        BadPlan{"elastic_env_ps", {"--server_num=1", "--worker_num=1", "train.py"}, Host(ElasticEnv()), {"elastic"}},
         BadPlan{"collective_run_mode_with_servers", {"--run_mode=collective", "--servers=127.0.0.1:6000", "train.py"}, Host(),
                 {"--run_mode=collective", "parameter-server flags"}},
         BadPlan{"collective_run_mode_with_server_num", {"--run_mode=collective", "--server_num=1", "train.py"}, Host(),
@@ -844,13 +838,6 @@ TEST(FleetrunPlanCommand, FreePortErrorsAreReported) {
   auto plan = Plan({"--nproc_per_node=2", "train.py"}, facts);
   ASSERT_FALSE(plan.ok());
   EXPECT_THAT(plan.error(), HasSubstr("cannot find a free port"));
-}
-
-TEST(FleetrunPlanCommand, TwoOfThreeElasticVariablesDoNotEnableElastic) {
-  EnvMap env = ElasticEnv();
-  env.erase("PADDLE_ELASTIC_NP");
-  auto plan = Plan({"train.py"}, Host(env).Facts());
-  EXPECT_TRUE(plan.ok()) << plan.error();
 }
 
 TEST(FleetrunPlanCommand, LogDirFlagIsKept) {

@@ -1,7 +1,8 @@
 // String helpers used across components: splitting and joining lists, trimming, quoting a value
-// in a message, strict integer parsing.
+// in a message, strict integer parsing, base64.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -20,5 +21,9 @@ std::string Quote(std::string_view text);
 // Parses a non-negative decimal integer; no sign, no whitespace, no overflow. `what` names the
 // value in the error.
 Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what);
+// Standard base64 (RFC 4648, with padding), as kubeconfig's *-data fields and etcd's JSON API use it.
+std::string EncodeBase64(std::string_view bytes);
+// Whitespace ignored, padding optional; nullopt for anything else that is not base64.
+std::optional<std::string> DecodeBase64(std::string_view text);
 
 }  // namespace fleet

@@ -1,6 +1,6 @@
 // fleetrun's command line: Paddle's launcher flags (fleetrun / paddle.distributed.launch), then the
-// training script and its arguments. Parsing is strict: an unknown flag, a malformed value or an
-// elastic flag is an error before anything starts.
+// training script and its arguments. Parsing is strict: an unknown flag, a malformed value or one
+// of Paddle's flags fleetrun does not support is an error before anything starts.
 #pragma once
 
 #include <optional>
@@ -30,6 +30,10 @@ struct LaunchOptions {
   std::optional<std::string> host;     // this node's address; default POD_IP, else local addresses
   std::optional<std::string> run_mode; // collective, ps, ps-heter; derived when omitted
   std::string log_dir = "log";
+  // Elastic (elastic.h): etcd host:port, the job's id in it, and "N" or "MIN:MAX" nodes.
+  std::optional<std::string> elastic_server;
+  std::optional<std::string> job_id;
+  std::optional<std::string> np;
   double grace_period_seconds = 5.0;   // SIGTERM -> SIGKILL delay when stopping processes
   // PS jobs: how long the parameter servers have to accept connections before the job is stopped
   // (0: wait as long as it takes, as Paddle's launcher does).

@@ -12,8 +12,14 @@
 //  - PS jobs: a parameter server that does not accept connections within server_timeout_seconds
 //    stops the job (status kServerTimeoutStatus), naming the server and its log;
 //  - logs that cannot be written (a full disk under the log dir) are reported once when noticed
-//    and again as fleetrun exits; the exit status stays the job's.
+//    and again as fleetrun exits; the exit status stays the job's;
+//  - elastic jobs: when stop_for_change says so, every process is stopped the same way and
+//    Supervise returns kStoppedForChange.
 #pragma once
+
+#include <signal.h>
+
+#include <functional>
 
 #include "fleet/launcher/plan.h"
 
@@ -22,13 +28,22 @@ namespace fleet::launcher {
 // fleetrun's status when parameter servers never accepted connections: timeout(1)'s, below 128
 // so that the operator's ExitCode restart policy does not take it for a signal.
 constexpr int kServerTimeoutStatus = 124;
+// Supervise's answer when stop_for_change stopped the processes: no exit status can be negative.
+constexpr int kStoppedForChange = -1;
 
 struct SupervisorOptions {
   double grace_period_seconds = 5.0;
   double server_timeout_seconds = 0;   // 0: no limit
   int terminal_fd = 1;   // where local worker 0's output is copied
   int messages_fd = 2;   // fleetrun's own messages
+  double tick_seconds = 1.0;   // how often the periodic checks run
+  // Asked every tick while nothing is stopping; true stops the job for a new rendezvous.
+  std::function<bool()> stop_for_change;
 };
+
+// The signals Supervise handles: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT. Supervise blocks them
+// while it runs; a caller with other threads blocks them before starting any.
+const sigset_t& SupervisedSignals();
 
 // Returns fleetrun's exit status. `base_env` is the environment every child inherits before its
 // contract variables are applied.

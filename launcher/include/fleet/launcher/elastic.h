@@ -1,0 +1,75 @@
+// Elastic fleetrun (--elastic_server --job_id --np, or PADDLE_ELASTIC_SERVER/JOB_ID/NP): nodes
+// rendezvous in etcd, in the key layout of Paddle's own elastic launcher
+// (python/paddle/distributed/fleet/elastic/manager.py, Paddle 2.2-2.6), so both can share a job:
+//
+//   /paddle/<job_id>                  "0" while running, "1" once a node's trainers all succeeded
+//   /paddle/<job_id>/nodes/<tag><t>   one per node: "host:port" (its first trainer endpoint),
+//                                     under a lease of PADDLE_ELASTIC_TTL s kept alive every TTL/3
+//   /paddle/<job_id>/endpoints        "<all trainer endpoints>|<node hosts>" of the current job
+//
+// The job's nodes are the first np.max registrations in etcd's creation order (every node computes
+// the same list from the same state); it runs while at least np.min are registered. On every
+// change of that list each node stops its trainers and starts them again with the env a fresh
+// `fleetrun --ips=<nodes in that order>` would give them. docs/fleetrun.md has the whole behaviour.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "fleet/launcher/flags.h"
+#include "fleet/launcher/plan.h"
+
+namespace fleet::launcher {
+
+// Paddle's exit codes: a fault-tolerant node whose trainer failed exits 101 ("restart this node",
+// ELASTIC_EXIT_CODE); a trainer exiting 102 (ELASTIC_AUTO_PARALLEL_EXIT_CODE) asks for a relaunch
+// of the local trainers after a new rendezvous.
+constexpr int kElasticExitCode = 101;
+constexpr int kElasticRelaunchCode = 102;
+// Below np.min for longer than PADDLE_ELASTIC_TIMEOUT: timeout(1)'s status, as --server_timeout.
+constexpr int kElasticTimeoutStatus = 124;
+
+// --np / PADDLE_ELASTIC_NP: "N" (fault tolerance: exactly N nodes) or "MIN:MAX" (elastic).
+struct NpRange {
+  int min = 0;
+  int max = 0;
+  bool fixed() const { return min == max; }
+};
+Result<NpRange> ParseNp(std::string_view text);
+
+struct ElasticSettings {
+  std::string server;            // etcd, host:port
+  std::string job_id;
+  NpRange np;
+  Endpoint self;                 // this node's host and first trainer port
+  double timeout_seconds = 120;  // PADDLE_ELASTIC_TIMEOUT: below np.min this long ends the job
+  int ttl_seconds = 60;          // PADDLE_ELASTIC_TTL: a silent node is gone after this long
+};
+
+// The elastic settings of a launch; nullopt when it is not elastic (as Paddle: server, job id and
+// np must all be given, by flag or env). Errors for a malformed value, or elastic with PS flags.
+Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& options, const EnvMap& env);
+
+// One registered node, as read from /paddle/<job>/nodes/.
+struct Registration {
+  std::string key;
+  std::string value;             // "host:port" (Paddle 2.2+), or a bare host (Paddle 2.1)
+  int64_t create_revision = 0;
+};
+
+// The nodes of the job, in rank order: the first `max` registrations by creation, as endpoints
+// (a bare host gets `default_port`). Errors name a value that is no endpoint or a node registered
+// twice.
+Result<std::vector<Endpoint>> ChooseMembers(std::vector<Registration> registered, int max, int default_port);
+
+// The plan of one generation: `options` launched with --ips set to the members in rank order and
+// --start_port to their port. Errors when the members do not share one port.
+Result<LaunchPlan> PlanGeneration(const LaunchOptions& options, const HostFacts& host,
+                                  const std::vector<Endpoint>& members);
+
+// Runs the job; returns fleetrun's exit status. Messages go to stderr, banners to stdout.
+int RunElastic(const LaunchOptions& options, const HostFacts& host, const ElasticSettings& settings);
+
+}  // namespace fleet::launcher

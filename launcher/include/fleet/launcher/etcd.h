@@ -1,0 +1,64 @@
+// EtcdClient: the few etcd v3 calls elastic fleetrun needs, over etcd's JSON gRPC gateway
+// (POST /v3/kv/range, /v3/kv/put, /v3/kv/deleterange, /v3/lease/grant, /v3/lease/keepalive,
+// /v3/lease/revoke; etcd 3.4+). Keys and values are bytes (base64 on the wire); revisions and lease
+// ids are int64 (decimal strings on the wire). Every call is one bounded request: an answer larger
+// than 4 MiB or later than the client's timeout is an error, never waited for or buffered whole.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "fleet/base/result.h"
+
+namespace fleet::kube {
+class PlainHttpClient;
+}
+
+namespace fleet::launcher {
+
+struct EtcdKeyValue {
+  std::string key;
+  std::string value;
+  int64_t create_revision = 0;   // the store's revision when the key was created: a global order
+  int64_t lease = 0;             // 0: none
+};
+
+class EtcdClient {
+ public:
+  // `server`: host:port, as --elastic_server takes it (plain HTTP). Checks nothing on the network.
+  static Result<std::unique_ptr<EtcdClient>> Create(const std::string& server, std::chrono::milliseconds timeout);
+  ~EtcdClient();
+
+  // Every key starting with `prefix`, in key order.
+  Result<std::vector<EtcdKeyValue>> GetPrefix(const std::string& prefix);
+  Result<std::optional<std::string>> Get(const std::string& key);
+  Status Put(const std::string& key, const std::string& value, int64_t lease = 0);
+  Status Delete(const std::string& key);
+  Status DeletePrefix(const std::string& prefix);
+  // A lease of `ttl_seconds`; keys put with it vanish when it is neither kept alive nor revoked.
+  Result<int64_t> GrantLease(int ttl_seconds);
+  // Renews the lease; false when it has expired (its keys are gone already).
+  Result<bool> KeepAlive(int64_t lease);
+  // Ends the lease and deletes its keys; an expired lease is no error.
+  Status RevokeLease(int64_t lease);
+
+  const std::string& server() const { return server_; }
+
+ private:
+  EtcdClient(std::string server, std::unique_ptr<kube::PlainHttpClient> http);
+  // The decoded JSON answer of one call, as text; errors name the call and the server.
+  Result<std::string> Call(const std::string& path, const std::string& body);
+
+  std::string server_;
+  std::unique_ptr<kube::PlainHttpClient> http_;
+};
+
+// The end of etcd's range for "every key starting with `prefix`": the prefix with its last byte
+// incremented (bytes 0xff dropped first).
+std::string PrefixRangeEnd(const std::string& prefix);
+
+}  // namespace fleet::launcher

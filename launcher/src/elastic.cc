@@ -1,0 +1,470 @@
+#include "fleet/launcher/elastic.h"
+
+#include <signal.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <random>
+
+#include "fleet/base/strings.h"
+#include "fleet/launcher/etcd.h"
+#include "fleet/launcher/report.h"
+#include "fleet/launcher/supervisor.h"
+
+namespace fleet::launcher {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr int kPaddleElasticStartPort = 6170;   // Paddle's elastic launcher: FLAGS_START_PORT, else 6170
+constexpr double kDefaultTimeoutSeconds = 120;  // Paddle's ELASTIC_TIMEOUT
+constexpr int kDefaultTtlSeconds = 60;          // Paddle's ELASTIC_TTL
+constexpr double kPollSeconds = 0.25;           // how often etcd is read (Paddle: every 2 s)
+constexpr std::chrono::milliseconds kEtcdTimeout{3000};
+
+// The PaddleCloud-style inputs with which PlanLaunch would take the node list from the env; in an
+// elastic job it comes from etcd, and trainers must not inherit stale copies.
+constexpr const char* kClusterInputs[] = {"PADDLE_TRAINERS", "PADDLE_TRAINER_ID", "TRAINER_PORTS_NUM",
+                                          "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
+                                          "DISTRIBUTED_TRAINER_ENDPOINTS", "PADDLE_PORT"};
+
+std::optional<std::string> NonEmpty(const std::string* text) {
+  if (!text || TrimWhitespace(*text).empty()) return std::nullopt;
+  return std::string(TrimWhitespace(*text));
+}
+
+const std::string* FindEnv(const EnvMap& env, const char* name) {
+  auto it = env.find(name);
+  return it == env.end() ? nullptr : &it->second;
+}
+
+Result<double> PositiveSeconds(const EnvMap& env, const char* name, double fallback) {
+  const std::string* text = FindEnv(env, name);
+  if (!text) return fallback;
+  char* end = nullptr;
+  const double value = std::strtod(text->c_str(), &end);
+  if (text->empty() || *end != '\0' || !(value > 0) || !std::isfinite(value)) {
+    return Error{std::string(name) + " must be a positive number of seconds, got " + Quote(*text)};
+  }
+  return value;
+}
+
+std::string Describe(const NpRange& np) {
+  return np.fixed() ? std::to_string(np.min) : std::to_string(np.min) + ":" + std::to_string(np.max);
+}
+
+std::string Hosts(const std::vector<Endpoint>& members) {
+  std::vector<std::string> hosts;
+  for (const Endpoint& e : members) hosts.push_back(e.host);
+  return JoinStrings(hosts, ",");
+}
+
+// The host of a registration: "host:port" (Paddle 2.2+) or a bare host (Paddle 2.1).
+std::string RegisteredHost(const std::string& value) {
+  return value.substr(0, std::min(value.rfind(':'), value.size()));
+}
+
+// Waits up to `seconds` for one of the signals Supervise handles (they are blocked in every
+// thread); nullopt when none came. SIGCHLD is not one that matters here.
+std::optional<int> WaitForSignal(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (true) {
+    const auto left = std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count());
+    timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    const int sig = ::sigtimedwait(&SupervisedSignals(), nullptr, &wait);
+    if (sig > 0 && sig != SIGCHLD) return sig;
+    if (sig < 0 && errno == EAGAIN) return std::nullopt;
+  }
+}
+
+// What one read of etcd says about the job.
+struct Observation {
+  std::vector<Endpoint> members;   // in rank order
+  size_t registered = 0;
+  bool self_registered = false;
+  bool completed = false;          // a node's trainers all succeeded: no more rendezvous
+};
+
+class ElasticNode {
+ public:
+  ElasticNode(const LaunchOptions& options, HostFacts host, const ElasticSettings& settings)
+      : options_(options), host_(std::move(host)), settings_(settings),
+        job_key_("/paddle/" + settings.job_id), nodes_prefix_(job_key_ + "/nodes/") {
+    for (const char* name : kClusterInputs) host_.env.erase(name);
+  }
+
+  int Run();
+
+ private:
+  Status Register();
+  void Refresh();
+  Result<Observation> Observe();
+  bool IsMember(const std::vector<Endpoint>& members) const {
+    return std::any_of(members.begin(), members.end(), [&](const Endpoint& e) { return e.host == settings_.self.host; });
+  }
+  // 0 with *members set when this node is to run; else fleetrun's exit status.
+  int WaitForMembers(std::vector<Endpoint>* members);
+  int RunGeneration(const std::vector<Endpoint>& members);
+  void Leave(bool completed);
+  void Say(const std::string& message) { std::cerr << "fleetrun: " << message << std::endl; }
+  // Says an etcd failure once, until etcd answers again.
+  void EtcdTrouble(const std::string& error) {
+    if (!etcd_trouble_) Say("WARNING: " + error + "; retrying");
+    etcd_trouble_ = true;
+  }
+
+  const LaunchOptions& options_;
+  HostFacts host_;
+  const ElasticSettings& settings_;
+  const std::string job_key_;
+  const std::string nodes_prefix_;
+  std::unique_ptr<EtcdClient> etcd_;
+  std::string node_key_;
+  int64_t lease_ = 0;
+  Clock::time_point next_keepalive_;
+  bool etcd_trouble_ = false;
+  int generation_ = 0;
+  int interrupted_by_ = 0;   // the signal that ended registration
+};
+
+// Registers this node under a fresh lease. A live registration of the same host is either the
+// lease of a predecessor that died on this host (it expires within the TTL) or another fleetrun
+// claiming this address: wait out one TTL before calling it a duplicate.
+Status ElasticNode::Register() {
+  const auto give_up = Clock::now() + std::chrono::seconds(settings_.ttl_seconds + 1);
+  bool said = false;
+  while (true) {
+    FLEET_ASSIGN_OR_RETURN(auto kvs, etcd_->GetPrefix(nodes_prefix_));
+    std::string holder;
+    for (const EtcdKeyValue& kv : kvs) {
+      if (kv.key != node_key_ && RegisteredHost(kv.value) == settings_.self.host) holder = kv.key;
+    }
+    if (holder.empty()) break;
+    if (Clock::now() >= give_up) {
+      return Error{"duplicate host: " + settings_.self.host + " is already registered in job " + Quote(settings_.job_id) +
+                   " (" + holder + ") and kept alive by another launcher; give each node its own --host"};
+    }
+    if (!said) Say("host " + settings_.self.host + " is still registered (" + holder + "); waiting up to " +
+                   std::to_string(settings_.ttl_seconds + 1) + " s for that lease to expire");
+    said = true;
+    if (auto sig = WaitForSignal(kPollSeconds)) {
+      interrupted_by_ = *sig;
+      return Error{std::string("received SIG") + ::sigabbrev_np(*sig) + " while registering"};
+    }
+  }
+  FLEET_ASSIGN_OR_RETURN(lease_, etcd_->GrantLease(settings_.ttl_seconds));
+  // Paddle's node key: six random letters and the time.
+  std::mt19937 random(std::random_device{}());
+  std::string tag;
+  for (int i = 0; i < 6; ++i) tag.push_back(static_cast<char>('a' + random() % 26));
+  char now[32];
+  std::snprintf(now, sizeof now, "%.6f",
+                std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count());
+  node_key_ = nodes_prefix_ + tag + now;
+  FLEET_RETURN_IF_ERROR(etcd_->Put(node_key_, settings_.self.ToString(), lease_));
+  next_keepalive_ = Clock::now() + std::chrono::milliseconds(settings_.ttl_seconds * 1000 / 3);
+  return OkStatus();
+}
+
+// Keeps the lease alive every TTL/3; a lease that expired anyway (etcd was unreachable for a TTL)
+// is replaced: this node registers again, as a new node.
+void ElasticNode::Refresh() {
+  if (Clock::now() < next_keepalive_) return;
+  auto alive = etcd_->KeepAlive(lease_);
+  if (!alive) return EtcdTrouble(alive.error());
+  etcd_trouble_ = false;
+  next_keepalive_ = Clock::now() + std::chrono::milliseconds(settings_.ttl_seconds * 1000 / 3);
+  if (*alive) return;
+  Say("this node's etcd lease expired; registering again");
+  if (auto registered = Register(); !registered) EtcdTrouble(registered.error());
+}
+
+Result<Observation> ElasticNode::Observe() {
+  FLEET_ASSIGN_OR_RETURN(auto kvs, etcd_->GetPrefix(nodes_prefix_));
+  Observation seen;
+  std::vector<Registration> registered;
+  for (const EtcdKeyValue& kv : kvs) {
+    registered.push_back({kv.key, kv.value, kv.create_revision});
+    seen.self_registered = seen.self_registered || kv.key == node_key_;
+  }
+  seen.registered = registered.size();
+  FLEET_ASSIGN_OR_RETURN(seen.members, ChooseMembers(std::move(registered), settings_.np.max, settings_.self.port));
+  // Read after the nodes: a node that finished sets the flag before it deregisters.
+  FLEET_ASSIGN_OR_RETURN(auto flag, etcd_->Get(job_key_));
+  seen.completed = flag && *flag == "1";
+  etcd_trouble_ = false;
+  return seen;
+}
+
+int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
+  auto short_since = Clock::now();
+  std::string said;
+  while (true) {
+    if (auto sig = WaitForSignal(0)) {
+      Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
+      Leave(false);
+      return 128 + *sig;
+    }
+    Refresh();
+    auto seen = Observe();
+    std::string state;
+    if (!seen) {
+      EtcdTrouble(seen.error());
+    } else {
+      if (!seen->self_registered && lease_ != 0) {
+        if (auto put = etcd_->Put(node_key_, settings_.self.ToString(), lease_); !put) EtcdTrouble(put.error());
+      }
+      if (seen->completed) {
+        Say("job " + Quote(settings_.job_id) + " completed on other nodes; leaving it.");
+        Leave(false);
+        return 0;
+      }
+      const bool enough = static_cast<int>(seen->members.size()) >= settings_.np.min;
+      if (enough && IsMember(seen->members)) {
+        *members = seen->members;
+        return 0;
+      }
+      if (enough) {
+        short_since = Clock::now();   // a standby waits for a place without limit
+        state = "standby: the job has its " + std::to_string(seen->members.size()) + " nodes (np=" +
+                Describe(settings_.np) + "); waiting for a place";
+      } else {
+        state = "waiting for nodes: " + std::to_string(seen->registered) + " registered (" + Hosts(seen->members) +
+                "), np=" + Describe(settings_.np);
+      }
+    }
+    if (!state.empty() && state != said) Say(state);
+    if (!state.empty()) said = state;
+    const double waited = std::chrono::duration<double>(Clock::now() - short_since).count();
+    if (waited > settings_.timeout_seconds) {
+      char seconds[32];
+      std::snprintf(seconds, sizeof seconds, "%g", settings_.timeout_seconds);
+      Say("ABORT: job " + Quote(settings_.job_id) + " had fewer than " + std::to_string(settings_.np.min) +
+          " nodes (np=" + Describe(settings_.np) + ") in etcd " + settings_.server + " for " + seconds +
+          " s (PADDLE_ELASTIC_TIMEOUT); last seen: " + (seen ? std::to_string(seen->registered) + " registered" : seen.error()));
+      Leave(false);
+      return kElasticTimeoutStatus;
+    }
+    if (auto sig = WaitForSignal(kPollSeconds)) {
+      Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
+      Leave(false);
+      return 128 + *sig;
+    }
+  }
+}
+
+int ElasticNode::RunGeneration(const std::vector<Endpoint>& members) {
+  auto plan = PlanGeneration(options_, host_, members);
+  if (!plan) {
+    Say("error: " + plan.error());
+    Leave(false);
+    return 2;
+  }
+  ++generation_;
+  const std::vector<Endpoint> trainers = plan->topology.EndpointsOf(Role::kTrainer);
+  Say("elastic: starting generation " + std::to_string(generation_) + " with " + std::to_string(members.size()) +
+      " nodes (" + Hosts(members) + "); this node is node " + std::to_string(plan->node_rank));
+  std::cout << FormatPlan(*plan) << std::flush;
+  std::ofstream(plan->log_dir + "/endpoints.log") << plan->endpoints_log;
+  if (plan->node_rank == 0) {
+    // Paddle's launchers read DISTRIBUTED_TRAINER_ENDPOINTS|PADDLE_TRAINERS from here.
+    std::vector<std::string> endpoints;
+    for (const Endpoint& e : trainers) endpoints.push_back(e.ToString());
+    if (auto put = etcd_->Put(job_key_ + "/endpoints", JoinStrings(endpoints, ",") + "|" + Hosts(members)); !put) {
+      EtcdTrouble(put.error());
+    }
+  }
+
+  SupervisorOptions supervisor;
+  supervisor.grace_period_seconds = options_.grace_period_seconds;
+  supervisor.tick_seconds = kPollSeconds;
+  supervisor.stop_for_change = [&] {
+    Refresh();
+    auto seen = Observe();
+    if (!seen) {
+      EtcdTrouble(seen.error());   // the trainers keep training while etcd is away
+      return false;
+    }
+    if (!seen->self_registered) {
+      if (auto put = etcd_->Put(node_key_, settings_.self.ToString(), lease_); !put) EtcdTrouble(put.error());
+    }
+    if (seen->completed || seen->members == members) return false;   // finishing nodes leave: no rendezvous
+    Say("elastic: the job's nodes changed from " + Hosts(members) + " to " + Hosts(seen->members) +
+        "; stopping the local trainers for a new rendezvous.");
+    return true;
+  };
+  return Supervise(*plan, host_.env, supervisor);
+}
+
+// Deregisters; the last node to leave removes the job's keys.
+void ElasticNode::Leave(bool completed) {
+  auto warn = [&](const Status& s) {
+    if (!s) Say("WARNING: could not clean up etcd: " + s.error());
+  };
+  if (completed) warn(etcd_->Put(job_key_, "1"));
+  if (lease_ != 0) warn(etcd_->RevokeLease(lease_));
+  if (!node_key_.empty()) warn(etcd_->Delete(node_key_));
+  lease_ = 0;
+  auto left = etcd_->GetPrefix(nodes_prefix_);
+  if (left && left->empty()) {
+    warn(etcd_->DeletePrefix(job_key_ + "/"));
+    warn(etcd_->Delete(job_key_));
+  }
+}
+
+int ElasticNode::Run() {
+  auto client = EtcdClient::Create(settings_.server, kEtcdTimeout);
+  if (!client) {
+    Say("error: " + client.error());
+    return 2;
+  }
+  etcd_ = std::move(*client);
+  if (auto reachable = etcd_->GetPrefix(nodes_prefix_); !reachable) {
+    Say("error: cannot reach etcd at " + settings_.server + " (--elastic_server/PADDLE_ELASTIC_SERVER): " +
+        reachable.error());
+    return 2;
+  }
+  if (auto registered = Register(); !registered) {
+    Say("error: " + registered.error());
+    return interrupted_by_ ? 128 + interrupted_by_ : 2;
+  }
+  if (auto running = etcd_->Put(job_key_, "0"); !running) EtcdTrouble(running.error());
+  Say("elastic: registered " + settings_.self.ToString() + " in job " + Quote(settings_.job_id) + " at " +
+      settings_.server + " (np=" + Describe(settings_.np) + ", TTL " + std::to_string(settings_.ttl_seconds) + " s)");
+  while (true) {
+    std::vector<Endpoint> members;
+    if (const int status = WaitForMembers(&members); status != 0 || members.empty()) return status;
+    const int status = RunGeneration(members);
+    if (status == kStoppedForChange) continue;
+    if (status == kElasticRelaunchCode) {
+      Say("elastic: a trainer exited with " + std::to_string(kElasticRelaunchCode) + " (relaunch); rendezvous again.");
+      continue;
+    }
+    Leave(status == 0);
+    return status;
+  }
+}
+
+}  // namespace
+
+Result<NpRange> ParseNp(std::string_view text) {
+  const std::vector<std::string> parts = SplitString(TrimWhitespace(text), ':');
+  auto bad = [&](const std::string& why) {
+    return Error{"--np/PADDLE_ELASTIC_NP " + Quote(text) + ": " + why};
+  };
+  if (parts.size() > 2) return bad("must be N or MIN:MAX");
+  NpRange np;
+  auto min = ParseNonNegativeInt(parts[0], "np");
+  if (!min) return bad("must be N or MIN:MAX, in whole numbers");
+  np.min = np.max = *min;
+  if (parts.size() == 2) {
+    auto max = ParseNonNegativeInt(parts[1], "np");
+    if (!max) return bad("must be N or MIN:MAX, in whole numbers");
+    np.max = *max;
+  }
+  if (np.min < 1) return bad("a job needs at least 1 node");
+  if (np.max < np.min) return bad("MAX is below MIN");
+  return np;
+}
+
+Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& o, const EnvMap& env) {
+  std::optional<std::string> server = o.elastic_server ? NonEmpty(&*o.elastic_server) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_SERVER"));
+  // Paddle also finds etcd through a Kubernetes service named paddle-elastic-etcd.
+  if (!server && FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_HOST") && FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_PORT")) {
+    server = *FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_HOST") + ":" + *FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_PORT");
+  }
+  const auto job = o.job_id ? NonEmpty(&*o.job_id) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_JOB_ID"));
+  const auto np_text = o.np ? NonEmpty(&*o.np) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_NP"));
+  if (!server || !job || !np_text) {
+    // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake.
+    if (o.elastic_server || o.job_id || o.np) {
+      return Error{"elastic training needs --elastic_server, --job_id and --np (or PADDLE_ELASTIC_SERVER, "
+                   "PADDLE_ELASTIC_JOB_ID and PADDLE_ELASTIC_NP), each non-empty"};
+    }
+    return std::optional<ElasticSettings>();
+  }
+  ElasticSettings s;
+  s.server = *server;
+  if (auto endpoint = ParseEndpoint(s.server); !endpoint) return Error{"--elastic_server: " + endpoint.error()};
+  s.job_id = *job;
+  if (s.job_id.find('/') != std::string::npos) return Error{"--job_id " + Quote(s.job_id) + " must not contain '/'"};
+  FLEET_ASSIGN_OR_RETURN(s.np, ParseNp(*np_text));
+
+  const bool ps = o.server_num || o.worker_num || o.servers || o.workers || o.heter_workers || o.heter_worker_num ||
+                  (o.run_mode && *o.run_mode != "collective");
+  if (ps) return Error{"elastic training is for collective jobs only, as in Paddle; drop the parameter-server flags"};
+  if (o.ips != "127.0.0.1") return Error{"--ips cannot be combined with elastic training: the nodes come from etcd"};
+  const auto self = o.host ? NonEmpty(&*o.host) : NonEmpty(FindEnv(env, "POD_IP"));
+  if (!self) return Error{"elastic training needs this node's address: pass --host or set POD_IP"};
+  auto host = ParseHost(*self);
+  if (!host) return Error{"--host: " + host.error()};
+  s.self.host = *host;
+  s.self.port = kPaddleElasticStartPort;
+  if (o.start_port) {
+    s.self.port = *o.start_port;
+  } else if (const std::string* flag = FindEnv(env, "FLAGS_START_PORT")) {
+    FLEET_ASSIGN_OR_RETURN(s.self.port, ParsePort(TrimWhitespace(*flag), "FLAGS_START_PORT"));
+  }
+  FLEET_ASSIGN_OR_RETURN(s.timeout_seconds, PositiveSeconds(env, "PADDLE_ELASTIC_TIMEOUT", kDefaultTimeoutSeconds));
+  FLEET_ASSIGN_OR_RETURN(double ttl, PositiveSeconds(env, "PADDLE_ELASTIC_TTL", kDefaultTtlSeconds));
+  if (ttl != std::floor(ttl) || ttl < 2) return Error{"PADDLE_ELASTIC_TTL must be a whole number of seconds, at least 2"};
+  s.ttl_seconds = static_cast<int>(ttl);
+  return std::optional<ElasticSettings>(std::move(s));
+}
+
+Result<std::vector<Endpoint>> ChooseMembers(std::vector<Registration> registered, int max, int default_port) {
+  std::stable_sort(registered.begin(), registered.end(), [](const Registration& a, const Registration& b) {
+    return a.create_revision < b.create_revision;
+  });
+  std::vector<Endpoint> members;
+  for (const Registration& r : registered) {
+    if (static_cast<int>(members.size()) >= max) break;
+    auto node = r.value.find(':') != std::string::npos ? ParseEndpoint(r.value)
+                                                       : Result<Endpoint>(Endpoint{RegisteredHost(r.value), default_port});
+    if (!node || node->host.empty()) {
+      return Error{"etcd key " + r.key + " holds " + Quote(r.value) + ", not a node's host:port"};
+    }
+    // A host registered twice is one node (a restarted launcher whose old lease has not expired).
+    const bool known = std::any_of(members.begin(), members.end(), [&](const Endpoint& e) { return e.host == node->host; });
+    if (!known) members.push_back(*node);
+  }
+  return members;
+}
+
+Result<LaunchPlan> PlanGeneration(const LaunchOptions& options, const HostFacts& host,
+                                  const std::vector<Endpoint>& members) {
+  if (members.empty()) return Error{"no nodes to plan for"};
+  for (const Endpoint& e : members) {
+    if (e.port != members.front().port) {
+      return Error{"the job's nodes registered different first ports (" + members.front().ToString() + ", " +
+                   e.ToString() + "): give every node the same --start_port / FLAGS_START_PORT"};
+    }
+  }
+  LaunchOptions generation = options;
+  generation.ips = Hosts(members);
+  generation.start_port = members.front().port;
+  generation.elastic_server.reset();
+  generation.job_id.reset();
+  generation.np.reset();
+  return PlanLaunch(generation, host);
+}
+
+int RunElastic(const LaunchOptions& options, const HostFacts& host, const ElasticSettings& settings) {
+  // Before the etcd client starts its I/O threads: they inherit the mask, so that these signals
+  // reach only sigtimedwait and Supervise's signalfd, never a default action in another thread.
+  sigset_t previous;
+  ::pthread_sigmask(SIG_BLOCK, &SupervisedSignals(), &previous);
+  const int status = ElasticNode(options, host, settings).Run();
+  ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+  return status;
+}
+
+}  // namespace fleet::launcher
