@@ -83,6 +83,7 @@ COPY build/cli/fleetctl /src/build/cli/fleetctl
 COPY build/runtime/python/fleet_runtime*.so /src/build/runtime/python/
 COPY build/runtime/python/sitecustomize.py /src/build/runtime/python/sitecustomize.py
 COPY examples /src/examples
+COPY sdk/python/fleet_metrics.py /src/sdk/python/fleet_metrics.py
 
 FROM build-${BUILD} AS build
 
@@ -140,6 +141,8 @@ COPY --from=build /src/build/runtime/python/fleet_runtime*.so /opt/fleetjob/pyth
 COPY --from=build /src/build/runtime/python/sitecustomize.py /opt/fleetjob/python/sitecustomize.py
 RUN echo /opt/fleetjob/python > /usr/lib/python3/dist-packages/fleetjob.pth
 COPY --from=build /src/examples /opt/fleetjob/examples
+# The push API's Python helper (docs/sidecar.md): the examples report every step through it.
+COPY --from=build /src/sdk/python/fleet_metrics.py /opt/fleetjob/python/fleet_metrics.py
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet PYTHONPATH=/opt/fleetjob/python
 WORKDIR /home/fleet
 USER 65532:65532

@@ -116,6 +116,24 @@ def eval_loss(params, truth):
 
 
 # ----------------------------------------------------------------------------- progress log
+def metrics_reporter():
+    """fleet_metrics.report when the script runs in a FleetJob pod (the operator sets
+    FLEET_METRICS_ENDPOINT: the pod's sidecar), else None. fleet_metrics is on the tools image's
+    PYTHONPATH, and in sdk/python of a checkout. Every step goes to the sidecar, which puts it in
+    the job's status.progress (kubectl get fj, fleetctl top); the log lines stay for people."""
+    if not os.environ.get("FLEET_METRICS_ENDPOINT"):
+        return None
+    try:
+        import fleet_metrics
+    except ImportError:
+        sys.path.append(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sdk", "python"))
+        try:
+            import fleet_metrics
+        except ImportError:
+            return None
+    return fleet_metrics.report
+
+
 class StepLog:
     """Paddle-style progress lines for steps 1, 1+k, 1+2k, ... and the last step; the clock starts now.
 
@@ -127,8 +145,11 @@ class StepLog:
         self.index, self.steps, self.log_every = index, steps, log_every
         self.start = self.last_t = time.time()
         self.last_step = 0
+        self.report = metrics_reporter()
 
     def step(self, step, loss):
+        if self.report:
+            self.report(step=step, loss=loss, samples=BATCH, total_steps=self.steps)
         if (step - 1) % self.log_every and step != self.steps:
             return
         now = time.time()
@@ -175,8 +196,11 @@ class PaddleStepLog:
         self.index, self.steps, self.log_every, self.batch = index, steps, log_every, batch
         self.start = self.last_t = time.time()
         self.last_step = 0
+        self.report = metrics_reporter()
 
     def step(self, step, loss):
+        if self.report:
+            self.report(step=step, loss=loss, samples=self.batch, total_steps=self.steps)
         if (step - 1) % self.log_every and step != self.steps:
             return
         now = time.time()

@@ -16,9 +16,10 @@ std::optional<double> Number(const Json& object, const char* key) {
   return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
+// The lower median: of two ranks, the slower one's (a job is as far as its slower half).
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
+  const size_t mid = (values.size() - 1) / 2;
   std::nth_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid), values.end());
   return values[mid];
 }
@@ -26,6 +27,13 @@ double Median(std::vector<double> values) {
 // Two significant decimals at most: a status that changes with every digit of noise would be
 // written at every interval for nothing.
 double Rounded(double v) { return std::round(v * 100) / 100; }
+
+// A loss to 4 significant digits: what a person reads, and no write for noise in the 10th digit.
+double Significant(double v) {
+  if (v == 0 || !std::isfinite(v)) return v;
+  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(v))));
+  return std::round(v * scale) / scale;
+}
 
 std::string Compact(double v) {
   char text[32];
@@ -131,7 +139,7 @@ Json SummarizeProgress(const ProgressInput& in) {
     for (const RankRow& row : rows) {
       if (row.report->loss && (!lowest || row.report->rank < lowest->report->rank)) lowest = &row;
     }
-    if (lowest) summary["loss"] = *lowest->report->loss;
+    if (lowest) summary["loss"] = Significant(*lowest->report->loss);
     role_summaries[role] = summary;
     all.insert(all.end(), rows.begin(), rows.end());
   }
@@ -209,7 +217,7 @@ Json SummarizeProgress(const ProgressInput& in) {
               {"idleSeconds", static_cast<int64_t>(row.report->idle_seconds)},
               {"stalled", row.report->stalled}};
     if (row.speed) d["stepsPerSecond"] = Rounded(*row.speed);
-    if (row.report->loss) d["loss"] = *row.report->loss;
+    if (row.report->loss) d["loss"] = Significant(*row.report->loss);
     details.push_back(std::move(d));
   }
   progress["rankDetails"] = std::move(details);

@@ -13,8 +13,8 @@ or, timing each step:
 
 Fields: step (the step number), steps (steps this report covers, when there is no step number),
 epoch, loss, step_time (seconds one step took), samples (samples in the reported steps),
-samples_per_second; any other keyword is a custom scalar (a name of 1-64 characters from
-A-Z a-z 0-9 _ . : / -). Numbers only. The sidecar exports them as fleet_training_* metrics
+samples_per_second, total_steps (the training's total steps: the job's percent done and ETA); any
+other keyword is a custom scalar (a name of 1-64 characters from A-Z a-z 0-9 _ . : / -). Numbers only. The sidecar exports them as fleet_training_* metrics
 (docs/sidecar.md).
 
 Where reports go: FLEET_METRICS_ENDPOINT, which the FleetJob operator sets in the pod:
@@ -46,8 +46,8 @@ ENV_ENDPOINT = "FLEET_METRICS_ENDPOINT"
 MAX_DATAGRAM = 4096  # the sidecar drops longer datagrams
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:/-]{1,64}$")
-_FIELDS = ("step", "steps", "epoch", "loss", "step_time", "samples", "samples_per_second", "rank")
-_COUNTS = ("step", "steps", "epoch", "rank")
+_FIELDS = ("step", "steps", "epoch", "loss", "step_time", "samples", "samples_per_second", "total_steps", "rank")
+_COUNTS = ("step", "steps", "epoch", "total_steps", "rank")
 
 
 def _number(name, value):
@@ -132,10 +132,10 @@ class Reporter:
         return self._kind is not None
 
     def report(self, step=None, *, steps=None, epoch=None, loss=None, step_time=None, samples=None,
-               samples_per_second=None, **scalars):
+               samples_per_second=None, total_steps=None, **scalars):
         """Reports one step (or `steps` steps). Returns True when it was handed to the transport."""
         fields = {"step": step, "steps": steps, "epoch": epoch, "loss": loss, "step_time": step_time,
-                  "samples": samples, "samples_per_second": samples_per_second}
+                  "samples": samples, "samples_per_second": samples_per_second, "total_steps": total_steps}
         if self.rank is not None:
             fields["rank"] = self.rank
         for name in scalars:

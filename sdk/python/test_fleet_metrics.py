@@ -61,7 +61,11 @@ class FleetMetricsTest(unittest.TestCase):
             self.assertEqual(rx.next(), "step=12 loss=0.53125 samples=32 acc=0.9 lr=0.0001")
             self.assertTrue(r.report(steps=2, loss=float("nan"), step_time=0.25, epoch=3.0))
             self.assertEqual(rx.next(), "steps=2 epoch=3 loss=nan step_time=0.25")
-            self.assertEqual((r.sent, r.errors), (2, 0))
+            self.assertTrue(r.report(step=13, total_steps=1500))
+            self.assertEqual(rx.next(), "step=13 total_steps=1500")
+            with self.assertRaises(ValueError):
+                r.report(step=14, total_steps=2.5)   # a count
+            self.assertEqual((r.sent, r.errors), (3, 0))
             r.close()
         finally:
             rx.close()

@@ -161,15 +161,15 @@ class FleetJobInContainersTest(unittest.TestCase):
         wait_for("the job's pods gone", lambda: not c.pods(JOB_LABEL + "=ps-mlp"), timeout=60)
 
     def test_progress_shows_in_kubectl_and_fleetctl_while_the_quick_start_trains(self):
-        """The quick start with more steps (and spec.totalSteps for an ETA), operator at
-        --progress-interval=1: the sidecars' progress reaches kubectl get fj and fleetctl top while
-        it trains. The screens are printed (docs/containers.md shows one)."""
+        """The quick start with more steps, operator at --progress-interval=1: the trainers report
+        every step (and the total) to their sidecars through fleet_metrics, and the progress
+        reaches kubectl get fj and fleetctl top while the job trains. The screens are printed
+        (docs/containers.md shows them)."""
         c = self.cluster
         job = load_example("ps-fleet-runtime.yaml")
         job["metadata"]["name"] = "ps-progress"
         trainer_spec = job["spec"]["worker"]["template"]["spec"]["containers"][0]
         trainer_spec["command"] = trainer_spec["command"] + ["--steps", "1500"]
-        job["spec"]["totalSteps"] = 1500
         c.apply(job)
 
         def training():

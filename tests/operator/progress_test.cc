@@ -80,21 +80,21 @@ TEST(ProgressSummaryTest, NothingReportedIsNoProgress) {
 TEST(ProgressSummaryTest, TheJobsStepIsTheMedianRanksAndTheStragglerIsNamed) {
   ProgressInput in;
   in.ranks = {Rank("worker", 0, 100), Rank("worker", 1, 102), Rank("worker", 2, 40), Rank("worker", 3, 101)};
-  in.ranks[0].loss = 0.7;
+  in.ranks[0].loss = 0.70000123456;
   in.ranks[3].loss = 0.9;
   in.expected_ranks = {{"worker", 4}};
   const Json p = SummarizeProgress(in);
-  EXPECT_EQ(p["step"], 101);
-  EXPECT_EQ(p["stepText"], "101");
+  EXPECT_EQ(p["step"], 100) << "the lower median of 40, 100, 101, 102";
+  EXPECT_EQ(p["stepText"], "100");
   EXPECT_EQ(p["ranks"], 4);
   EXPECT_EQ(p["reportingRanks"], 4);
-  EXPECT_EQ(p["loss"], 0.7) << "rank 0's loss";
+  EXPECT_EQ(p["loss"], 0.7) << "rank 0's loss, to 4 significant digits";
   EXPECT_EQ(p["roles"]["worker"]["minStep"], 40);
   EXPECT_EQ(p["roles"]["worker"]["maxStep"], 102);
   EXPECT_EQ(p["slowest"]["rank"], 2);
   EXPECT_EQ(p["slowest"]["pod"], "j-worker-2");
-  EXPECT_EQ(p["slowest"]["lag"], 61);
-  EXPECT_EQ(p["slowestText"], "worker-2 (-61)");
+  EXPECT_EQ(p["slowest"]["lag"], 60);
+  EXPECT_EQ(p["slowestText"], "worker-2 (-60)");
   ASSERT_EQ(p["rankDetails"].size(), 4u);
   EXPECT_EQ(p["rankDetails"][0]["rank"], 2) << "the straggler first";
   EXPECT_FALSE(p.contains("etaSeconds")) << "no total, no ETA";
@@ -132,13 +132,15 @@ TEST(ProgressSummaryTest, ALoggedTotalIsUsedWhenTheSpecHasNone) {
 
 TEST(ProgressSummaryTest, HeterStagesAreSummarizedApartFromTheWorkers) {
   ProgressInput in;
-  in.ranks = {Rank("worker", 0, 10), Rank("worker", 1, 12), Rank("gpu", 0, 500), Rank("gpu", 1, 400)};
-  in.expected_ranks = {{"worker", 2}, {"gpu", 3}};
+  in.ranks = {Rank("worker", 0, 10), Rank("worker", 1, 12), Rank("gpu", 0, 500), Rank("gpu", 1, 400),
+              Rank("gpu", 2, 510)};
+  in.expected_ranks = {{"worker", 2}, {"gpu", 4}};
   const Json p = SummarizeProgress(in);
-  EXPECT_EQ(p["step"], 12) << "the workers' median, not the heter stage's";
-  EXPECT_EQ(p["roles"]["gpu"]["ranks"], 3);
-  EXPECT_EQ(p["roles"]["gpu"]["reportingRanks"], 2);
-  EXPECT_EQ(p["ranks"], 5);
+  EXPECT_EQ(p["step"], 10) << "the workers' (lower) median, not the heter stage's";
+  EXPECT_EQ(p["roles"]["gpu"]["ranks"], 4);
+  EXPECT_EQ(p["roles"]["gpu"]["reportingRanks"], 3);
+  EXPECT_EQ(p["roles"]["gpu"]["medianStep"], 500);
+  EXPECT_EQ(p["ranks"], 6);
   EXPECT_EQ(p["slowest"]["role"], "gpu") << "100 steps behind its own stage";
   EXPECT_EQ(p["slowest"]["lag"], 100);
 }
