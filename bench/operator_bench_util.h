@@ -1,13 +1,18 @@
 // What the operator benchmarks share: the FleetJob CRD and a job object for the fake API server,
-// a kubeconfig for the real fleet-operator binary, and a child process's /proc/<pid>/status.
+// a kubeconfig for the real fleet-operator binary, starting and stopping it, and a child
+// process's /proc/<pid>/status.
 #pragma once
 
+#include <signal.h>
 #include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "fake_apiserver_fixture.h"
 #include "fleet/kube/client.h"
@@ -55,6 +60,28 @@ inline std::string WriteKubeconfig(const kube::testing::TempDir& dir, const std:
   return dir.Write("kubeconfig", "apiVersion: v1\nkind: Config\nclusters: [{name: f, cluster: {server: \"" + url +
                                      "\"}}]\nusers: [{name: u, user: {token: x}}]\ncontexts: [{name: c, context: "
                                      "{cluster: f, user: u, namespace: default}}]\ncurrent-context: c\n");
+}
+
+// The real fleet-operator binary with `args`, its stderr in `log`.
+inline pid_t SpawnOperator(const std::string& log, const std::vector<std::string>& args) {
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    std::freopen(log.c_str(), "w", stderr);
+    std::vector<std::string> argv = {"fleet-operator"};
+    argv.insert(argv.end(), args.begin(), args.end());
+    std::vector<char*> raw;
+    for (std::string& a : argv) raw.push_back(a.data());
+    raw.push_back(nullptr);
+    ::execv(op::e2e::OperatorBinary().c_str(), raw.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+inline void StopOperator(pid_t pid) {
+  ::kill(pid, SIGTERM);
+  int status = 0;
+  ::waitpid(pid, &status, 0);
 }
 
 }  // namespace fleet::bench

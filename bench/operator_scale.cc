@@ -322,13 +322,8 @@ void Memory(int jobs, int pods_per_job) {
   TempDir dir;
   const std::string kubeconfig = WriteKubeconfig(dir, fake.url());
   const std::string log = dir.path() + "/operator.log";
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(log.c_str(), "w", stderr);
-    ::execl(fleet::op::e2e::OperatorBinary().c_str(), "fleet-operator", ("--kubeconfig=" + kubeconfig).c_str(), "--metrics-bind-address=0",
-            "--health-probe-bind-address=0", static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = fleet::bench::SpawnOperator(
+      log, {"--kubeconfig=" + kubeconfig, "--metrics-bind-address=0", "--health-probe-bind-address=0"});
   // Cached and reconciled: every job has a status with its pods counted.
   const auto t0 = Clock::now();
   for (;;) {
@@ -350,9 +345,7 @@ void Memory(int jobs, int pods_per_job) {
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::printf("memory: fleet-operator with %d jobs x %d pods cached (%zu pods): VmRSS %s, VmHWM (peak) %s (target <= 128 MiB)\n",
               jobs, pods_per_job, total, ReadProcStatus(pid, "VmRSS").c_str(), ReadProcStatus(pid, "VmHWM").c_str());
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  fleet::bench::StopOperator(pid);
 }
 
 }  // namespace

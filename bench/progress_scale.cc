@@ -187,14 +187,9 @@ int main(int argc, char** argv) {
   const std::string kubeconfig = fleet::bench::WriteKubeconfig(dir, fake.url());
   const std::string log = dir.path() + "/operator.log";
   const int metrics_port = 19180;
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    std::freopen(log.c_str(), "w", stderr);
-    ::execl(fleet::op::e2e::OperatorBinary().c_str(), "fleet-operator", ("--kubeconfig=" + kubeconfig).c_str(),
-            ("--metrics-bind-address=127.0.0.1:" + std::to_string(metrics_port)).c_str(), "--health-probe-bind-address=0",
-            ("--progress-interval=" + std::to_string(interval)).c_str(), static_cast<char*>(nullptr));
-    _exit(127);
-  }
+  const pid_t pid = fleet::bench::SpawnOperator(
+      log, {"--kubeconfig=" + kubeconfig, "--metrics-bind-address=127.0.0.1:" + std::to_string(metrics_port),
+            "--health-probe-bind-address=0", "--progress-interval=" + std::to_string(interval)});
   (void)client->Create(fleet::op::FleetJobResource(), "default", job);
 
   // Running: every pod has an address.
@@ -286,8 +281,6 @@ int main(int argc, char** argv) {
   std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_sum").c_str());
   std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_count").c_str());
   std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_requests_total").c_str());
-  ::kill(pid, SIGTERM);
-  int status = 0;
-  ::waitpid(pid, &status, 0);
+  fleet::bench::StopOperator(pid);
   return 0;
 }

@@ -142,6 +142,12 @@ TEST_F(ProgressE2eTest, SidecarsProgressReachesTheStatusAndKubectlWithinTheWrite
   EXPECT_THAT(out, ::testing::ContainsRegex("LOSS +SLOWEST"));
   EXPECT_THAT(out, ::testing::HasSubstr("worker-2 (-"));
 
+  // kubectl describe: the progress under Status, in its words.
+  ASSERT_EQ(RunCommand("kubectl --kubeconfig=" + kubeconfig() + " -n " + ns() + " describe fj train", &out), 0) << out;
+  EXPECT_THAT(out, ::testing::HasSubstr("Progress:"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("Slowest Text: +worker-2 \\(-"));
+  EXPECT_THAT(out, ::testing::ContainsRegex("Eta Text: +[0-9]"));
+
   // Latency: a step logged is in the status within an interval and a collection.
   training = false;
   trainers.join();
