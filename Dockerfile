@@ -4,6 +4,7 @@
 #   docker build --target operator -t fleetjob/operator:0.1.0 .
 #   docker build --target sidecar  -t fleetjob/sidecar:0.1.0 .
 #   docker build --target tools    -t fleetjob/tools:0.1.0 .
+#   docker build --target etcd     -t fleetjob/etcd:0.1.0 .
 #   docker build --target tools --build-arg FLAVOR=cuda -t fleetjob/tools:0.1.0-cuda12.4 .
 #
 # scripts/images.sh builds them with podman, by default from the binaries a host build already made
@@ -121,6 +122,17 @@ COPY --from=build /src/build/sidecar/fleet-sidecar /usr/local/bin/fleet-sidecar
 COPY --from=build /src/build/runtime/ps/fleet-ps-server /usr/local/bin/fleet-ps-server
 USER 65532:65532
 ENTRYPOINT ["/usr/local/bin/fleet-sidecar"]
+
+# etcd: the rendezvous store of elastic jobs (fleetrun --elastic_server, docs/fleetrun.md), Debian's
+# etcd-server, for clusters without an etcd of their own: the chart's etcd.enabled runs it. The
+# chart gives the data directory (a volume) and the addresses; the image holds no state.
+FROM ${DEBIAN_SLIM} AS etcd
+RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends etcd-server \
+ && rm -rf /var/lib/apt/lists/* \
+ && groupadd --gid 65532 fleet && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent fleet
+USER 65532:65532
+EXPOSE 2379 2380
+ENTRYPOINT ["/usr/bin/etcd"]
 
 # tools: fleetrun (Paddle's launcher), fleetctl, Python 3 with the fleet_runtime module (collectives
 # and the parameter-server client: the trainers of spec.runtime fleet), and the examples under

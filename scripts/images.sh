@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds FleetJob's images with podman, without an image registry (docs/install.md, "Building the
-# images with podman"): localhost/fleetjob/operator, localhost/fleetjob/sidecar and localhost/fleetjob/tools,
+# images with podman"): localhost/fleetjob/operator, localhost/fleetjob/sidecar, localhost/fleetjob/tools and localhost/fleetjob/etcd,
 # tagged with the project's version (CMakeLists.txt; the chart's appVersion).
 #
 #   scripts/images.sh                 from the binaries the test build compiled ($FLEET_BUILD_DIR)
@@ -19,9 +19,9 @@ export CONTAINERS_CONF=${CONTAINERS_CONF:-$root/scripts/containers.conf}
 usage() {
   cat <<EOF
 Usage: scripts/images.sh [--release] [--flavor cpu|cuda] [--tag TAG] [--save DIR]
-                         [--build-arg NAME=VALUE]... [operator|sidecar|tools]...
+                         [--build-arg NAME=VALUE]... [operator|sidecar|tools|etcd]...
 
-Builds localhost/fleetjob/{operator,sidecar,tools}:TAG (the images named, default all three) with
+Builds localhost/fleetjob/{operator,sidecar,tools,etcd}:TAG (the images named, default all four) with
 podman from ./Dockerfile, then checks that each runs as uid 65532 with a read-only root file
 system and no capabilities, and that its programs answer --help.
 
@@ -62,14 +62,14 @@ while (($#)); do
     --build-arg) need "$@"; build_args+=("$2"); shift ;;
     --build-arg=*) build_args+=("${1#*=}") ;;
     -h|--help) usage; exit 0 ;;
-    operator|sidecar|tools) targets+=("$1") ;;
+    operator|sidecar|tools|etcd) targets+=("$1") ;;
     *) echo "images: unknown argument '$1' (--help)" >&2; exit 2 ;;
   esac
   shift
 done
 [[ $flavor == cpu || $flavor == cuda ]] || { echo "images: --flavor is cpu or cuda, not '$flavor'" >&2; exit 2; }
 if ((${#targets[@]} == 0)); then
-  targets=(operator sidecar tools)
+  targets=(operator sidecar tools etcd)
   [[ $flavor == cuda ]] && targets=(tools)
 fi
 if [[ $flavor == cuda && " ${targets[*]} " != " tools " ]]; then
@@ -321,6 +321,7 @@ for target in "${targets[@]}"; do
       check "$image" "fleetrun --help" "$image" fleetrun --help
       check "$image" "fleetctl --help" "$image" fleetctl --help
       check "$image" "python3 -c 'import fleet_runtime'" "$image" python3 -c "import fleet_runtime" ;;
+    etcd) check "$image" "etcd --version" "$image" --version ;;
   esac
 done
 done_step "check the images"

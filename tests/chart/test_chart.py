@@ -59,6 +59,7 @@ VALUE_SETS = {
                       "operator": {"sidecarMode": "init", "logFormat": "text", "extraArgs": ["--log-level=debug"]},
                       "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
                       "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"}]},
+    "etcd": {"etcd": {"enabled": True, "replicas": 3, "persistence": {"enabled": True, "storageClassName": "fast"}}},
 }
 
 # What fleet-operator needs (docs/operator.md, "What it needs from the cluster"): the chart grants
@@ -340,6 +341,42 @@ class TestChartRender(ChartTest):
                                                         "capabilities": {"drop": ["ALL"]}})
                 self.assertIn("memory", c["resources"]["limits"])
                 self.assertIn("cpu", c["resources"]["requests"])
+
+    def test_etcd_for_elastic_jobs_only_when_enabled(self):
+        self.assertFalse([o for o in self.render("defaults") if "etcd" in o["metadata"]["name"]])
+        name = RELEASE + "-fleetjob-etcd"
+        objs = [o for o in self.render("etcd") if o["metadata"]["name"] == name]
+        self.assertEqual(sorted(o["kind"] for o in objs), ["NetworkPolicy", "Service", "StatefulSet"])
+        sts = one(objs, "StatefulSet")
+        self.assertEqual(sts["spec"]["replicas"], 3)
+        pod = sts["spec"]["template"]["spec"]
+        self.assertTrue(pod["securityContext"]["runAsNonRoot"])
+        self.assertEqual(pod["securityContext"]["runAsUser"], 65532)
+        self.assertFalse(pod["automountServiceAccountToken"], "etcd needs no API access")
+        (c,) = pod["containers"]
+        with open(os.path.join(CHART, "Chart.yaml")) as f:
+            self.assertEqual(c["image"], "fleetjob/etcd:" + yaml.safe_load(f)["appVersion"])
+        self.assertEqual(c["securityContext"], {"allowPrivilegeEscalation": False, "readOnlyRootFilesystem": True,
+                                                "capabilities": {"drop": ["ALL"]}})
+        args = dict(a[2:].split("=", 1) for a in c["args"])
+        # The pod's address and loopback only, never 0.0.0.0.
+        self.assertEqual(args["listen-client-urls"], "http://$(POD_IP):2379,http://127.0.0.1:2379")
+        self.assertEqual(args["listen-peer-urls"], "http://$(POD_IP):2380")
+        domain = "%s.%s.svc.cluster.local" % (name, RELEASE_NS)
+        self.assertEqual(args["initial-cluster"], ",".join(
+            "%s-%d=http://%s-%d.%s:2380" % (name, i, name, i, domain) for i in range(3)))
+        self.assertEqual(args["advertise-client-urls"], "http://$(POD_NAME).%s:2379" % domain)
+        self.assertEqual(sts["spec"]["volumeClaimTemplates"][0]["spec"]["storageClassName"], "fast")
+        self.assertEqual(one(objs, "Service")["spec"]["clusterIP"], "None")
+        policy = one(objs, "NetworkPolicy")["spec"]
+        self.assertEqual(policy["policyTypes"], ["Ingress"])
+        job_pods = policy["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
+        self.assertEqual(job_pods, [{"key": "fleet.paddlepaddle.org/job-name", "operator": "Exists"}])
+        self.assertEqual(policy["ingress"][0]["ports"], [{"port": "client"}])
+        # The operator's Deployment, PDB and Service never select the etcd pods.
+        operator_selector = one(self.render("etcd"), "Deployment")["spec"]["selector"]["matchLabels"]
+        etcd_labels = sts["spec"]["template"]["metadata"]["labels"]
+        self.assertFalse(all(etcd_labels.get(k) == v for k, v in operator_selector.items()))
 
     def test_probes_ports_and_metrics_service_agree_with_the_flags(self):
         objs = self.render("defaults")

@@ -235,7 +235,7 @@ class TestDockerfile(unittest.TestCase):
         for c in prebuilt.all("COPY"):
             src, dest = c.words()
             self.assertFalse(src.startswith(("/", "--")), c)
-            self.assertTrue(src == "examples" or src.startswith("build/"), c)
+            self.assertTrue(src in ("examples", "sdk/python/fleet_metrics.py") or src.startswith("build/"), c)
             path = os.path.join(workdir, src)
             self.assertTrue(dest == path or (dest.endswith("/") and os.path.dirname(path) + "/" == dest), c)
             provided.add(path)
@@ -272,6 +272,18 @@ class TestDockerfile(unittest.TestCase):
         # start: the tools image's home (fleetrun's log/) is the one writable place, owned by 65532.
         self.assertIn("useradd --uid 65532", " ".join(i.args for i in self.stage("tools").all("RUN")))
         self.assertEqual(self.stage("tools").all("WORKDIR")[-1].args, "/home/fleet")
+
+    def test_the_etcd_image_is_debians_etcd_as_non_root(self):
+        # The chart's etcd for elastic jobs (etcd.enabled): Debian's package, nothing of ours.
+        stage = self.stage("etcd")
+        self.assertEqual(expand(self.chain("etcd")[1], self.args), "debian:12-slim")
+        self.assertIn("etcd-server", apt_packages(stage))
+        (user,) = stage.all("USER")
+        self.assertEqual(user.args, NON_ROOT_UID + ":" + NON_ROOT_UID)
+        self.assertEqual(yaml.safe_load(stage.all("ENTRYPOINT")[-1].args), ["/usr/bin/etcd"])
+        self.assertIn("--target %-8s -t fleetjob/%s:" % ("etcd", "etcd"), self.text)
+        with open(os.path.join(ROOT, "scripts", "images.sh")) as f:
+            self.assertIn("targets=(operator sidecar tools etcd)", f.read())
 
     @unittest.skipUnless(shutil.which("ldd") and shutil.which("dpkg"), "needs ldd and dpkg")
     def test_runtime_images_install_every_library_the_binaries_link(self):

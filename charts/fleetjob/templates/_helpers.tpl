@@ -101,3 +101,22 @@ The leader-election Lease is granted apart, in the release's namespace only.
 {{- fail "replicaCount > 1 needs leaderElection.enabled=true: without it every replica would act on every job" -}}
 {{- end -}}
 {{- end -}}
+
+{{/* The chart's etcd (values: etcd): its name, and labels apart from the operator's. */}}
+{{- define "fleetjob.etcdName" -}}
+{{- printf "%s-etcd" (include "fleetjob.fullname" .) | trunc 52 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "fleetjob.etcdSelectorLabels" -}}
+app.kubernetes.io/name: {{ include "fleetjob.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/component: etcd
+{{- end -}}
+
+{{- define "fleetjob.etcdLabels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{ include "fleetjob.etcdSelectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: fleetjob
+{{- end -}}
