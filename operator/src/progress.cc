@@ -76,7 +76,8 @@ Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const 
     if (!rank.is_object()) return Error{"a rank is not an object"};
     auto number = Number(rank, "rank");
     auto steps = Number(rank, "steps");
-    if (!steps) steps = Number(rank, "step");   // a sidecar older than "steps"
+    auto step = Number(rank, "step");
+    if (!steps) steps = step;   // a sidecar older than "steps"
     if (!number || *number < 0 || *number > 1e7 || !steps || *steps < 0) return Error{"a rank without rank and steps"};
     RankReport r;
     r.role = role;
@@ -87,6 +88,9 @@ Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const 
     r.stalled = stalled.count(r.rank) > 0;
     if (auto total = Number(rank, "totalSteps"); total && *total > 0 && *total < 9e15) {
       r.total_steps = static_cast<int64_t>(*total);
+      // "step 5001/10000": the logged number counts against the total (a run resumed from a
+      // checkpoint starts there), where the sidecar's count starts at the first step it saw.
+      if (step && *step > 0) r.steps = *step;
     }
     r.loss = Number(rank, "loss");
     r.samples_per_second = Number(rank, "samplesPerSecond");

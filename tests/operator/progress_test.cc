@@ -52,7 +52,13 @@ TEST(SidecarStatusTest, ReadsTheRanksASidecarReports) {
   EXPECT_EQ((*ranks)[0].samples_per_second, 256);
   EXPECT_EQ((*ranks)[0].step_seconds, 0.25);
   EXPECT_FALSE((*ranks)[0].stalled);
+  EXPECT_EQ((*ranks)[0].steps, 120);
   EXPECT_EQ((*ranks)[1].steps, 80) << "steps trained, not the epoch's batch number";
+  // A run resumed from a checkpoint logs "step 5001/10000": with a total, the logged number counts.
+  auto resumed = ParseSidecarStatus(R"({"ranks": [{"rank": 0, "step": 5001, "steps": 1, "totalSteps": 10000}]})",
+                                    "worker", "p");
+  ASSERT_TRUE(resumed.ok()) << resumed.error();
+  EXPECT_EQ((*resumed)[0].steps, 5001);
   EXPECT_TRUE((*ranks)[1].stalled);
   EXPECT_FALSE((*ranks)[1].loss.has_value());
 }

@@ -33,7 +33,8 @@ struct RankReport {
   std::string role;
   std::string pod;
   int rank = 0;
-  double steps = 0;                           // steps trained since the trainer started
+  double steps = 0;                           // steps trained: the logged step number when the rank
+                                              // gives a total, else the sidecar's count since it started
   double idle_seconds = 0;                    // since its last step
   bool stalled = false;                       // the sidecar judges it stalled
   std::optional<int64_t> total_steps;         // as its log said ("step 10/1000")
