@@ -4,6 +4,7 @@
 #include <set>
 
 #include "fleet/base/dns.h"
+#include "fleet/runtime/endpoint.h"
 #include "fleet/sidecar/step_parser.h"
 
 namespace fleet::op {
@@ -153,6 +154,46 @@ Result<RoleSpec> ParseRole(const Json& json, const std::string& path, RoleKind k
   return role;
 }
 
+// spec.elastic, for a collective job whose workers are parsed. Paddle's elastic launcher (and
+// fleetrun's) is collective only, and every node of a job must use the same first port, which
+// HostNetwork's per-pod ports are not.
+Result<ElasticSpec> ParseElastic(const Json& json, const FleetJobSpec& spec) {
+  if (!json.is_object()) return Error{"spec.elastic: must be an object with minReplicas, maxReplicas and etcdEndpoint"};
+  ElasticSpec e;
+  FieldReader r(json, "spec.elastic");
+  for (const char* required : {"minReplicas", "maxReplicas", "etcdEndpoint"}) {
+    if (!r.Has(required)) return Error{r.Path(required) + ": is required"};
+  }
+  r.Int("minReplicas", 1, 10000, e.min_replicas);
+  r.Int("maxReplicas", 1, 10000, e.max_replicas);
+  r.String("etcdEndpoint", e.etcd_endpoint);
+  r.Int("timeoutSeconds", 1, 7 * 24 * 3600, e.timeout_seconds);
+  if (!r.error().empty()) return Error{r.error()};
+  if (auto endpoint = ParseEndpoint(e.etcd_endpoint); !endpoint) {
+    return Error{"spec.elastic.etcdEndpoint: must be etcd's client address as host:port (e.g. etcd.infra.svc:2379): " +
+                 endpoint.error()};
+  }
+  if (spec.mode != JobMode::kCollective) {
+    return Error{"spec.elastic: elastic jobs are collective, as Paddle's elastic launcher is; remove spec.server and "
+                 "spec.heter, or remove spec.elastic"};
+  }
+  if (spec.network == Network::kHostNetwork) {
+    return Error{"spec.elastic: HostNetwork gives every pod its own ports, and the nodes of an elastic job must share "
+                 "one (spec.port); use network PodIP or Service"};
+  }
+  if (e.min_replicas > e.max_replicas) {
+    return Error{"spec.elastic.minReplicas: " + std::to_string(e.min_replicas) + " is above maxReplicas " +
+                 std::to_string(e.max_replicas)};
+  }
+  const int workers = spec.Find(RoleKind::kWorker)->replicas;
+  if (workers < e.min_replicas || workers > e.max_replicas) {
+    return Error{"spec.worker.replicas: " + std::to_string(workers) + " is outside spec.elastic's range " +
+                 std::to_string(e.min_replicas) + ".." + std::to_string(e.max_replicas) +
+                 "; scale within the range, or change the range (which restarts every pod)"};
+  }
+  return e;
+}
+
 }  // namespace
 
 std::string_view RoleKindName(RoleKind kind) {
@@ -178,6 +219,12 @@ std::string ReplicaSignature(const FleetJobSpec& spec) {
   std::string out;
   for (const RoleSpec& role : spec.roles) out += (out.empty() ? "" : ",") + role.name + "=" + std::to_string(role.replicas);
   return out;
+}
+
+std::string RunSignature(const FleetJobSpec& spec) {
+  if (!spec.elastic) return ReplicaSignature(spec);
+  return "worker=" + std::to_string(spec.elastic->min_replicas) + ":" + std::to_string(spec.elastic->max_replicas) +
+         ",etcd=" + spec.elastic->etcd_endpoint;
 }
 
 int FleetJobSpec::TotalPods() const {
@@ -346,6 +393,9 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
       if (file.front() != '/') sd.Fail("spec.sidecar.logFiles: \"" + file + "\" must be an absolute path (in a volume the trainer and the sidecar both mount)");
     }
     if (!sd.error().empty()) return Error{sd.error()};
+  }
+  if (r.Has("elastic")) {
+    FLEET_ASSIGN_OR_RETURN(s.elastic, ParseElastic(r.Get("elastic"), s));
   }
   // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
   // gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).

@@ -80,6 +80,10 @@ constexpr const char* kHeterReady = "heterReady";
 constexpr const char* kRunReplicas = "runReplicas";
 constexpr const char* kReplacedPods = "replacedPods";
 constexpr const char* kProgress = "progress";
+constexpr const char* kElastic = "elastic";
+constexpr const char* kMembers = "members";
+constexpr const char* kRendezvous = "rendezvous";
+constexpr const char* kBelowMinimumSince = "belowMinimumSince";
 
 constexpr const char* kType = "type";
 constexpr const char* kStatus = "status";
@@ -157,6 +161,19 @@ std::optional<std::set<std::string>> AsStringSet(const Json& v) {
     if (e.is_string()) out.insert(e.get<std::string>());
   }
   return out;
+}
+
+std::optional<ElasticStatus> AsElasticStatus(const Json& v) {
+  if (!v.is_object()) return std::nullopt;
+  ElasticStatus e;
+  if (auto members = v.find(key::kMembers); members != v.end() && members->is_array()) {
+    for (const Json& m : *members) {
+      if (m.is_string()) e.members.push_back(m.get<std::string>());
+    }
+  }
+  e.rendezvous = IntOr(v, key::kRendezvous);
+  if (auto since = v.find(key::kBelowMinimumSince); since != v.end()) e.below_minimum_since = AsTime(*since);
+  return e;
 }
 
 // Reads status members into typed fields; each member read is erased from `unread`, so that what
@@ -255,6 +272,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kRunReplicas, s.run_replicas, AsString);
   r.Read(key::kReplacedPods, s.replaced_pods, AsStringSet);
   r.Read(key::kProgress, s.progress, AsObject);
+  r.Read(key::kElastic, s.elastic, AsElasticStatus);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
     for (const Json& c : *conditions) {
@@ -303,6 +321,11 @@ Json FleetJobStatus::ToJson() const {
   if (!run_replicas.empty()) out[key::kRunReplicas] = run_replicas;
   if (!replaced_pods.empty()) out[key::kReplacedPods] = replaced_pods;
   if (progress) out[key::kProgress] = *progress;
+  if (elastic) {
+    Json e = {{key::kMembers, elastic->members}, {key::kRendezvous, elastic->rendezvous}};
+    if (elastic->below_minimum_since) e[key::kBelowMinimumSince] = FormatRfc3339(*elastic->below_minimum_since);
+    out[key::kElastic] = std::move(e);
+  }
   return out;
 }
 

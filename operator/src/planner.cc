@@ -79,6 +79,26 @@ std::optional<int> ExitCode(const Json& pod) {
 
 bool Evicted(const Json& pod) { return Str(Obj(pod, "status"), "reason", kNone) == "Evicted"; }
 
+// The status fleetrun exits with when its elastic job stayed below its minimum of nodes for
+// PADDLE_ELASTIC_TIMEOUT (launcher/elastic.h kElasticTimeoutStatus, timeout(1)'s status).
+constexpr int kElasticTimeoutStatus = 124;
+
+// How the members changed: "wd-worker-2 joined, wd-worker-0 left" (the first 5 names, then a count).
+std::string MembershipChange(const std::vector<std::string>& before, const std::vector<std::string>& after) {
+  const std::set<std::string> was(before.begin(), before.end()), is(after.begin(), after.end());
+  std::vector<std::string> changes;
+  for (const std::string& name : after) {
+    if (!was.count(name)) changes.push_back(name + " joined");
+  }
+  for (const std::string& name : before) {
+    if (!is.count(name)) changes.push_back(name + " left");
+  }
+  const size_t shown = std::min<size_t>(changes.size(), 5);
+  std::string text = JoinStrings(std::vector<std::string>(changes.begin(), changes.begin() + static_cast<long>(shown)), ", ");
+  if (changes.size() > shown) text += " and " + std::to_string(changes.size() - shown) + " more";
+  return text;
+}
+
 // This run's live pods, by slot ordinal (a plan visits every slot several times: one hash
 // lookup per pod when the plan starts, array indexing after), and what else holds the slots.
 class RunPods {
@@ -144,6 +164,8 @@ class Planner {
   RunPods ClassifyPods();
   bool AllWorkersSucceeded(const RunPods& pods);
   bool HandleFailures(const RunPods& pods);
+  void ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods);
+  bool TrackElasticMembers(const RunPods& pods);
   Hosts CollectHosts(const RunPods& pods) const;
   bool RestartForReplacedPod(const Hosts& hosts);
   bool NeedsWiring(const RunPods& pods, const Hosts& hosts) const;
@@ -151,6 +173,7 @@ class Planner {
   void CreateMissingPods(const RunPods& pods);
   void PublishEndpoints(const Hosts& hosts);
   void Summarize(const RunPods& pods, const Hosts& hosts);
+  void SummarizeElastic();
   void CheckPending(const RunPods& pods);
   void CheckProgress(const RunPods& pods);
   void PublishProgress();
@@ -163,8 +186,21 @@ class Planner {
     return job().spec.network == Network::kHostNetwork && !observed_.host_ports.refused.empty();
   }
   // A new run: new pods with new lists (after a whole-job restart, a resume or a change of
-  // replicas). Only failure restarts count against backoffLimit.
-  void NewRun() { ++status().run; }
+  // replicas). Only failure restarts count against backoffLimit. An elastic job's time below its
+  // minimum counts again from the new run's start.
+  void NewRun() {
+    ++status().run;
+    if (status().elastic) status().elastic->below_minimum_since.reset();
+  }
+  // This run's worker pods in a pod phase.
+  int WorkersIn(const RunPods& pods, const std::string& phase) const {
+    int count = 0;
+    for (const PodSlot& slot : slots_) {
+      const Json* pod = pods.Find(slot);
+      count += slot.role->kind == RoleKind::kWorker && pod && Phase(*pod) == phase;
+    }
+    return count;
+  }
   void Event(const std::string& type, const std::string& reason, const std::string& message) {
     plan_.events.push_back({type, reason, message});
   }
@@ -264,7 +300,7 @@ void Planner::Steps() {
   EnsureSidecarIdentity();
   RewireOnNewReplicas();
   const RunPods pods = ClassifyPods();
-  if (AllWorkersSucceeded(pods) || HandleFailures(pods)) return;
+  if (AllWorkersSucceeded(pods) || HandleFailures(pods) || TrackElasticMembers(pods)) return;
   const Hosts hosts = CollectHosts(pods);
   if (RestartForReplacedPod(hosts)) return;
   if (NeedsWiring(pods, hosts) && !Wiring()) return;   // the job failed: it cannot be wired
@@ -463,14 +499,23 @@ void Planner::EnsureSidecarIdentity() {
 }
 
 // A change of replicas rewires the job: Paddle's processes read their peers once, at start, so
-// every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged.
+// every pod of the next run gets the new lists. Not a failure: backoffLimit is not charged. An
+// elastic job's pods read no lists: its replicas change within the run (pods are created or
+// deleted, the workers re-rendezvous), and only a new range or etcd makes a new run.
 void Planner::RewireOnNewReplicas() {
-  const std::string signature = ReplicaSignature(job().spec);
+  const std::string signature = RunSignature(job().spec);
   const std::string& wired_for = status().run_replicas;
   if (!wired_for.empty() && wired_for != signature) {
     NewRun();
     Event("Normal", "Rewiring", "replicas changed (" + wired_for + " -> " + signature +
                                     "); restarting every pod with the new endpoint lists");
+  } else if (const auto counted = status().replica_statuses.find("worker");
+             job().spec.elastic && counted != status().replica_statuses.end() && counted->second.replicas > 0 &&
+             counted->second.replicas != job().spec.Find(RoleKind::kWorker)->replicas) {
+    Event("Normal", "Scaling", "worker replicas " + std::to_string(counted->second.replicas) + " -> " +
+                                   std::to_string(job().spec.Find(RoleKind::kWorker)->replicas) +
+                                   " within the elastic range: creating or deleting worker pods in run " +
+                                   std::to_string(status().run) + "; the running workers re-rendezvous");
   }
   status().run_replicas = signature;
 }
@@ -499,19 +544,17 @@ RunPods Planner::ClassifyPods() {
   return pods;
 }
 
-// Success: every worker of this run succeeded.
+// Success: every worker of this run succeeded. Elastic: some worker succeeded and none runs any
+// more (the members finish together; a worker still Pending would wait for peers that are done).
 bool Planner::AllWorkersSucceeded(const RunPods& pods) {
-  const RoleSpec* workers = job().spec.Find(RoleKind::kWorker);
-  int workers_done = 0;
-  for (const PodSlot& slot : slots_) {
-    const Json* pod = pods.Find(slot);
-    if (slot.role == workers && pod && Phase(*pod) == kPodSucceeded) ++workers_done;
-  }
-  if (workers_done != workers->replicas) return false;
+  const int workers_done = WorkersIn(pods, kPodSucceeded);
+  const bool done = job().spec.elastic ? workers_done > 0 && WorkersIn(pods, kPodRunning) == 0
+                                       : workers_done == job().spec.Find(RoleKind::kWorker)->replicas;
+  if (!done) return false;
   SetCondition(ConditionType::kSucceeded, true, "WorkersSucceeded", "all workers finished successfully");
   SetCondition(ConditionType::kRunning, false, "WorkersSucceeded", "");
   ResolveWithoutPods("JobSucceeded");
-  SetPhase(JobPhase::kSucceeded, "all " + std::to_string(workers->replicas) + " workers finished successfully");
+  SetPhase(JobPhase::kSucceeded, "all " + std::to_string(workers_done) + " workers finished successfully");
   status().completion_time = WholeSeconds(now_);
   FinishedJob();
   return true;
@@ -543,8 +586,9 @@ void Planner::Restart(const std::string& why, bool whole_job) {
 
 // Returns true when the plan is complete (the job failed or is restarting).
 bool Planner::HandleFailures(const RunPods& pods) {
-  // Service mode replaces a failed pod alone, in the same run: until it is gone, plans may still
-  // see it Failed. Its uid is recorded when its restart is counted, so it is counted once.
+  // Service mode and elastic jobs replace a failed pod alone, in the same run: until it is gone,
+  // plans may still see it Failed. Its uid is recorded when its restart is counted, so it is
+  // counted once.
   std::set<std::string> still_there;
   for (const Json& pod : observed_.pods) {
     if (status().replaced_pods.count(Uid(pod))) still_there.insert(Uid(pod));
@@ -561,6 +605,14 @@ bool Planner::HandleFailures(const RunPods& pods) {
       continue;
     }
     const auto code = ExitCode(pod);
+    if (job().spec.elastic && code == kElasticTimeoutStatus) {
+      // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
+      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code 124: its launcher had fewer than " +
+                                      std::to_string(job().spec.elastic->min_replicas) +
+                                      " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
+      CleanUp();
+      return true;
+    }
     const bool evicted = Evicted(pod);
     const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
                              code ? " failed with exit code " + std::to_string(*code) : " failed");
@@ -581,15 +633,72 @@ bool Planner::HandleFailures(const RunPods& pods) {
   if (retry.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
   const std::string first = "pod " + retry.front()->name + (Evicted(*pods.Find(*retry.front())) ? " was evicted" : " failed");
   if (OutOfRestarts(first)) return true;
+  if (job().spec.elastic) {
+    ReplaceFailedPodsAlone(retry, pods);
+    const int restarts = ++status().restart_count;
+    Event("Warning", "ReplacingPod", first + "; replacing it alone, the other workers re-rendezvous without it (restart " +
+                                         std::to_string(restarts) + " of at most " +
+                                         std::to_string(job().spec.run_policy.backoff_limit) + ")");
+    return false;   // the job goes on
+  }
   if (job().spec.network == Network::kService) {
-    for (const PodSlot* slot : retry) {
-      Delete(ObjectKind::kPod, slot->name, "restart failed pod");
-      status().replaced_pods.insert(Uid(*pods.Find(*slot)));
-    }
+    ReplaceFailedPodsAlone(retry, pods);
     Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
   } else {
     Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
   }
+  return true;
+}
+
+void Planner::ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods) {
+  for (const PodSlot* slot : failed) {
+    Delete(ObjectKind::kPod, slot->name, "restart failed pod");
+    status().replaced_pods.insert(Uid(*pods.Find(*slot)));
+  }
+}
+
+// Elastic jobs: the workers that run are the job's members (each registers in etcd, and every
+// change makes them all re-rendezvous): status.elastic follows them, with an event per change.
+// A job below its minimum for longer than spec.elastic.timeoutSeconds fails.
+bool Planner::TrackElasticMembers(const RunPods& pods) {
+  if (!job().spec.elastic) return false;
+  const ElasticSpec& elastic = *job().spec.elastic;
+  ElasticStatus& tracked = status().elastic ? *status().elastic : status().elastic.emplace();
+  std::vector<std::string> members;
+  for (const PodSlot& slot : slots_) {
+    const Json* pod = pods.Find(slot);
+    if (slot.role->kind == RoleKind::kWorker && pod && Phase(*pod) == kPodRunning) members.push_back(slot.name);
+  }
+  const int count = static_cast<int>(members.size());
+  const bool enough = count >= elastic.min_replicas;
+  // Once a worker succeeded the job is ending: the others finish their own trainers, as fleetrun's
+  // do once a node marked the job completed in etcd, and neither rendezvous nor wait.
+  const bool finishing = WorkersIn(pods, kPodSucceeded) > 0;
+  if (members != tracked.members) {
+    if (enough && !finishing) ++tracked.rendezvous;
+    Event("Normal", "MembershipChanged",
+          MembershipChange(tracked.members, members) + ": " + std::to_string(count) + " worker(s) running (elastic " +
+              std::to_string(elastic.min_replicas) + ".." + std::to_string(elastic.max_replicas) + ")" +
+              (finishing ? "; the job is finishing"
+               : enough  ? "; rendezvous " + std::to_string(tracked.rendezvous)
+                         : "; below the minimum, the workers wait"));
+    tracked.members = std::move(members);
+  }
+  if (enough || finishing) {
+    tracked.below_minimum_since.reset();
+    return false;
+  }
+  // Rounded up, as the deadline's start: the job waits at least the full timeout.
+  if (!tracked.below_minimum_since) tracked.below_minimum_since = Time(std::chrono::ceil<seconds>(now_.time_since_epoch()));
+  const Time deadline = *tracked.below_minimum_since + seconds(elastic.timeout_seconds);
+  if (now_ < deadline) {
+    RequeueAfter(std::chrono::duration_cast<seconds>(deadline - now_) + seconds(1));
+    return false;
+  }
+  Fail("ElasticBelowMinimum", std::to_string(count) + " worker(s) ran, fewer than spec.elastic.minReplicas " +
+                                  std::to_string(elastic.min_replicas) + ", for " +
+                                  std::to_string(elastic.timeout_seconds) + " s (spec.elastic.timeoutSeconds)");
+  CleanUp();
   return true;
 }
 
@@ -600,10 +709,12 @@ bool Planner::HandleFailures(const RunPods& pods) {
 // or came back with another address was replaced: its peers hold its old address.
 Hosts Planner::CollectHosts(const RunPods& pods) const {
   Hosts hosts;
-  hosts.by_ordinal.resize(slots_.size());
   hosts.published = observed_.endpoints ? &*observed_.endpoints : nullptr;
   const std::string run = std::to_string(plan_.status.run);
   hosts.published_this_run = hosts.published && Annotation(*hosts.published, kRunAnnotation) == run;
+  // Elastic pods find their peers in etcd: the ConfigMap only opens the gates of the run, at once.
+  if (job().spec.elastic) return hosts;
+  hosts.by_ordinal.resize(slots_.size());
   const std::vector<std::string> published_hosts = hosts.published_this_run
       ? SplitString(Annotation(*hosts.published, kHostsAnnotation), ',') : std::vector<std::string>{};
   const Network network = job().spec.network;
@@ -665,6 +776,9 @@ void Planner::EnsureEnvLoader() {
 // Missing pods: create them (a name still held by a terminating pod waits for it to go, so
 // two live pods never share a (role, index)).
 void Planner::CreateMissingPods(const RunPods& pods) {
+  // An elastic job whose workers begin to finish is ending: a new worker would wait for peers
+  // that are done.
+  if (job().spec.elastic && WorkersIn(pods, kPodSucceeded) > 0) return;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
     Create(ObjectKind::kPod, BuildPod(job(), slot, *wiring_, status().run, settings_), "missing");
@@ -688,8 +802,9 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
   } else {
     Create(ObjectKind::kConfigMap, cm, "every pod has an address");
   }
-  Event("Normal", "EndpointsPublished", "published the endpoint lists of " + std::to_string(slots_.size()) +
-                                            " pods for run " + run);
+  Event("Normal", "EndpointsPublished",
+        job().spec.elastic ? "opened the pods' gates for run " + run + " (elastic: the workers find each other in etcd)"
+                           : "published the endpoint lists of " + std::to_string(slots_.size()) + " pods for run " + run);
 }
 
 // ---- the job's phase ----
@@ -698,15 +813,15 @@ void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
   CheckPending(pods);
   CheckProgress(pods);
   PublishProgress();
+  if (pods.stale) return SetPhase(JobPhase::kRestarting, status().message);
+  if (job().spec.elastic) return SummarizeElastic();
   bool all_running = pods.size() == slots_.size();
   for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.
     const Json* pod = pods.Find(slot);
     if (pod) all_running = all_running && (Phase(*pod) == kPodRunning || Phase(*pod) == kPodSucceeded);
   }
-  if (pods.stale) {
-    SetPhase(JobPhase::kRestarting, status().message);
-  } else if (!pods.AllOccupied() || pods.size() < slots_.size() || !hosts.all_known) {
+  if (!pods.AllOccupied() || pods.size() < slots_.size() || !hosts.all_known) {
     SetPhase(JobPhase::kPending, "creating pods and waiting for their addresses");
   } else if (!hosts.UpToDate() || !all_running) {
     SetPhase(JobPhase::kStarting, hosts.UpToDate() ? "waiting for all pods to run" : "publishing the endpoint lists");
@@ -715,6 +830,26 @@ void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
     SetCondition(ConditionType::kRunning, true, "AllPodsRunning", "all pods are running with their endpoint lists");
     SetPhase(JobPhase::kRunning, "");
   }
+}
+
+// Elastic: Running while at least the minimum of workers run (the others may be pending or being
+// replaced), else waiting for them with the time left.
+void Planner::SummarizeElastic() {
+  const ElasticSpec& elastic = *job().spec.elastic;
+  const ElasticStatus& tracked = *status().elastic;
+  const std::string running = std::to_string(tracked.members.size()) + " of " +
+                              std::to_string(job().spec.Find(RoleKind::kWorker)->replicas) + " workers running (elastic " +
+                              std::to_string(elastic.min_replicas) + ".." + std::to_string(elastic.max_replicas) + ")";
+  if (!tracked.below_minimum_since) {
+    if (status().IsTrue(ConditionType::kRestarting)) SetCondition(ConditionType::kRestarting, false, "Running", "");
+    SetCondition(ConditionType::kRunning, true, "ElasticMinimumRunning", running);
+    return SetPhase(JobPhase::kRunning, running);
+  }
+  const std::string waiting = running + "; waiting for " + std::to_string(elastic.min_replicas) +
+                              " until " + FormatRfc3339(*tracked.below_minimum_since + seconds(elastic.timeout_seconds)) +
+                              " (spec.elastic.timeoutSeconds), then the job fails";
+  if (status().Find(ConditionType::kRunning)) SetCondition(ConditionType::kRunning, false, "BelowMinimum", waiting);
+  SetPhase(JobPhase::kStarting, waiting);
 }
 
 // The sidecars' training-progress conditions: ranks reported stalled make the job's Stalled

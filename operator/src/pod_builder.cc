@@ -247,6 +247,9 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).
   const std::string config_map = EndpointsConfigMapName(job.name);
   Json env = wiring.PodEnv(slot, config_map);
+  if (job.spec.elastic) {
+    for (const auto& [name, value] : ElasticEnv(job, run)) env.push_back({{"name", name}, {"value", value}});
+  }
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
                  {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
   const std::string env_files = wiring.EnvFiles(slot);
@@ -361,7 +364,8 @@ Json BuildService(const FleetJob& job) {
 
 Json BuildPodGroup(const FleetJob& job) {
   const bool volcano = job.spec.scheduling.gang == GangScheduler::kVolcano;
-  Json spec = {{"minMember", job.spec.TotalPods()}};
+  // An elastic job runs from its minimum of workers on.
+  Json spec = {{"minMember", job.spec.elastic ? job.spec.elastic->min_replicas : job.spec.TotalPods()}};
   if (volcano && !job.spec.scheduling.queue.empty()) spec["queue"] = job.spec.scheduling.queue;
   if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
   return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},

@@ -131,6 +131,15 @@ int TemplateGpus(const Json& pod_template) {
   return 0;
 }
 
+EnvMap ElasticEnv(const FleetJob& job, int run) {
+  const ElasticSpec& elastic = *job.spec.elastic;
+  return {{"PADDLE_ELASTIC_SERVER", elastic.etcd_endpoint},
+          {"PADDLE_ELASTIC_JOB_ID", job.name + "-" + std::to_string(run) + "-" + job.uid},
+          {"PADDLE_ELASTIC_NP", std::to_string(elastic.min_replicas) + ":" + std::to_string(elastic.max_replicas)},
+          {"PADDLE_ELASTIC_TIMEOUT", std::to_string(elastic.timeout_seconds)},
+          {"FLAGS_START_PORT", std::to_string(job.spec.port)}};
+}
+
 Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, const std::string& cluster_domain) {
   JobWiring w;
   w.job_ = &job;
@@ -140,7 +149,9 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
   const FleetJobSpec& spec = job.spec;
   auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), op::PodPort(job, slot, host_port_base)}; };
 
-  if (spec.mode == JobMode::kCollective && spec.processes_per_pod > 1) {
+  if (spec.elastic) {
+    // Pods run fleetrun, which finds its peers in etcd: nothing to render, nothing shared.
+  } else if (spec.mode == JobMode::kCollective && spec.processes_per_pod > 1) {
     // Pods run fleetrun, which reads the cluster env; there is no per-process topology here.
   } else if (spec.mode == JobMode::kCollective) {
     CollectiveLayout layout;
@@ -272,6 +283,7 @@ Status JobWiring::ChooseFiles(const std::map<std::string, size_t>& key_bytes) {
 
 EnvMap JobWiring::SymbolicEnv(int ordinal) const {
   const PodSlot& slot = slots_.at(static_cast<size_t>(ordinal));
+  if (job_->spec.elastic) return {};   // BuildPod adds ElasticEnv
   if (!topology_) {  // collective pods running fleetrun: the cluster inputs
     ClusterEnv cluster;
     cluster.ports_per_node = job_->spec.processes_per_pod;

@@ -90,6 +90,12 @@ JobBuilder& JobBuilder::Port(int port) {
   return *this;
 }
 
+JobBuilder& JobBuilder::Elastic(int min, int max, int64_t timeout_seconds) {
+  obj_["spec"]["elastic"] = {{"minReplicas", min}, {"maxReplicas", max}, {"etcdEndpoint", kEtcdEndpoint},
+                             {"timeoutSeconds", timeout_seconds}};
+  return *this;
+}
+
 Json& JobBuilder::RoleObject(const std::string& role) {
   if (role == "server" || role == "worker") return obj_["spec"][role];
   for (Json& stage : obj_["spec"]["heter"]) {

@@ -22,6 +22,7 @@ Time At(int64_t seconds_after_t0);
 
 inline constexpr const char* kNamespace = "ns";
 inline constexpr const char* kUid = "uid-1234";
+inline constexpr const char* kEtcdEndpoint = "etcd.infra.svc:2379";
 inline constexpr const char* kImage = "paddlepaddle/paddle:2.5.2";
 
 // A pod template with one container "main" running train.py; `gpus` > 0 adds
@@ -53,6 +54,8 @@ class JobBuilder {
   JobBuilder& Gloo(const std::string& gloo);
   JobBuilder& ProcessesPerPod(int n);
   JobBuilder& Port(int port);
+  // spec.elastic: workers between min and max, rendezvous in etcd at kEtcdEndpoint.
+  JobBuilder& Elastic(int min, int max, int64_t timeout_seconds = 600);
   // role: "server", "worker" or a heter stage's name.
   JobBuilder& RestartPolicy(const std::string& role, const std::string& policy);
   JobBuilder& BackoffLimit(int limit);

@@ -34,6 +34,7 @@ FleetJobStatus EveryFieldSet() {
   s.heter_ready = 5;
   s.run_replicas = "server=1,worker=4";
   s.replaced_pods = {"uid-a", "uid-b"};
+  s.elastic = ElasticStatus{{"wd-worker-0", "wd-worker-2"}, 3, At(4)};
   return s;
 }
 
@@ -61,7 +62,8 @@ TEST(FleetJobStatusTest, EveryFieldIsWrittenUnderTheCrdsNames) {
         {"worker", {{"replicas", 4}, {"active", 2}, {"ready", 1}, {"succeeded", 1}, {"failed", 1}}}}},
       {"heterReady", 5},
       {"runReplicas", "server=1,worker=4"},
-      {"replacedPods", {"uid-a", "uid-b"}}};
+      {"replacedPods", {"uid-a", "uid-b"}},
+      {"elastic", {{"members", {"wd-worker-0", "wd-worker-2"}}, {"rendezvous", 3}, {"belowMinimumSince", FormatRfc3339(At(4))}}}};
   EXPECT_EQ(EveryFieldSet().ToJson(), expected);
 }
 
@@ -96,6 +98,10 @@ TEST(FleetJobStatusTest, EveryFieldSurvivesARoundTrip) {
   EXPECT_EQ(back.heter_ready, 5);
   EXPECT_EQ(back.run_replicas, "server=1,worker=4");
   EXPECT_EQ(back.replaced_pods, (std::set<std::string>{"uid-a", "uid-b"}));
+  ASSERT_TRUE(back.elastic.has_value());
+  EXPECT_EQ(back.elastic->members, (std::vector<std::string>{"wd-worker-0", "wd-worker-2"}));
+  EXPECT_EQ(back.elastic->rendezvous, 3);
+  EXPECT_EQ(back.elastic->below_minimum_since, At(4));
   EXPECT_TRUE(back.unknown_fields.empty()) << back.unknown_fields.dump();
   EXPECT_EQ(back, EveryFieldSet());
 }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "builders.h"
+#include "fleet/launcher/elastic.h"
 #include "harness.h"
 
 namespace fleet::op::e2e {
@@ -81,8 +82,8 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
       return status.value("phase", "") == "Running";
     }, Seconds(25)));
 
-    // Every pod got the contract's env: a process env for Paddle's role maker, or the cluster env
-    // for pods running fleetrun with several processes.
+    // Every pod got the contract's env: a process env for Paddle's role maker, the cluster env
+    // for pods running fleetrun with several processes, or fleetrun's elastic env.
     auto parsed_job = ParseFleetJob([&] {
       Json j = doc;
       j["metadata"]["namespace"] = ns();
@@ -97,7 +98,11 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
       SCOPED_TRACE(NameOf(pod));
       auto env = ResolveEnv(pod, cm);
       ASSERT_TRUE(env.ok()) << env.error();
-      if (parsed_job->spec.processes_per_pod > 1) {
+      if (parsed_job->spec.elastic) {
+        auto elastic = launcher::ElasticSettingsFrom(launcher::LaunchOptions{}, *env);
+        ASSERT_TRUE(elastic.ok()) << elastic.error();
+        EXPECT_TRUE(elastic->has_value());
+      } else if (parsed_job->spec.processes_per_pod > 1) {
         auto cluster = DetectClusterEnv(*env);
         ASSERT_TRUE(cluster.has_value());
         EXPECT_TRUE(cluster->ok()) << cluster->error();

@@ -77,6 +77,16 @@ struct SidecarSpec {
   int64_t stall_window_seconds = 600;  // trainers: no step for this long is a stall (0 = off)
 };
 
+// spec.elastic: a collective job whose workers may vary between min and max. Pods run fleetrun
+// (or Paddle's launcher) with PADDLE_ELASTIC_* and rendezvous in an existing etcd; a lost worker
+// pod is replaced alone and a change of worker replicas within the range makes no new run.
+struct ElasticSpec {
+  int min_replicas = 1;
+  int max_replicas = 1;
+  std::string etcd_endpoint;         // host:port of etcd's client port (PADDLE_ELASTIC_SERVER)
+  int64_t timeout_seconds = 600;     // below min_replicas this long fails the job (PADDLE_ELASTIC_TIMEOUT)
+};
+
 struct FleetJobSpec {
   JobMode mode = JobMode::kCollective;
   Runtime runtime = Runtime::kPaddle;
@@ -89,6 +99,7 @@ struct FleetJobSpec {
   RunPolicy run_policy;
   Scheduling scheduling;
   SidecarSpec sidecar;
+  std::optional<ElasticSpec> elastic;
 
   const RoleSpec* Find(RoleKind kind) const;
   int TotalPods() const;
@@ -126,5 +137,9 @@ std::string_view RuntimeName(Runtime runtime);  // "paddle", "fleet"
 
 // "server=2,worker=4,gpu=2": the replicas of every role, in spec order.
 std::string ReplicaSignature(const FleetJobSpec& spec);
+// What a run's pods are wired for: a change starts a new run. ReplicaSignature, or for an elastic
+// job its range and etcd ("worker=2:4,etcd=etcd:2379"): its pods read no peer lists, so replicas
+// may change within the run, but every node of a run must agree on np and etcd.
+std::string RunSignature(const FleetJobSpec& spec);
 
 }  // namespace fleet::op

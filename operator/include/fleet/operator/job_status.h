@@ -73,6 +73,13 @@ struct ReplicaStatus {
   int failed = 0;
 };
 
+// status.elastic: an elastic job's workers as the operator sees them.
+struct ElasticStatus {
+  std::vector<std::string> members;          // this run's worker pods that run, in slot order
+  int rendezvous = 0;                        // times the workers formed the job: the first, then every change
+  std::optional<Time> below_minimum_since;   // fewer than minReplicas members since then
+};
+
 struct FleetJobStatus {
   JobPhase phase = JobPhase::kNone;
   std::string message;                          // written with the phase
@@ -95,6 +102,7 @@ struct FleetJobStatus {
   std::set<std::string> replaced_pods;
   // Training progress as the sidecars report it (progress.h), with its updateTime.
   std::optional<Json> progress;
+  std::optional<ElasticStatus> elastic;         // spec.elastic jobs
 
   // Kept for round trips (see the top of this file).
   Json unknown_fields = Json::object();

@@ -20,7 +20,7 @@ Json BuildEnvLoaderConfigMap(const FleetJob& job);
 Json BuildService(const FleetJob& job);
 
 // The gang's PodGroup (Volcano scheduling.volcano.sh/v1beta1 or scheduler-plugins
-// scheduling.x-k8s.io/v1alpha1) with minMember = every pod of the job.
+// scheduling.x-k8s.io/v1alpha1) with minMember = every pod of the job (an elastic job: its minReplicas).
 Json BuildPodGroup(const FleetJob& job);
 
 // The sidecar's least-privilege identity, for pods whose template brings no serviceAccountName:

@@ -53,6 +53,13 @@ std::string SlotHost(const FleetJob& job, const PodSlot& slot, const Json* pod, 
 // GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).
 int TemplateGpus(const Json& pod_template);
 
+// What a pod of an elastic job is told beside POD_IP (its host), as PaddleCloud tells Paddle's
+// launcher: PADDLE_ELASTIC_SERVER, _JOB_ID, _NP (min:max), _TIMEOUT and FLAGS_START_PORT. The job
+// id is new for every run (<job>-<run>-<uid>): a run never sees an older run's registrations, and
+// ending in the fixed-length uid it is no prefix of another job's id (Paddle's cleanup deletes
+// /paddle/<id> as a prefix).
+EnvMap ElasticEnv(const FleetJob& job, int run);
+
 // A ConfigMap value with holes for pod hosts.
 struct HostTemplate {
   std::vector<std::string> literals;   // literals.size() == holes.size() + 1
