@@ -381,13 +381,13 @@ ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action
                                       : ResourceOf(action.kind);
   switch (action.verb) {
     case Verb::kCreate: {
-      auto created = client_->Create(resource, job.ns, action.object);
+      auto created = client_->Create(resource, job.ns, action.Object());   // a pod is rendered here
       // Deterministic names: AlreadyExists means an earlier attempt (or another replica) made it.
       if (created.ok() || created.status().code() == Code::kAlreadyExists) return ApiStatus();
       return created.status();
     }
     case Verb::kUpdate: {
-      auto updated = client_->Update(resource, job.ns, action.object);
+      auto updated = client_->Update(resource, job.ns, action.Object());
       return updated.ok() ? ApiStatus() : updated.status();
     }
     case Verb::kDelete: {
