@@ -241,6 +241,21 @@ double CpuSeconds(pid_t pid) {
   return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
 }
 
+// The in-process controller's reconciles so far: their count by result and their total seconds.
+std::string Reconciles(prometheus::Registry& registry) {
+  std::string out;
+  for (const auto& family : registry.Collect()) {
+    if (family.name == "fleet_operator_reconciles_total") {
+      for (const auto& m : family.metric) {
+        out += (out.empty() ? "" : ", ") + m.label.at(0).value + " " + std::to_string(static_cast<int>(m.counter.value));
+      }
+    } else if (family.name == "fleet_operator_reconcile_duration_seconds" && !family.metric.empty()) {
+      out += "; " + std::to_string(family.metric[0].histogram.sample_sum).substr(0, 5) + " s in all";
+    }
+  }
+  return out;
+}
+
 // fleet_operator_pods_created_total, read in-process.
 double PodsCreated(prometheus::Registry& registry) {
   for (const auto& family : registry.Collect()) {
@@ -337,6 +352,7 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   controller.WaitForSync(std::chrono::seconds(30));
   std::thread workers_thread([&] { controller.Run(); });
 
+  fake.ClearRequests();
   const auto t0 = Clock::now();
   double all_created = 0;
   const auto [first_pod, published] = CreateJobUntilPublished(*client, "operator", job, total, t0, [&] {
@@ -347,6 +363,12 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   std::printf("  fleet-operator in this process (default flags: qps %.0f, burst %d, %d pod writes in flight): first pod after %.3f s, "
               "all pods created after %.2f s, lists published after %.2f s, job Running after %.2f s\n",
               flags.qps, flags.burst, flags.controller.create_concurrency, first_pod, all_created, published, running);
+  size_t status_writes = 0;
+  for (const Json& r : fake.Requests()) {
+    const std::string path = r.value("path", "");
+    status_writes += r.value("method", "") == "PUT" && path.size() > 7 && path.compare(path.size() - 7, 7, "/status") == 0;
+  }
+  std::printf("  its reconciles until Running: %s; job status writes: %zu\n", Reconciles(*registry).c_str(), status_writes);
   std::printf("  ratio operator / plain parallel client doing the whole job: %.2f to the lists (target <= 1.5), %.2f to Running "
               "(target <= 1.2); against its creates alone: %.2f\n", published / by_hand, running / by_hand_running,
               published / parallel);
