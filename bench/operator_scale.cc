@@ -9,6 +9,11 @@
 //         the lists into a ConfigMap (the floor for any operator; the fake's kubelet stand-in
 //         runs the pods in both cases);
 //       - a serial client at 20 requests/s (the pace of operators on client-go's defaults).
+//     Both the plain client and the operator are also timed to Running: every pod running (and
+//     the lists written; for the operator, the job's status phase Running).
+//     Then the same bring-up by the real fleet-operator binary, a child process: its times, its
+//     CPU per pod over the bring-up (creates, informer ingest, status writes: /proc/<pid>/stat)
+//     and its peak RSS (VmHWM).
 //     Each runs in its own namespace of the same fake, one after the other, each starting once
 //     the fake has finished running the previous one's pods.
 //  2. Steady-state reconcile of that job once it runs: Reconcile() called directly, p50/p99.
@@ -33,9 +38,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <map>
+#include <set>
+#include <sstream>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
@@ -91,11 +101,17 @@ class AddressWatch {
       options.timeout_seconds = 600;
       (void)client_->Watch(Resource::Pods(), ns_, options, [this](const fleet::kube::WatchEvent& e) {
         const std::string name = e.object["metadata"].value("name", "");
-        const std::string ip = e.object.value("status", Json::object()).value("podIP", "");
+        const Json& status = e.object.value("status", Json::object());
+        const std::string ip = status.value("podIP", "");
         if (!ip.empty()) ips_[name] = ip;
-        if (ips_.size() >= want_) {
-          done_at_ = Clock::now();
-          done_ = true;
+        if (status.value("phase", "") == "Running") running_.insert(name);
+        if (ips_.size() >= want_ && addressed_at_ == Clock::time_point{}) {
+          addressed_at_ = Clock::now();
+          addressed_ = true;
+        }
+        if (running_.size() >= want_) {
+          running_at_ = Clock::now();
+          running_done_ = true;
           return false;
         }
         return true;
@@ -106,10 +122,12 @@ class AddressWatch {
     cancel_.Cancel();
     thread_.join();
   }
-  bool WaitedUntil(Clock::time_point deadline, Clock::time_point* at) {
-    while (!done_ && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
-    *at = done_at_;
-    return done_;
+  // Until every pod has an address (`running`: runs).
+  bool WaitedUntil(Clock::time_point deadline, Clock::time_point* at, bool running = false) {
+    const std::atomic<bool>& done = running ? running_done_ : addressed_;
+    while (!done && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    *at = running ? running_at_ : addressed_at_;
+    return done;
   }
   std::vector<std::string> Hosts(const std::vector<Json>& pods) const {
     std::vector<std::string> hosts;
@@ -122,8 +140,9 @@ class AddressWatch {
   std::string ns_;
   size_t want_;
   std::map<std::string, std::string> ips_;
-  std::atomic<bool> done_{false};
-  Clock::time_point done_at_;
+  std::set<std::string> running_;
+  std::atomic<bool> addressed_{false}, running_done_{false};
+  Clock::time_point addressed_at_, running_at_;
   fleet::kube::CancelToken cancel_;
   std::thread thread_;
 };
@@ -171,16 +190,70 @@ bool ListsPublished(Client& client, const std::string& ns, const std::string& jo
   return n == pods && !empty_entry;
 }
 
-// The number of pods in `ns` running with an address (a list of one item: the count comes back
-// as remainingItemCount, without serializing every pod).
-size_t PodsRunning(Client& client, const std::string& ns) {
-  auto list = client.List(Resource::Pods(), ns, {"", "status.phase=Running", 1, ""});
-  if (!list.ok()) return 0;
-  return (*list)["items"].size() + (*list)["metadata"].value("remainingItemCount", size_t{0});
+// Whether `ns` has a pod yet (a list of at most one item: cheap for the fake).
+bool AnyPod(Client& client, const std::string& ns) {
+  auto list = client.List(Resource::Pods(), ns, {"", "", 1, ""});
+  return list.ok() && !(*list)["items"].empty();
 }
 
-void WaitUntilRunning(Client& client, const std::string& ns, size_t pods) {
-  for (int i = 0; i < 3000 && PodsRunning(client, ns) < pods; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+// Creates the job in `ns` and waits until its lists are published: the seconds until its first
+// pod existed and until the lists were published (polled every 5 ms, no watch: the fake's
+// events go to the operator alone, as the plain client's go to its one watch).
+std::pair<double, double> CreateJobUntilPublished(Client& client, const std::string& ns, const Json& job, size_t pods,
+                                                  Clock::time_point t0, const std::function<void()>& each_poll = {}) {
+  if (!client.Create(fleet::op::FleetJobResource(), ns, job).ok()) std::exit(1);
+  double first_pod = 0;
+  while (!ListsPublished(client, ns, "big", pods)) {
+    if (first_pod == 0 && AnyPod(client, ns)) first_pod = Seconds(Clock::now() - t0);
+    if (each_poll) each_poll();
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    if (Clock::now() - t0 > std::chrono::minutes(5)) {
+      std::fprintf(stderr, "the operator did not publish the lists within 5 minutes\n");
+      std::exit(1);
+    }
+  }
+  return {first_pod, Seconds(Clock::now() - t0)};
+}
+
+// Seconds from `t0` until the job's status says Running (polled every 5 ms).
+double SecondsUntilRunning(Client& client, const std::string& ns, const std::string& job, Clock::time_point t0) {
+  for (;;) {
+    auto got = client.Get(fleet::op::FleetJobResource(), ns, job);
+    if (got.ok() && (*got).value("status", Json::object()).value("phase", "") == "Running") return Seconds(Clock::now() - t0);
+    if (Clock::now() - t0 > std::chrono::minutes(5)) {
+      std::fprintf(stderr, "job %s/%s was not Running within 5 minutes\n", ns.c_str(), job.c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+// A process's CPU time so far (user + system), from /proc/<pid>/stat.
+double CpuSeconds(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream fields(stat.substr(stat.rfind(')') + 2));   // from field 3 (state) on
+  std::string field;
+  double ticks = 0;
+  for (int i = 3; i <= 15 && fields >> field; ++i) {
+    if (i >= 14) ticks += std::stod(field);   // utime, stime
+  }
+  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
+}
+
+// The in-process controller's reconciles so far: their count by result and their total seconds.
+std::string Reconciles(prometheus::Registry& registry) {
+  std::string out;
+  for (const auto& family : registry.Collect()) {
+    if (family.name == "fleet_operator_reconciles_total") {
+      for (const auto& m : family.metric) {
+        out += (out.empty() ? "" : ", ") + m.label.at(0).value + " " + std::to_string(static_cast<int>(m.counter.value));
+      }
+    } else if (family.name == "fleet_operator_reconcile_duration_seconds" && !family.metric.empty()) {
+      out += "; " + std::to_string(family.metric[0].histogram.sample_sum).substr(0, 5) + " s in all";
+    }
+  }
+  return out;
 }
 
 // fleet_operator_pods_created_total, read in-process.
@@ -191,6 +264,36 @@ double PodsCreated(prometheus::Registry& registry) {
   return 0;
 }
 
+// The bring-up of the same job by the real fleet-operator binary (a child process, default flags,
+// watching namespace "binary"): its times, and its CPU and peak memory over the bring-up.
+void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& client, int servers, int workers,
+                       double by_hand_running) {
+  const size_t total = static_cast<size_t>(servers + workers);
+  TempDir dir;
+  fleet::op::e2e::OperatorProcess op("fleet-operator", fleet::op::e2e::OperatorBinary(),
+                                     {"--kubeconfig=" + WriteKubeconfig(dir, fake.url()), "--namespace=binary",
+                                      "--metrics-bind-address=0", "--health-probe-bind-address=0"},
+                                     dir.path() + "/operator.log");
+  for (int i = 0; op.Log().find("caches synced") == std::string::npos; ++i) {
+    if (i > 3000 || !op.Running()) {
+      std::fprintf(stderr, "fleet-operator did not sync its caches:\n%s\n", op.Log().c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const double cpu0 = CpuSeconds(op.pid());
+  const auto t0 = Clock::now();
+  const auto [first_pod, published] =
+      CreateJobUntilPublished(*client, "binary", FleetJobObject("binary", "big", servers, workers), total, t0);
+  const double running = SecondsUntilRunning(*client, "binary", "big", t0);
+  const double cpu = CpuSeconds(op.pid()) - cpu0;
+  std::printf("  fleet-operator binary (default flags): first pod after %.3f s, lists published after %.2f s, job Running after %.2f s "
+              "(%.2f x the plain client, target <= 1.2 / 1.5 at 10,000); CPU %.2f s = %.2f ms per pod (target <= 1 ms); "
+              "VmHWM %s (target <= 128 MiB)\n",
+              first_pod, published, running, running / by_hand_running, cpu,
+              cpu * 1000 / static_cast<double>(total), ReadProcStatus(op.pid(), "VmHWM").c_str());
+}
+
 void BringUp(int servers, int workers, int latency_ms, int concurrency, int serial_pods) {
   FakeApiServer fake({"--nodes", "100"});
   if (!fake.ok()) {
@@ -199,7 +302,7 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   }
   auto client = Client::Create(fake.Config()).value();
   CreateCrd(*client);
-  for (const char* ns : {"parallel", "serial", "operator"}) {
+  for (const char* ns : {"parallel", "serial", "operator", "binary"}) {
     (void)client->Create({"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
   }
   if (latency_ms > 0) fake.Control("faults", {{"latencyMs", latency_ms}});
@@ -209,6 +312,7 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   std::printf("bring-up of a %d-server, %d-worker job; fake API server latency %d ms per request\n", servers, workers, latency_ms);
   const std::vector<Json> pods = PodsFor(job, "parallel");
   double by_hand = 0;
+  double by_hand_running = 0;   // and every pod runs
   double parallel = 0;
   {
     AddressWatch addresses(client, "parallel", total);
@@ -224,11 +328,16 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
     (void)client->Create(Resource::ConfigMaps(), "parallel",
                          {{"metadata", {{"name", "lists"}}}, {"data", {{"PADDLE_TRAINER_ENDPOINTS", list}}}});
     by_hand = Seconds(Clock::now() - t0);
+    Clock::time_point all_running;
+    if (!addresses.WaitedUntil(t0 + std::chrono::minutes(5), &all_running, true)) {
+      std::fprintf(stderr, "the baseline's pods did not all run within 5 minutes\n");
+      std::exit(1);
+    }
+    by_hand_running = std::max(by_hand, Seconds(all_running - t0));
   }
   std::printf("  plain parallel client (%d in flight): %zu pods created in %.2f s (%.0f pods/s); "
-              "created, all addressed and the lists written in %.2f s\n",
-              concurrency, total, parallel, static_cast<double>(total) / parallel, by_hand);
-  WaitUntilRunning(*client, "parallel", total);
+              "created, all addressed and the lists written in %.2f s; all running with the lists in %.2f s\n",
+              concurrency, total, parallel, static_cast<double>(total) / parallel, by_hand, by_hand_running);
 
   // The operator as fleet-operator runs it: its default flags.
   auto flags = fleet::op::ParseOperatorFlags({}).value();
@@ -243,31 +352,28 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   controller.WaitForSync(std::chrono::seconds(30));
   std::thread workers_thread([&] { controller.Run(); });
 
+  fake.ClearRequests();
   const auto t0 = Clock::now();
-  if (!client->Create(fleet::op::FleetJobResource(), "operator", job).ok()) std::exit(1);
   double all_created = 0;
-  while (!ListsPublished(*client, "operator", "big", total)) {
+  const auto [first_pod, published] = CreateJobUntilPublished(*client, "operator", job, total, t0, [&] {
     if (all_created == 0 && PodsCreated(*registry) >= static_cast<double>(total)) all_created = Seconds(Clock::now() - t0);
-    std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (Clock::now() - t0 > std::chrono::minutes(5)) {
-      std::fprintf(stderr, "the operator did not publish the lists within 5 minutes\n");
-      std::exit(1);
-    }
-  }
-  const double published = Seconds(Clock::now() - t0);
+  });
   if (all_created == 0) all_created = published;
-  std::printf("  fleet-operator (default flags: qps %.0f, burst %d, %d pod writes in flight): all pods created after %.2f s, "
-              "lists published after %.2f s\n", flags.qps, flags.burst, flags.controller.create_concurrency, all_created, published);
-  std::printf("  ratio operator / plain parallel client doing the whole job: %.2f (target <= 1.5); "
-              "against its creates alone: %.2f\n", published / by_hand, published / parallel);
-  WaitUntilRunning(*client, "operator", total);
+  const double running = SecondsUntilRunning(*client, "operator", "big", t0);
+  std::printf("  fleet-operator in this process (default flags: qps %.0f, burst %d, %d pod writes in flight): first pod after %.3f s, "
+              "all pods created after %.2f s, lists published after %.2f s, job Running after %.2f s\n",
+              flags.qps, flags.burst, flags.controller.create_concurrency, first_pod, all_created, published, running);
+  size_t status_writes = 0;
+  for (const Json& r : fake.Requests()) {
+    const std::string path = r.value("path", "");
+    status_writes += r.value("method", "") == "PUT" && path.size() > 7 && path.compare(path.size() - 7, 7, "/status") == 0;
+  }
+  std::printf("  its reconciles until Running: %s; job status writes: %zu\n", Reconciles(*registry).c_str(), status_writes);
+  std::printf("  ratio operator / plain parallel client doing the whole job: %.2f to the lists (target <= 1.5), %.2f to Running "
+              "(target <= 1.2); against its creates alone: %.2f\n", published / by_hand, running / by_hand_running,
+              published / parallel);
 
   // Steady state: the job runs; a reconcile finds nothing to do.
-  for (int i = 0; i < 200; ++i) {
-    auto got = client->Get(fleet::op::FleetJobResource(), "operator", "big");
-    if (got.ok() && (*got)["status"].value("phase", "") == "Running") break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
   std::this_thread::sleep_for(std::chrono::seconds(1));   // let the last status write reach the cache
   std::vector<double> took;
   fake.ClearRequests();
@@ -285,6 +391,7 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   }
   std::printf("steady-state reconcile of the %zu-pod job (1000 calls): p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 <= 5 ms)\n",
               total, took[took.size() / 2], took[took.size() * 99 / 100], took.back());
+  BringUpWithBinary(fake, client, servers, workers, by_hand_running);
   const double serial = CreateSerial(*client, PodsFor(job, "serial"), static_cast<size_t>(serial_pods), "serial", 20);
   const double serial_rate = serial_pods / serial;
   std::printf("  serial 20-QPS client: %d pods in %.2f s (%.1f pods/s) -> %.1f s to create the %zu pods; ratio to the operator %.1f\n",

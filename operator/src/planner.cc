@@ -251,18 +251,21 @@ class Planner {
     }
   }
   // The job's wiring, rendered on first use (milliseconds for a big job: not on every plan);
-  // nullptr after failing the job when it cannot be wired.
+  // nullptr after failing the job when it cannot be wired. It is built for a copy of the job that
+  // the plan's pod creates share (PodRecipe): they outlive the plan's inputs.
   const JobWiring* Wiring() {
     if (!wiring_) {
-      auto built = JobWiring::Build(job(), observed_.host_ports.base, settings_.cluster_domain);
+      auto wired_job = std::make_shared<const FleetJob>(job());
+      auto built = JobWiring::Build(*wired_job, observed_.host_ports.base, settings_.cluster_domain);
       if (!built) {
         Fail("InvalidSpec", built.error());
         FinishedJob();
         return nullptr;
       }
-      wiring_.emplace(std::move(*built));
+      wired_job_ = std::move(wired_job);
+      wiring_ = std::make_shared<const JobWiring>(std::move(*built));
     }
-    return &*wiring_;
+    return wiring_.get();
   }
 
   const FleetJobObject& object_;
@@ -273,7 +276,8 @@ class Planner {
   std::vector<PodSlot> slots_;
   std::unordered_map<std::string_view, const PodSlot*> slot_of_;   // by pod name (into slots_)
   std::set<std::pair<ObjectKind, std::string>> deleted_;
-  std::optional<JobWiring> wiring_;
+  std::shared_ptr<const FleetJob> wired_job_;   // what wiring_ was built for
+  std::shared_ptr<const JobWiring> wiring_;
 };
 
 ReconcilePlan Planner::Run() {
@@ -779,9 +783,11 @@ void Planner::CreateMissingPods(const RunPods& pods) {
   // An elastic job whose workers begin to finish is ending: a new worker would wait for peers
   // that are done.
   if (job().spec.elastic && WorkersIn(pods, kPodSucceeded) > 0) return;
+  std::shared_ptr<const PodRecipe> recipe;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
-    Create(ObjectKind::kPod, BuildPod(job(), slot, *wiring_, status().run, settings_), "missing");
+    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_job_, wiring_, status().run, settings_});
+    plan_.actions.push_back({Verb::kCreate, ObjectKind::kPod, slot.name, nullptr, "missing", recipe, slot.ordinal});
   }
 }
 
@@ -989,6 +995,12 @@ Json PodForPlanning(const Json& pod) {
     break;
   }
   return {{"metadata", std::move(out_meta)}, {"status", std::move(out_status)}};
+}
+
+Json Action::Object() const {
+  if (!recipe) return object;
+  return BuildPod(*recipe->job, recipe->wiring->slots().at(static_cast<size_t>(ordinal)), *recipe->wiring, recipe->run,
+                  recipe->settings);
 }
 
 ReconcilePlan PlanReconcile(const FleetJobObject& job, const FleetJobStatus& status, const Observed& observed,

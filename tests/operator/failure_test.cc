@@ -110,13 +110,13 @@ TEST(RestartTest, NextRunWaitsUntilTheOldPodsAreGone) {
   EXPECT_EQ(ActionNames(partial, Verb::kCreate, ObjectKind::kPod),
             (std::vector<std::string>{"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   EXPECT_EQ(partial.actions.size(), 4u) << Describe(partial);
-  for (const Action& a : partial.actions) EXPECT_EQ(RunOf(a.object), "1") << a.name;
+  for (const Action& a : partial.actions) EXPECT_EQ(RunOf(a.Object()), "1") << a.name;
   EXPECT_EQ(partial.status.ToJson()["phase"], "Restarting");
 
   world.Reap();
   const ReconcilePlan& rest = world.Step();
   EXPECT_EQ(ActionNames(rest, Verb::kCreate, ObjectKind::kPod), std::vector<std::string>{"wd-server-0"});
-  EXPECT_EQ(RunOf(rest.actions.at(0).object), "1");
+  EXPECT_EQ(RunOf(rest.actions.at(0).Object()), "1");
 
   world.Settle();
   EXPECT_EQ(world.Status()["phase"], "Running");

@@ -25,7 +25,7 @@ const std::vector<std::string> kPsPods = {"wd-server-0", "wd-server-1", "wd-work
 std::vector<Json> CreatedPods(const ReconcilePlan& plan) {
   std::vector<Json> pods;
   for (const Action& a : plan.actions) {
-    if (a.verb == Verb::kCreate && a.kind == ObjectKind::kPod) pods.push_back(a.object);
+    if (a.verb == Verb::kCreate && a.kind == ObjectKind::kPod) pods.push_back(a.Object());
   }
   return pods;
 }
@@ -370,7 +370,7 @@ TEST(PodCreationTest, SidecarGetsAPerJobAccountLimitedToTheEndpointsAndItsPods) 
   }
   for (const Action& a : plan.actions) {
     if (a.kind == ObjectKind::kPod) {
-      EXPECT_EQ(a.object["spec"]["serviceAccountName"], "wd-fleet-sidecar");
+      EXPECT_EQ(a.Object()["spec"]["serviceAccountName"], "wd-fleet-sidecar");
     }
   }
   // Once they exist they are not created again.
@@ -391,8 +391,8 @@ TEST(PodCreationTest, TemplatesWithTheirOwnServiceAccountGetNoSidecarAccount) {
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kRole), IsEmpty());
   for (const Action& a : plan.actions) {
     if (a.kind != ObjectKind::kPod) continue;
-    EXPECT_EQ(a.object["spec"]["serviceAccountName"], "trainer");
-    EXPECT_FALSE(a.object["spec"].contains("automountServiceAccountToken")) << "the user's account keeps its token";
+    EXPECT_EQ(a.Object()["spec"]["serviceAccountName"], "trainer");
+    EXPECT_FALSE(a.Object()["spec"].contains("automountServiceAccountToken")) << "the user's account keeps its token";
   }
 }
 
@@ -417,7 +417,7 @@ namespace {
 std::vector<std::string> SidecarArgs(const ReconcilePlan& plan, const std::string& pod) {
   const Action* a = FindAction(plan, Verb::kCreate, ObjectKind::kPod, pod);
   if (!a) return {};
-  return a->object["spec"]["initContainers"][0]["args"].get<std::vector<std::string>>();
+  return a->Object()["spec"]["initContainers"][0]["args"].get<std::vector<std::string>>();
 }
 
 // The agent half of the sidecar: ranks, the push API on loopback, stall detection for trainers
@@ -437,8 +437,9 @@ TEST(PodCreationTest, SidecarAgentIsToldRanksSourcesAndStallWindow) {
   EXPECT_THAT(SidecarArgs(plan, "wd-server-0"), Contains("--stall-window=0s")) << "servers log no steps";
   const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-1");
   ASSERT_NE(pod, nullptr);
-  EXPECT_EQ(pod->object["spec"]["shareProcessNamespace"], true);
-  EXPECT_EQ(EnvEntry(pod->object["spec"]["containers"][0], "FLEET_METRICS_ENDPOINT")["value"], "udp://127.0.0.1:9102");
+  const Json rendered = pod->Object();
+  EXPECT_EQ(rendered["spec"]["shareProcessNamespace"], true);
+  EXPECT_EQ(EnvEntry(rendered["spec"]["containers"][0], "FLEET_METRICS_ENDPOINT")["value"], "udp://127.0.0.1:9102");
 }
 
 TEST(PodCreationTest, CollectivePodsRunningFleetrunCoverTheirRanks) {
@@ -466,7 +467,8 @@ TEST(PodCreationTest, TheSidecarMountsTheVolumesHoldingTheLogFiles) {
   const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
   const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-0");
   ASSERT_NE(pod, nullptr) << plan.status.ToJson().dump();
-  const Json& mounts = pod->object["spec"]["initContainers"][0]["volumeMounts"];
+  const Json rendered = pod->Object();
+  const Json& mounts = rendered["spec"]["initContainers"][0]["volumeMounts"];
   EXPECT_THAT(mounts, Contains(Json{{"name", "logs"}, {"mountPath", "/var/log/train"}, {"readOnly", true}}));
   EXPECT_THAT(mounts, Contains(Json{{"name", "other"}, {"mountPath", "/data/other"}, {"subPath", "o"}, {"readOnly", true}}))
       << "the deepest directory's volume";

@@ -110,9 +110,9 @@ TEST(GangTest, VolcanoPodGroupComesFirstAndHoldsThePods) {
             (std::vector<std::string>{"wd-server-0", "wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}));
   for (const Action& a : admitted.actions) {
     if (a.kind != ObjectKind::kPod) continue;
-    EXPECT_EQ(a.object["spec"]["schedulerName"], "volcano") << a.name;
-    EXPECT_EQ(a.object["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "wd") << a.name;
-    EXPECT_EQ(a.object["spec"]["priorityClassName"], "high") << a.name;
+    EXPECT_EQ(a.Object()["spec"]["schedulerName"], "volcano") << a.name;
+    EXPECT_EQ(a.Object()["metadata"]["annotations"]["scheduling.k8s.io/group-name"], "wd") << a.name;
+    EXPECT_EQ(a.Object()["spec"]["priorityClassName"], "high") << a.name;
   }
   EXPECT_EQ(Condition(admitted.status.ToJson(), "GangPending").value("status", ""), "False");
   EXPECT_EQ(ActionNames(admitted, Verb::kCreate, ObjectKind::kPodGroup), std::vector<std::string>{});
@@ -147,8 +147,8 @@ TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
   EXPECT_EQ(ActionNames(second, Verb::kCreate, ObjectKind::kPod).size(), 5u) << Describe(second);
   for (const Action& a : second.actions) {
     if (a.kind != ObjectKind::kPod) continue;
-    EXPECT_EQ(a.object["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "wd") << a.name;
-    EXPECT_NE(a.object["spec"].value("schedulerName", ""), "volcano") << a.name;
+    EXPECT_EQ(a.Object()["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "wd") << a.name;
+    EXPECT_NE(a.Object()["spec"].value("schedulerName", ""), "volcano") << a.name;
   }
 }
 

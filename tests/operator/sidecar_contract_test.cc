@@ -26,7 +26,8 @@ void ExpectEverySidecarParses(const Json& job, const OperatorSettings& settings)
   for (const Action& a : plan.actions) {
     if (a.verb != Verb::kCreate || a.kind != ObjectKind::kPod) continue;
     ++pods;
-    const Json& sidecar = a.object["spec"]["initContainers"][0];
+    const Json pod = a.Object();
+    const Json& sidecar = pod["spec"]["initContainers"][0];
     ASSERT_EQ(sidecar["name"], "fleet-sidecar");
     std::vector<std::string> args = sidecar["args"].get<std::vector<std::string>>();
     // The env the kubelet resolves for the container's fieldRefs.

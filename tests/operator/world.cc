@@ -47,7 +47,7 @@ void World::Apply() {
             ++already_exists;
             break;
           }
-          Json pod = a.object;
+          Json pod = a.Object();
           pod["metadata"]["creationTimestamp"] = FormatRfc3339(now);
           pod["metadata"]["uid"] = "pod-uid-" + std::to_string(resource_version_++);
           pod["status"] = {{"phase", "Pending"}};
@@ -228,7 +228,7 @@ std::string Describe(const ReconcilePlan& plan) {
   std::ostringstream out;
   for (const Action& a : plan.actions) {
     out << kVerbs[static_cast<int>(a.verb)] << " " << kKinds[static_cast<int>(a.kind)] << " " << a.name << " ("
-        << a.reason << ") " << a.object.dump() << "\n";
+        << a.reason << ") " << a.Object().dump() << "\n";
   }
   for (const PlannedEvent& e : plan.events) out << "event " << e.type << " " << e.reason << ": " << e.message << "\n";
   out << "status " << plan.status.ToJson().dump() << "\n";

@@ -5,6 +5,8 @@
 //   read the job and its children from the caches -> PlanReconcile -> write the status (optimistic
 //   concurrency: the plan is committed only if the job has not changed since it was read) ->
 //   carry out the actions (pod creates and deletes in parallel) -> record events -> requeue.
+//   A child's event queues its job after a pause of twice the job's last planning time (at most
+//   200 ms), so that the events of a burst (a big job's pods coming up) share a plan.
 //
 // Caches lag behind the API server. Two guards keep a lagging cache from repeating work:
 //  - after a status write, the job is not planned again until the cache has seen that write
@@ -126,6 +128,9 @@ class Controller {
   std::map<std::string, std::map<std::string, Expectation>> expectations_;
   uint64_t epoch_ = 0;      // child events observed so far (under mu_)
   std::map<std::string, std::string> phases_;                        // job key -> phase, for metrics
+  // job key -> how long its last plan took (PlanReconcile): its children's events are batched for
+  // a multiple of it.
+  std::map<std::string, std::chrono::steady_clock::duration> plan_took_;
   // job key -> pod name -> the pod as the planner reads it (PodForPlanning), kept up to date by
   // the pod informer's handlers: a reconcile reads them without unpacking the cached pods.
   mutable std::mutex pods_mu_;

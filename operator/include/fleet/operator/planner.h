@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "fleet/operator/api.h"
@@ -20,15 +21,40 @@
 
 namespace fleet::op {
 
+class JobWiring;
+
 enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob };
 enum class Verb { kCreate, kUpdate, kDelete };
 
+// What a plan's pod creates are rendered from (BuildPod), shared by them all: the job, its wiring
+// and the run. A plan names the pods it creates by slot instead of carrying them (a 10,000-pod
+// job's pods would be hundreds of MiB of JSON, all built before the first create): whoever
+// carries the plan out renders each pod just before sending it.
+struct PodRecipe {
+  std::shared_ptr<const FleetJob> job;
+  std::shared_ptr<const JobWiring> wiring;   // built for *job
+  int run = 0;
+  OperatorSettings settings;
+};
+
 struct Action {
+  Action() = default;
+  Action(Verb verb_, ObjectKind kind_, std::string name_, Json object_, std::string reason_,
+         std::shared_ptr<const PodRecipe> recipe_ = nullptr, int ordinal_ = 0)
+      : verb(verb_), kind(kind_), name(std::move(name_)), object(std::move(object_)), reason(std::move(reason_)),
+        recipe(std::move(recipe_)), ordinal(ordinal_) {}
+
   Verb verb = Verb::kCreate;
   ObjectKind kind = ObjectKind::kPod;
   std::string name;
-  Json object;          // for create/update
+  Json object;          // for create/update, except a pod create's (see Object())
   std::string reason;   // why (for logs and tests)
+  // A pod create: the recipe and the pod's slot ordinal; `object` stays null.
+  std::shared_ptr<const PodRecipe> recipe;
+  int ordinal = 0;
+
+  // The object to create or update: `object`, or the pod rendered from its recipe.
+  Json Object() const;
 };
 
 struct PlannedEvent {

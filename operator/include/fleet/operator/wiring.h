@@ -90,6 +90,7 @@ class JobWiring {
   int PodPort(const PodSlot& slot) const;
   int SidecarPort(const PodSlot& slot) const;
   const std::map<std::string, HostTemplate>& templates() const { return templates_; }
+  const std::vector<PodSlot>& slots() const { return slots_; }   // PodSlots(job), by ordinal
 
  private:
   EnvMap SymbolicEnv(int ordinal) const;
