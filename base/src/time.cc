@@ -46,7 +46,28 @@ bool Expect(std::string_view text, size_t* at, char a, char b = '\0') {
   return true;
 }
 
+std::string Printf(const char* format, int64_t a, int64_t b = 0) {
+  char text[48];
+  std::snprintf(text, sizeof text, format, static_cast<long long>(a), static_cast<long long>(b));
+  return text;
+}
+
 }  // namespace
+
+std::string HumanDuration(int64_t s) {
+  if (s < 0) s = 0;
+  if (s < 120) return Printf("%llds", s);
+  const int64_t m = s / 60;
+  if (m < 10) return s % 60 ? Printf("%lldm%llds", m, s % 60) : Printf("%lldm", m);
+  if (m < 180) return Printf("%lldm", m);
+  const int64_t h = m / 60;
+  if (h < 8) return m % 60 ? Printf("%lldh%lldm", h, m % 60) : Printf("%lldh", h);
+  if (h < 48) return Printf("%lldh", h);
+  const int64_t d = h / 24;
+  if (d < 8) return h % 24 ? Printf("%lldd%lldh", d, h % 24) : Printf("%lldd", d);
+  if (d < 730) return Printf("%lldd", d);
+  return Printf("%lldy", d / 365);
+}
 
 std::string FormatRfc3339(Clock::time_point t, TimePrecision precision) {
   const auto seconds = std::chrono::floor<std::chrono::seconds>(t.time_since_epoch());

@@ -36,12 +36,6 @@ std::optional<double> Number(const Json& obj, const char* key) {
   return v.get<double>();
 }
 
-std::string Printf(const char* format, int64_t a, int64_t b = 0) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, format, static_cast<long long>(a), static_cast<long long>(b));
-  return buf;
-}
-
 // Speeds and losses as people read them: 3 significant digits ("3.1", "0.0421"), whole numbers
 // from 100 on ("812", "12345"), "-" when unknown.
 std::string FormatNumber(std::optional<double> value) {
@@ -53,7 +47,7 @@ std::string FormatNumber(std::optional<double> value) {
 
 std::string Ago(const std::string& time, int64_t now) {
   const int64_t t = ParseTime(time);
-  return t < 0 ? "<unknown>" : FormatAge(now - t);
+  return t < 0 ? "<unknown>" : HumanDuration(now - t);
 }
 
 // An event's most recent time: lastTimestamp, eventTime, firstTimestamp, creationTimestamp.
@@ -150,7 +144,7 @@ std::string Percent(double percent) {
 std::string StaleNote(const Json& progress, int64_t now) {
   const int64_t updated = ParseTime(Str(progress, "updateTime"));
   if (updated < 0 || now - updated <= kStaleProgressSeconds) return "";
-  return "updated " + FormatAge(now - updated) + " ago";
+  return "updated " + HumanDuration(now - updated) + " ago";
 }
 
 // A rank's steps behind the median as top shows it: "-10" behind, "+2" ahead, "0".
@@ -209,21 +203,6 @@ std::string ProgressText(const Json& progress, int64_t now) {
 }
 
 }  // namespace
-
-std::string FormatAge(int64_t s) {
-  if (s < 0) s = 0;
-  if (s < 120) return Printf("%llds", s);
-  const int64_t m = s / 60;
-  if (m < 10) return s % 60 ? Printf("%lldm%llds", m, s % 60) : Printf("%lldm", m);
-  if (m < 180) return Printf("%lldm", m);
-  const int64_t h = m / 60;
-  if (h < 8) return m % 60 ? Printf("%lldh%lldm", h, m % 60) : Printf("%lldh", h);
-  if (h < 48) return Printf("%lldh", h);
-  const int64_t d = h / 24;
-  if (d < 8) return h % 24 ? Printf("%lldd%lldh", d, h % 24) : Printf("%lldd", d);
-  if (d < 730) return Printf("%lldd", d);
-  return Printf("%lldy", d / 365);
-}
 
 int64_t ParseTime(const std::string& text) {
   const auto t = ParseRfc3339(text);
@@ -425,7 +404,7 @@ std::string ProgressSummary(const Json& progress, int64_t now) {
   }
   if (auto speed = Number(progress, "stepsPerSecond")) parts.push_back(FormatNumber(speed) + " step/s");
   if (auto eta = Number(progress, "etaSeconds"); eta && percent) {
-    parts.push_back("ETA " + FormatAge(static_cast<int64_t>(std::ceil(*eta))));
+    parts.push_back("ETA " + HumanDuration(static_cast<int64_t>(std::ceil(*eta))));
   }
   if (auto loss = Number(progress, "loss")) parts.push_back("loss " + FormatNumber(loss));
   const std::string stale = StaleNote(progress, now);

@@ -6,6 +6,8 @@
 #include <set>
 #include <utility>
 
+#include "fleet/base/time.h"
+
 namespace fleet::op {
 namespace {
 
@@ -100,16 +102,6 @@ Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const 
   return out;
 }
 
-std::string HumanDuration(double seconds) {
-  const auto s = static_cast<int64_t>(std::llround(std::max(0.0, seconds)));
-  char text[48];
-  if (s >= 86400) std::snprintf(text, sizeof text, "%lldd%02lldh", static_cast<long long>(s / 86400), static_cast<long long>(s % 86400 / 3600));
-  else if (s >= 3600) std::snprintf(text, sizeof text, "%lldh%02lldm", static_cast<long long>(s / 3600), static_cast<long long>(s % 3600 / 60));
-  else if (s >= 60) std::snprintf(text, sizeof text, "%lldm%02llds", static_cast<long long>(s / 60), static_cast<long long>(s % 60));
-  else std::snprintf(text, sizeof text, "%llds", static_cast<long long>(s));
-  return text;
-}
-
 Json SummarizeProgress(const ProgressInput& in) {
   if (in.ranks.empty()) return nullptr;
   std::map<std::pair<std::string, int>, const RankReport*> before;
@@ -187,8 +179,10 @@ Json SummarizeProgress(const ProgressInput& in) {
     step_text += "/" + std::to_string(total) + " (" + std::to_string(static_cast<int>(percent)) + "%)";
     if (speed && *speed > 0) {
       const double eta = static_cast<double>(std::max<int64_t>(0, total - step)) / *speed;
-      progress["etaSeconds"] = static_cast<int64_t>(std::llround(eta));
-      progress["etaText"] = HumanDuration(eta);
+      // Rounded up, as fleetctl rounds the time left.
+      const auto eta_seconds = static_cast<int64_t>(std::ceil(eta));
+      progress["etaSeconds"] = eta_seconds;
+      progress["etaText"] = HumanDuration(eta_seconds);
     }
   }
   progress["stepText"] = step_text;

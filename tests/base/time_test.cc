@@ -3,6 +3,8 @@
 
 #include <chrono>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include <gtest/gtest.h>
 
@@ -61,6 +63,16 @@ TEST(ParseRfc3339, RefusesMalformedInput) {
     SCOPED_TRACE("'" + bad + "'");
     EXPECT_FALSE(ParseRfc3339(bad));
   }
+}
+
+// kubectl's ages, boundary by boundary: fleetctl's AGE column and ETAs, and status.progress.etaText.
+TEST(HumanDuration, ReadsAsKubectlWritesAges) {
+  const std::vector<std::pair<int64_t, std::string>> cases = {
+      {-5, "0s"},  {0, "0s"},      {59, "59s"},  {119, "119s"}, {120, "2m"},    {200, "3m20s"},
+      {600, "10m"}, {10799, "179m"}, {10800, "3h"}, {18000 + 720, "5h12m"}, {28800, "8h"}, {47 * 3600, "47h"},
+      {2 * 86400 + 3 * 3600, "2d3h"}, {8 * 86400, "8d"}, {400 * 86400, "400d"}, {800 * 86400, "2y"},
+  };
+  for (const auto& [s, text] : cases) EXPECT_EQ(HumanDuration(s), text) << s;
 }
 
 }  // namespace

@@ -11,15 +11,6 @@ namespace {
 
 constexpr int64_t kNow = 1700000000;   // 2023-11-14T22:13:20Z
 
-TEST(FleetctlRenderTest, AgesAsKubectlWritesThem) {
-  const std::vector<std::pair<int64_t, std::string>> cases = {
-      {-5, "0s"},  {0, "0s"},      {59, "59s"},  {119, "119s"}, {120, "2m"},    {200, "3m20s"},
-      {600, "10m"}, {10799, "179m"}, {10800, "3h"}, {18000 + 720, "5h12m"}, {28800, "8h"}, {47 * 3600, "47h"},
-      {2 * 86400 + 3 * 3600, "2d3h"}, {8 * 86400, "8d"}, {400 * 86400, "400d"}, {800 * 86400, "2y"},
-  };
-  for (const auto& [seconds, text] : cases) EXPECT_EQ(FormatAge(seconds), text) << seconds;
-}
-
 TEST(FleetctlRenderTest, ParsesTheApiServersTimes) {
   EXPECT_EQ(ParseTime("2023-11-14T22:13:20Z"), kNow);
   EXPECT_EQ(ParseTime("2023-11-14T22:13:20.123456Z"), kNow);

@@ -167,15 +167,6 @@ TEST(ProgressSummaryTest, AThousandRanksKeepTheTwentySlowest) {
   EXPECT_LT(p.dump().size(), 8u * 1024) << "status.progress stays small at any scale";
 }
 
-TEST(HumanDurationTest, ReadsAsKubectlShowsAges) {
-  EXPECT_EQ(HumanDuration(0), "0s");
-  EXPECT_EQ(HumanDuration(59.4), "59s");
-  EXPECT_EQ(HumanDuration(245), "4m05s");
-  EXPECT_EQ(HumanDuration(3720), "1h02m");
-  EXPECT_EQ(HumanDuration(90000), "1d01h");
-  EXPECT_EQ(HumanDuration(-3), "0s");
-}
-
 // ---- the planner: status.progress at most once per interval ----
 
 class ProgressPlanTest : public ::testing::Test {

@@ -13,8 +13,6 @@ namespace fleet::cli {
 
 using Json = nlohmann::json;
 
-// kubectl's ages: 45s, 3m20s, 17m, 5h12m, 2d3h, 400d.
-std::string FormatAge(int64_t seconds);
 // RFC 3339 (as the API writes it) -> Unix seconds; -1 when `text` is not one.
 int64_t ParseTime(const std::string& text);
 

@@ -65,7 +65,4 @@ struct ProgressInput {
 // status.progress without its updateTime; null when no rank has reported a step.
 Json SummarizeProgress(const ProgressInput& in);
 
-// "1h02m", "4m05s", "12s": how kubectl users read a duration.
-std::string HumanDuration(double seconds);
-
 }  // namespace fleet::op
