@@ -202,6 +202,32 @@ std::string ProgressText(const Json& progress, int64_t now) {
   return out;
 }
 
+// An elastic job's members against its range, how often they rendezvoused, and how long it has been
+// starved below its minimum (it fails timeoutSeconds after belowMinimumSince).
+std::string ElasticText(const Json& elastic, int64_t now) {
+  if (!elastic.is_object()) return "";
+  const Json& members = Field(elastic, "members");
+  std::string names;
+  constexpr size_t kShown = 8;
+  for (size_t i = 0; i < members.size() && i < kShown; ++i) {
+    names += (i ? ", " : "") + (members[i].is_string() ? members[i].get<std::string>() : members[i].dump());
+  }
+  if (members.size() > kShown) names += ", ... and " + std::to_string(members.size() - kShown) + " more";
+  std::string out = "\nElastic:\n";
+  out += "  Workers:     " + std::to_string(members.size()) + " of " + std::to_string(Int(elastic, "minReplicas")) +
+         ".." + std::to_string(Int(elastic, "maxReplicas")) + ", " + std::to_string(Int(elastic, "rendezvous")) +
+         " rendezvous\n";
+  if (!names.empty()) out += "  Members:     " + names + "\n";
+  if (const std::string etcd = Str(elastic, "etcdEndpoint"); !etcd.empty()) out += "  etcd:        " + etcd + "\n";
+  const std::string since = Str(elastic, "belowMinimumSince");
+  if (const int64_t t = ParseTime(since); t >= 0) {
+    const int64_t left = t + Int(elastic, "timeoutSeconds") - now;
+    out += "  Starved:     below the minimum for " + HumanDuration(now - t) +
+           (left > 0 ? "; fails in " + HumanDuration(left) + " unless workers return" : "; past its timeout") + "\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 int64_t ParseTime(const std::string& text) {
@@ -283,6 +309,15 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
   }
   doc["roles"] = roles;
   doc["progress"] = Field(status, "progress").is_object() ? Field(status, "progress") : Json();
+  if (const Json& elastic = Field(spec, "elastic"); elastic.is_object()) {
+    const Json& observed = Field(status, "elastic");
+    const Json& members = Field(observed, "members");
+    doc["elastic"] = {{"minReplicas", Int(elastic, "minReplicas")}, {"maxReplicas", Int(elastic, "maxReplicas")},
+                      {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Str(elastic, "etcdEndpoint")},
+                      {"members", members.is_array() ? members : Json::array()},
+                      {"rendezvous", Int(observed, "rendezvous")},
+                      {"belowMinimumSince", Str(observed, "belowMinimumSince")}};
+  }
   doc["conditions"] = Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array();
 
   Json waiting = Json::array();
@@ -332,6 +367,7 @@ std::string StatusText(const Json& d, int64_t now) {
   line("Completed:", Str(d, "completionTime"));
 
   out += ProgressText(Field(d, "progress"), now);
+  out += ElasticText(Field(d, "elastic"), now);
 
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
   for (const Json& r : Field(d, "roles")) {

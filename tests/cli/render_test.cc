@@ -101,6 +101,41 @@ TEST(FleetctlRenderTest, StatusDocumentAndText) {
   EXPECT_NE(text.find("Warning   Third    20s   1       m3"), std::string::npos) << text;
 }
 
+// An elastic job: its members against its range, the rendezvous, and, while starved below its
+// minimum, how long until it fails.
+TEST(FleetctlRenderTest, StatusOfAnElasticJob) {
+  Json job = Json::parse(R"({"metadata": {"name": "e"}, "spec": {"mode": "collective", "worker": {"replicas": 3},
+    "elastic": {"minReplicas": 2, "maxReplicas": 4, "etcdEndpoint": "etcd.infra.svc:2379", "timeoutSeconds": 600}},
+    "status": {"phase": "Running", "elastic": {"members": ["e-worker-0", "e-worker-2", "e-worker-3"], "rendezvous": 3}}})");
+  Json doc = StatusDocument(job, Json::array(), Json::array(), 10);
+  EXPECT_EQ(doc["elastic"]["rendezvous"], 3);
+  EXPECT_EQ(doc["elastic"]["members"].size(), 3u);
+  std::string text = StatusText(doc, kNow);
+  EXPECT_NE(text.find("Elastic:\n"
+                      "  Workers:     3 of 2..4, 3 rendezvous\n"
+                      "  Members:     e-worker-0, e-worker-2, e-worker-3\n"
+                      "  etcd:        etcd.infra.svc:2379\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Starved:"), std::string::npos) << text;
+
+  job["status"]["elastic"] = Json::parse(R"({"members": ["e-worker-0"], "rendezvous": 4,
+                                             "belowMinimumSince": "2023-11-14T22:12:20Z"})");
+  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  EXPECT_NE(text.find("  Workers:     1 of 2..4, 4 rendezvous\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  Starved:     below the minimum for 60s; fails in 9m unless workers return\n"), std::string::npos)
+      << text;
+
+  job["status"]["elastic"]["belowMinimumSince"] = "2023-11-14T22:00:00Z";
+  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  EXPECT_NE(text.find("below the minimum for 13m; past its timeout"), std::string::npos) << text;
+
+  // A job that is not elastic has no such section; a malformed status does not break it.
+  EXPECT_EQ(StatusText(StatusDocument(Job("j", "Running"), Json::array(), Json::array(), 10), kNow).find("Elastic:"),
+            std::string::npos);
+  job["status"]["elastic"] = Json::parse(R"({"members": [7, "e-worker-1"], "rendezvous": "x"})");
+  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  EXPECT_NE(text.find("  Workers:     2 of 2..4, 0 rendezvous\n  Members:     7, e-worker-1\n"), std::string::npos) << text;
+}
+
 TEST(FleetctlRenderTest, StatusOfAJobTheOperatorHasNotSeen) {
   const Json doc = StatusDocument(Json::parse(R"({"metadata": {"name": "new"}, "spec": {"worker": {"replicas": 1}}})"),
                                   Json::array(), Json::array(), 10);
