@@ -142,6 +142,16 @@ void ExpectListsTravelAsFiles(const World& world, const std::string& var) {
   EXPECT_EQ(EnvEntry(worker, "PYTHONPATH")["value"], kEnvLoaderMountPath);
 }
 
+// The API refuses an object whose annotations (keys and values) exceed 256 KiB.
+constexpr size_t kAnnotationLimit = 256 * 1024;
+size_t AnnotationBytes(const Json& object) {
+  const Json& metadata = object.at("metadata");
+  size_t bytes = 0;
+  if (!metadata.contains("annotations")) return bytes;
+  for (const auto& [key, value] : metadata.at("annotations").items()) bytes += key.size() + value.get<std::string>().size();
+  return bytes;
+}
+
 TEST(EnvFilesTest, TenThousandWorkerPsJobRunsWithItsListsAsFiles) {
   World world = Published(JobBuilder("big").Ps(3, 10000).Obj());
   ExpectListsTravelAsFiles(world, "PADDLE_TRAINER_ENDPOINTS");
@@ -156,7 +166,24 @@ TEST(EnvFilesTest, TenThousandWorkerPsJobRunsWithItsListsAsFiles) {
 TEST(EnvFilesTest, TenThousandWorkerCollectiveJobRunsWithItsListsAsFiles) {
   World world = Published(JobBuilder("big").Collective(10000).Obj());
   ExpectListsTravelAsFiles(world, "PADDLE_TRAINER_ENDPOINTS");
+  // PodIP: the hosts annotation holds the 10,000 addresses (compared slot by slot), and fits.
+  ASSERT_TRUE(world.observed.endpoints.has_value());
+  EXPECT_LE(AnnotationBytes(*world.observed.endpoints), kAnnotationLimit);
   ExpectSamplesPassTheContract(world, RoleMakerKind::kCollective);
+}
+
+// 10,000 Service names (~40 bytes each) would not fit in the endpoints ConfigMap's hosts
+// annotation; a digest does, and the published lists stay up to date without rewrites.
+TEST(EnvFilesTest, TenThousandServiceNamesFitTheApisAnnotationLimit) {
+  World world = Published(JobBuilder("big").Collective(10000).Network("Service").Obj());
+  ExpectListsTravelAsFiles(world, "PADDLE_TRAINER_ENDPOINTS");
+  ASSERT_TRUE(world.observed.endpoints.has_value());
+  EXPECT_LE(AnnotationBytes(*world.observed.endpoints), 1024u);
+  const std::string list = (*world.observed.endpoints)["data"]["PADDLE_TRAINER_ENDPOINTS"].get<std::string>();
+  EXPECT_NE(list.find("big-worker-9999.big.ns.svc.cluster.local:"), std::string::npos) << "the last worker is listed";
+  for (const Action& a : world.Step().actions) {
+    EXPECT_NE(a.kind, ObjectKind::kConfigMap) << "the lists were published; nothing to rewrite";
+  }
 }
 
 // A Service-mode job whose names are long: its list travels as a file with 700 workers.

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <unordered_set>
 
 #include <gtest/gtest.h>
 
@@ -39,11 +40,14 @@ Json* World::FindPod(const std::string& name) {
 }
 
 void World::Apply() {
+  // The pods' names, once per plan: a 10,000-pod plan would otherwise search the pods per create.
+  std::unordered_set<std::string> pod_names;
+  for (const Json& pod : observed.pods) pod_names.insert(pod["metadata"]["name"].get<std::string>());
   for (const Action& a : plan.actions) {
     switch (a.kind) {
       case ObjectKind::kPod:
         if (a.verb == Verb::kCreate) {
-          if (FindPod(a.name)) {
+          if (!pod_names.insert(a.name).second) {
             ++already_exists;
             break;
           }

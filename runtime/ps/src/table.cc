@@ -11,6 +11,7 @@
 #include <map>
 #include <regex>
 
+#include "fleet/base/hash.h"
 #include "fleet/ps/optimizer.h"
 
 namespace fleet::ps {
@@ -39,8 +40,7 @@ class CheckpointWriter {
   explicit CheckpointWriter(const fs::path& path) : path_(path), out_(path, std::ios::binary | std::ios::trunc) {}
   bool is_open() const { return out_.is_open(); }
   void Bytes(const void* data, size_t n) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ p[i]) * 0x100000001b3ull;
+    hash_ = Fnv1a64({static_cast<const char*>(data), n}, hash_);
     out_.write(static_cast<const char*>(data), static_cast<std::streamsize>(n));
   }
   template <typename T>
@@ -58,7 +58,7 @@ class CheckpointWriter {
  private:
   fs::path path_;
   std::ofstream out_;
-  uint64_t hash_ = 0xcbf29ce484222325ull;
+  uint64_t hash_ = kFnv1a64Offset;
 };
 
 class CheckpointReader {
@@ -75,8 +75,7 @@ class CheckpointReader {
     if (n > remaining()) return false;
     in_.read(static_cast<char*>(data), static_cast<std::streamsize>(n));
     if (!in_) return false;
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < n; ++i) hash_ = (hash_ ^ p[i]) * 0x100000001b3ull;
+    hash_ = Fnv1a64({static_cast<const char*>(data), n}, hash_);
     read_ += n;
     return true;
   }
@@ -99,7 +98,7 @@ class CheckpointReader {
   std::ifstream in_;
   uint64_t size_ = 0;
   uint64_t read_ = 0;
-  uint64_t hash_ = 0xcbf29ce484222325ull;
+  uint64_t hash_ = kFnv1a64Offset;
 };
 
 void WriteConfig(CheckpointWriter& w, const TableConfig& c) {
