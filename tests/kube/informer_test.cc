@@ -841,7 +841,9 @@ TEST(ObjectCacheTest, ReadersSeeWholeObjectsWhileUpdatesAreWrittenInPlace) {
   std::atomic<int> torn{0};
   std::atomic<int64_t> reads{0};
   std::thread writer([&] {
-    for (int i = 0; i < 20000; ++i) {
+    // At least 20,000 writes, and on until the readers have read during them (on a loaded machine
+    // the readers may not be scheduled before 20,000 writes are done).
+    for (int i = 0; i < 20000 || reads.load() < 1000; ++i) {
       Json pod = Pod("p" + std::to_string(i % 20), {{"gen", std::to_string(i)}});
       pod["metadata"]["resourceVersion"] = std::to_string(i);
       pod["metadata"]["annotations"]["pad"] = std::string(static_cast<size_t>(i % 97), 'x');   // grows and shrinks

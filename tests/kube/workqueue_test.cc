@@ -149,11 +149,14 @@ TEST(WorkQueueTest, AddAfterMakesTheKeyAvailableOnlyAfterTheDelay) {
   queue.AddAfter("ns/a", milliseconds(120));
   EXPECT_EQ(queue.Len(), 0u);
   std::this_thread::sleep_for(milliseconds(60));
-  EXPECT_EQ(queue.Len(), 0u);
+  // Only meaningful while the delay has not passed: a loaded machine may oversleep.
+  if (MsSince(start).count() < 110) {
+    EXPECT_EQ(queue.Len(), 0u);
+  }
   ASSERT_EQ(queue.Get(), "ns/a");
   const milliseconds waited = MsSince(start);
   EXPECT_GE(waited.count(), 120);
-  EXPECT_LT(waited.count(), 120 + 150);
+  EXPECT_LT(waited.count(), 120 + 1000) << "Get wakes when the delay is over, not at some later poll";
 }
 
 TEST(WorkQueueTest, AddAfterTwiceKeepsTheEarlierTime) {
