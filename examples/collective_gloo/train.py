@@ -35,18 +35,8 @@ def main():
     fr = fx.import_fleet_runtime()
     steps, log_every, _, timeout = fx.knobs(retry_lo=0)
     rendezvous = fx.env_num("FLEET_EXAMPLE_RENDEZVOUS_SECONDS", 900, 1, float)
-    try:
-        comm = fr.Communicator(rendezvous_timeout=rendezvous, timeout=timeout)
-    except fr.Error as e:
-        fx.die(str(e), 2 if str(e).startswith("invalid Paddle collective env") else 1)
+    comm, collective = fx.communicator(fr, rendezvous, timeout)
     rank, size = comm.rank, comm.size
-    fx.log(f"rank {rank}/{size}, backend {comm.backend}, endpoint {os.environ.get('PADDLE_CURRENT_ENDPOINT', '-')}")
-
-    def collective(what, call, *args, **kwargs):
-        try:
-            return call(*args, **kwargs)
-        except fr.Error as e:
-            fx.die(f"rank {rank}: {what} failed: {e}", 1)
 
     # Own random start, then rank 0's weights everywhere.
     init = random.Random(100 + rank)
@@ -63,15 +53,7 @@ def main():
             params[j] -= fx.LR * buf[j]
         progress.step(step, buf[-1])
 
-    gathered = array.array("d", bytes(8 * len(params) * size))
-    collective("all_gather", comm.all_gather, params, gathered)
-    n = len(params)
-    if any(gathered[r * n:(r + 1) * n] != params for r in range(size)):
-        fx.die(f"rank {rank}: the ranks' parameters differ after training", 1)
-    fx.log(f"parameters identical on all {size} ranks")
-    collective("barrier", comm.barrier)
-    fx.log(f"worker_index: {rank}, final train_loss: {fx.eval_loss(list(params), truth):.6f}")
-    comm.close()
+    fx.finish(comm, collective, params, truth)
 
 
 if __name__ == "__main__":

@@ -6,7 +6,7 @@ logging and exit helpers, env parsing, socket helpers, the model (truth, batches
 evaluation) and the step log. Standard library only. Each train.py puts examples/ on sys.path and
 imports this module as `fx`.
 """
-import os, random, signal, struct, sys, time
+import array, os, random, signal, struct, sys, time
 
 DIM, BATCH, LR, EVAL_SEED = 16, 32, 0.1, 999  # features, batch size, learning rate, eval batch seed
 MAX_FRAME = 16 << 20  # refuse frames over 16 MiB: a garbage length must not make us allocate GiBs
@@ -209,3 +209,35 @@ class PaddleStepLog:
         log(f"worker_index: {self.index}, step{step}, train_loss: {loss:.6f}, total time cost = {total:.6f}, "
             f"step per second: {step / max(total, 1e-9):.6f}, speed: {speed:.6f}")
         self.last_t, self.last_step = now, step
+
+
+def communicator(fr, rendezvous, timeout):
+    """(comm, collective): a fleet_runtime Communicator from the Paddle env (exit 2 for a bad env, 1
+    when the rendezvous fails; its rank is logged), and collective(what, call, *args) that runs one of its operations and
+    exits 1 naming it and the rank when it fails (a peer died or timed out)."""
+    try:
+        comm = fr.Communicator(rendezvous_timeout=rendezvous, timeout=timeout)
+    except fr.Error as e:
+        die(str(e), 2 if str(e).startswith("invalid Paddle collective env") else 1)
+
+    def collective(what, call, *args, **kwargs):
+        try:
+            return call(*args, **kwargs)
+        except fr.Error as e:
+            die(f"rank {comm.rank}: {what} failed: {e}", 1)
+    log(f"rank {comm.rank}/{comm.size}, backend {comm.backend}, endpoint {os.environ.get('PADDLE_CURRENT_ENDPOINT', '-')}")
+    return comm, collective
+
+
+def finish(comm, collective, params, truth, precision=".6f"):
+    """The end of a data-parallel run: checks that every rank holds the same parameters, logs the
+    final loss on the evaluation batch and closes the communicator."""
+    rank, size, n = comm.rank, comm.size, len(params)
+    gathered = array.array("d", bytes(8 * n * size))
+    collective("all_gather", comm.all_gather, params, gathered)
+    if any(gathered[r * n:(r + 1) * n] != params for r in range(size)):
+        die(f"rank {rank}: the ranks' parameters differ after training", 1)
+    log(f"parameters identical on all {size} ranks")
+    collective("barrier", comm.barrier)
+    log(f"worker_index: {rank}, final train_loss: {eval_loss(list(params), truth):{precision}}")
+    comm.close()

@@ -112,7 +112,9 @@ class ElasticNode {
   }
   // 0 with *members set when this node is to run; else fleetrun's exit status.
   int WaitForMembers(std::vector<Endpoint>* members);
-  int RunGeneration(const std::vector<Endpoint>& members);
+  // Supervise's status; *trainer_failed says whether a local trainer's failure ended it.
+  int RunGeneration(const std::vector<Endpoint>& members, bool* trainer_failed);
+  int AfterTrainerFailure(const std::vector<Endpoint>& members, int status);
   void Leave(bool completed);
   void Say(const std::string& message) { std::cerr << "fleetrun: " << message << std::endl; }
   // Says an etcd failure once, until etcd answers again.
@@ -261,7 +263,7 @@ int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
   }
 }
 
-int ElasticNode::RunGeneration(const std::vector<Endpoint>& members) {
+int ElasticNode::RunGeneration(const std::vector<Endpoint>& members, bool* trainer_failed) {
   auto plan = PlanGeneration(options_, host_, members);
   if (!plan) {
     Say("error: " + plan.error());
@@ -301,7 +303,41 @@ int ElasticNode::RunGeneration(const std::vector<Endpoint>& members) {
         "; stopping the local trainers for a new rendezvous.");
     return true;
   };
+  supervisor.on_process_failure = [&] { *trainer_failed = true; };
   return Supervise(*plan, host_.env, supervisor);
+}
+
+// A local trainer failed with `status`. When another node is lost, the collectives of this node's
+// trainers fail at once (their peer's sockets close), up to a TTL before the lost node's lease
+// expires and the nodes change. So wait up to one TTL (and a second for etcd to expire the lease)
+// for the nodes to change: then this node rendezvouses again (kStoppedForChange); else the failure
+// is the trainer's own, and its status is fleetrun's.
+int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int status) {
+  const int wait_seconds = settings_.ttl_seconds + 1;
+  Say("elastic: waiting up to " + std::to_string(wait_seconds) +
+      " s (PADDLE_ELASTIC_TTL + 1) for the job's nodes to change: a lost node makes the other nodes' trainers fail "
+      "before its lease expires.");
+  const auto give_up = Clock::now() + std::chrono::seconds(wait_seconds);
+  while (Clock::now() < give_up) {
+    if (auto sig = WaitForSignal(kPollSeconds)) {
+      Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
+      return 128 + *sig;
+    }
+    Refresh();
+    auto seen = Observe();
+    if (!seen) {
+      EtcdTrouble(seen.error());
+      continue;
+    }
+    if (seen->completed) break;
+    if (seen->members != members) {
+      Say("elastic: the job's nodes changed from " + Hosts(members) + " to " + Hosts(seen->members) +
+          ": the trainer failed with its lost peer; rendezvous again.");
+      return kStoppedForChange;
+    }
+  }
+  Say("elastic: the job's nodes did not change; the trainer's failure is its own.");
+  return status;
 }
 
 // Deregisters; the last node to leave removes the job's keys.
@@ -342,7 +378,9 @@ int ElasticNode::Run() {
   while (true) {
     std::vector<Endpoint> members;
     if (const int status = WaitForMembers(&members); status != 0 || members.empty()) return status;
-    const int status = RunGeneration(members);
+    bool trainer_failed = false;
+    int status = RunGeneration(members, &trainer_failed);
+    if (trainer_failed && status != kElasticRelaunchCode) status = AfterTrainerFailure(members, status);
     if (status == kStoppedForChange) continue;
     if (status == kElasticRelaunchCode) {
       Say("elastic: a trainer exited with " + std::to_string(kElasticRelaunchCode) + " (relaunch); rendezvous again.");

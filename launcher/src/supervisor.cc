@@ -276,6 +276,7 @@ void Supervisor::OnExit(Child& child, int status) {
   if (ExitCodeOf(status) != 0) {
     Say("ABORT: " + who + " " + DescribeStatus(status) + "; its log is " + LogPath(spec) +
         ". Stopping all local processes.");
+    if (options_.on_process_failure) options_.on_process_failure();
     BeginStop(ExitCodeOf(status), false);
     return;
   }

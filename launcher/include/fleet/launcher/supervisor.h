@@ -39,6 +39,9 @@ struct SupervisorOptions {
   double tick_seconds = 1.0;   // how often the periodic checks run
   // Asked every tick while nothing is stopping; true stops the job for a new rendezvous.
   std::function<bool()> stop_for_change;
+  // Called when a local process failed (the job then stops as above), not for a signal to fleetrun:
+  // elastic jobs look whether the loss of another node caused it.
+  std::function<void()> on_process_failure;
 };
 
 // The signals Supervise handles: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT. Supervise blocks them
