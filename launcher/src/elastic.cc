@@ -301,10 +301,14 @@ int ElasticNode::RunGeneration(const std::vector<Endpoint>& members) {
         "; stopping the local trainers for a new rendezvous.");
     return true;
   };
+  // A node that is told to stop deregisters before its trainers go: once their connections drop,
+  // the peers' trainers fail at once, and their nodes must then find this one gone to take it
+  // for a change of nodes rather than a failure of their own (stop_for_change above).
+  supervisor.leaving = [&] { Leave(false); };
   return Supervise(*plan, host_.env, supervisor);
 }
 
-// Deregisters; the last node to leave removes the job's keys.
+// Deregisters (once; again is a no-op); the last node to leave removes the job's keys.
 void ElasticNode::Leave(bool completed) {
   auto warn = [&](const Status& s) {
     if (!s) Say("WARNING: could not clean up etcd: " + s.error());
@@ -313,6 +317,7 @@ void ElasticNode::Leave(bool completed) {
   if (lease_ != 0) warn(etcd_->RevokeLease(lease_));
   if (!node_key_.empty()) warn(etcd_->Delete(node_key_));
   lease_ = 0;
+  node_key_.clear();
   auto left = etcd_->GetPrefix(nodes_prefix_);
   if (left && left->empty()) {
     warn(etcd_->DeletePrefix(job_key_ + "/"));

@@ -27,6 +27,7 @@ namespace fleet {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 constexpr int kTtlSeconds = 2;
 constexpr double kRestartSlack = 3.0;   // poll (0.25 s) + stop (SIGTERM) + start, with room for a loaded machine
@@ -36,6 +37,21 @@ constexpr char kTrainerSh[] = R"SH(#!/bin/sh
 f="$FLEET_TEST_DIR/env/$PADDLE_CURRENT_ENDPOINT.$$"
 env -0 > "$f.tmp" && mv "$f.tmp" "$f"
 while [ ! -e "$FLEET_TEST_DIR/finish" ]; do sleep 0.05; done
+)SH";
+
+// elastic.sh, but it fails as soon as a trainer of its generation is gone, as a collective fails
+// when a peer's connection drops: each trainer leaves its pid under the generation's endpoints.
+constexpr char kCollectiveTrainerSh[] = R"SH(#!/bin/sh
+f="$FLEET_TEST_DIR/env/$PADDLE_CURRENT_ENDPOINT.$$"
+env -0 > "$f.tmp" && mv "$f.tmp" "$f"
+peers="$FLEET_TEST_DIR/peers/$PADDLE_TRAINER_ENDPOINTS"
+mkdir -p "$peers" && echo $$ > "$peers.$$" && mv "$peers.$$" "$peers/$PADDLE_CURRENT_ENDPOINT"
+while [ ! -e "$FLEET_TEST_DIR/finish" ]; do
+  for p in "$peers"/*; do
+    kill -0 "$(cat "$p")" 2>/dev/null || [ -e "$FLEET_TEST_DIR/finish" ] || { echo "peer ${p##*/} is gone"; exit 1; }
+  done
+  sleep 0.05
+done
 )SH";
 
 int FreePort() {
@@ -111,6 +127,7 @@ class FleetrunElastic : public ::testing::Test {
     root_ = pattern;
     fs::create_directories(root_ / "env");
     WriteFile(root_ / "elastic.sh", kTrainerSh, 0755);
+    WriteFile(root_ / "collective.sh", kCollectiveTrainerSh, 0755);
 
     client_port_ = FreePort();
     const int peer_port = FreePort();
@@ -167,7 +184,7 @@ class FleetrunElastic : public ::testing::Test {
     for (const auto& [name, value] : extra) env[name] = value;
     const pid_t pid = Spawn({fleetrun_, "--elastic_server=" + server_, "--job_id=" + job, "--np=" + np,
                              "--host=" + Host(node), "--start_port=" + std::to_string(kPort), "--grace_period=1",
-                             (root_ / "elastic.sh").string()},
+                             (root_ / trainer_).string()},
                             env, dir, dir / "out");
     ASSERT_GT(pid, 0);
     nodes_[node] = pid;
@@ -250,6 +267,7 @@ class FleetrunElastic : public ::testing::Test {
   pid_t etcd_pid_ = -1;
   std::unique_ptr<launcher::EtcdClient> etcd_;
   std::map<int, pid_t> nodes_;
+  std::string trainer_ = "elastic.sh";   // the script StartNode's fleetrun runs
 };
 
 TEST_F(FleetrunElastic, ScalesInWhenANodeDiesAndOutWhenOneJoins) {
@@ -272,6 +290,28 @@ TEST_F(FleetrunElastic, ScalesInWhenANodeDiesAndOutWhenOneJoins) {
 
   ExpectEveryDumpConsistent();
   FinishAndExpectCleanEtcd("scale");
+}
+
+// A node stopped by a signal (a pod deleted or evicted, a scale-in) and a node joining: the other
+// nodes' trainers fail at once when their peer's trainer goes, before their fleetrun's next look at
+// etcd. That is a change of nodes, not a failure: they rendezvous again and keep running.
+TEST_F(FleetrunElastic, TrainersFailingAsAPeerLeavesOrJoinsAreRestartedNotFailed) {
+  trainer_ = "collective.sh";
+  for (int node : {2, 3, 4}) StartNode(node, "peers", "2:4");
+  EXPECT_GE(WaitForGeneration({2, 3, 4}, {}, 10), 0) << "the three nodes never ran together";
+
+  std::set<std::string> seen = DumpNames();
+  KillNode(3, SIGTERM);
+  EXPECT_GE(WaitForGeneration({2, 4}, seen, kRestartSlack), 0) << "the survivors did not restart as {2, 4}";
+  seen = DumpNames();
+  StartNode(5, "peers", "2:4");
+  EXPECT_GE(WaitForGeneration({2, 4, 5}, seen, kRestartSlack), 0) << "the job did not scale out to {2, 4, 5}";
+  for (int node : {2, 4}) {
+    EXPECT_EQ(::waitpid(nodes_.at(node), nullptr, WNOHANG), 0) << "node " << node << " exited:\n" << Output(node);
+    EXPECT_THAT(Output(node), Not(HasSubstr("ABORT")));
+  }
+  ExpectEveryDumpConsistent();
+  FinishAndExpectCleanEtcd("peers");
 }
 
 TEST_F(FleetrunElastic, FixedNpWaitsForAReplacementAndResumes) {
