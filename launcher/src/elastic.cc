@@ -304,6 +304,10 @@ int ElasticNode::RunGeneration(const std::vector<Endpoint>& members, bool* train
     return true;
   };
   supervisor.on_process_failure = [&] { *trainer_failed = true; };
+  // A node that is told to stop deregisters before its trainers go: once their connections drop,
+  // the peers' trainers fail at once, and their nodes then find this one gone at once (the
+  // failure's stop_for_change above) rather than a lease's TTL later (AfterTrainerFailure).
+  supervisor.leaving = [&] { Leave(false); };
   return Supervise(*plan, host_.env, supervisor);
 }
 
@@ -340,7 +344,7 @@ int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int s
   return status;
 }
 
-// Deregisters; the last node to leave removes the job's keys.
+// Deregisters (once; again is a no-op); the last node to leave removes the job's keys.
 void ElasticNode::Leave(bool completed) {
   auto warn = [&](const Status& s) {
     if (!s) Say("WARNING: could not clean up etcd: " + s.error());
@@ -349,6 +353,7 @@ void ElasticNode::Leave(bool completed) {
   if (lease_ != 0) warn(etcd_->RevokeLease(lease_));
   if (!node_key_.empty()) warn(etcd_->Delete(node_key_));
   lease_ = 0;
+  node_key_.clear();
   auto left = etcd_->GetPrefix(nodes_prefix_);
   if (left && left->empty()) {
     warn(etcd_->DeletePrefix(job_key_ + "/"));

@@ -274,6 +274,13 @@ void Supervisor::OnExit(Child& child, int status) {
   if (stopping_) return;  // we are stopping everything; statuses from our signals don't count
   const std::string who = std::string(RoleTitle(spec.process.role)) + " rank " + std::to_string(spec.process.rank);
   if (ExitCodeOf(status) != 0) {
+    // In an elastic job a trainer's collective fails at once when a peer node leaves, usually
+    // before the next tick would have seen the change: then it is the change, not this node.
+    if (options_.stop_for_change && options_.stop_for_change()) {
+      Say(who + " " + DescribeStatus(status) + " as the job's nodes changed; its log is " + LogPath(spec) + ".");
+      BeginStop(kStoppedForChange, false);
+      return;
+    }
     Say("ABORT: " + who + " " + DescribeStatus(status) + "; its log is " + LogPath(spec) +
         ". Stopping all local processes.");
     if (options_.on_process_failure) options_.on_process_failure();
@@ -450,7 +457,10 @@ int Supervisor::Run() {
       while (::read(signal_fd_, &info, sizeof info) == static_cast<ssize_t>(sizeof info)) {
         const int sig = static_cast<int>(info.ssi_signo);
         if (sig == SIGCHLD) continue;  // reaped below
-        if (!stopping_) Say(std::string("received SIG") + ::sigabbrev_np(sig) + "; stopping all local processes.");
+        if (!stopping_) {
+          Say(std::string("received SIG") + ::sigabbrev_np(sig) + "; stopping all local processes.");
+          if (options_.leaving) options_.leaving();
+        }
         BeginStop(128 + sig, /*immediate=*/stopping_);
       }
       Reap();

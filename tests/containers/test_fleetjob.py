@@ -49,13 +49,17 @@ def trainer(command, **extra):
     return dict({"name": "trainer", "image": IMAGES["tools"], "command": command}, **extra)
 
 
-class FleetJobInContainersTest(unittest.TestCase):
+class OperatorInContainers(unittest.TestCase):
+    """A cluster of `nodes` nodes with the operator running in it as the chart deploys it, and the
+    helpers the FleetJob tests share (test_elastic.py too). No tests of its own."""
+    nodes = 1
+
     @classmethod
     def setUpClass(cls):
         require(IMAGES.values())
         if not os.access(HELM, os.X_OK):
             raise AssertionError("Helm is missing at %s: scripts/setup.sh installs it" % HELM)
-        cls.cluster = Cluster()
+        cls.cluster = Cluster(nodes=cls.nodes)
         try:
             cls.start_operator()
         except BaseException:
@@ -113,6 +117,8 @@ class FleetJobInContainersTest(unittest.TestCase):
     def role_pods(self, job, role):
         return self.cluster.pods("%s=%s,%s=%s" % (JOB_LABEL, job, ROLE_LABEL, role))
 
+
+class FleetJobInContainersTest(OperatorInContainers):
     def started_ns(self, pod, container):
         name = self.cluster.container(pod, container)
         self.assertIsNotNone(name, "%s/%s has no container" % (pod, container))

@@ -20,6 +20,7 @@ namespace fleet {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using test::FinalLoss;
 
 constexpr int kTtlSeconds = 2;
@@ -97,6 +98,44 @@ TEST_F(FleetrunElastic, ScalesInWhenANodeDiesAndOutWhenOneJoins) {
 
   ExpectEveryDumpConsistent();
   FinishAndExpectCleanEtcd("scale");
+}
+
+// The env dump, but it fails as soon as a trainer of its generation is gone, as a collective fails
+// when a peer's connection drops: each trainer leaves its pid under the generation's endpoints.
+constexpr char kCollectiveTrainerSh[] = R"SH(#!/bin/sh
+f="$FLEET_TEST_DIR/env/$PADDLE_CURRENT_ENDPOINT.$$"
+env -0 > "$f.tmp" && mv "$f.tmp" "$f"
+peers="$FLEET_TEST_DIR/peers/$PADDLE_TRAINER_ENDPOINTS"
+mkdir -p "$peers" && echo $$ > "$peers.$$" && mv "$peers.$$" "$peers/$PADDLE_CURRENT_ENDPOINT"
+while [ ! -e "$FLEET_TEST_DIR/finish" ]; do
+  for p in "$peers"/*; do
+    kill -0 "$(cat "$p")" 2>/dev/null || [ -e "$FLEET_TEST_DIR/finish" ] || { echo "peer ${p##*/} is gone"; exit 1; }
+  done
+  sleep 0.05
+done
+)SH";
+
+// A node stopped as Kubernetes stops a pod (SIGTERM) deregisters before its trainers go, so the
+// peers' trainers, which fail at once, are restarted at once for the change, neither after a
+// lease's TTL nor as a failure; a joining node makes them fail too, and they restart the same way.
+TEST_F(FleetrunElastic, TrainersFailingAsAPeerLeavesOrJoinsAreRestartedNotFailed) {
+  WriteFile(root_ / "collective.sh", kCollectiveTrainerSh, 0755);
+  const std::string script = (root_ / "collective.sh").string();
+  for (int node : {2, 3, 4}) ASSERT_TRUE(StartNode(node, "peers", "2:4", {}, script));
+  EXPECT_GE(WaitForGeneration({2, 3, 4}, {}, 10), 0) << "the three nodes never ran together";
+
+  std::set<std::string> seen = DumpNames();
+  KillNode(3, SIGTERM);
+  EXPECT_GE(WaitForGeneration({2, 4}, seen, kRestartSlack), 0) << "the survivors did not restart as {2, 4}";
+  seen = DumpNames();
+  ASSERT_TRUE(StartNode(5, "peers", "2:4", {}, script));
+  EXPECT_GE(WaitForGeneration({2, 4, 5}, seen, kRestartSlack), 0) << "the job did not scale out to {2, 4, 5}";
+  for (int node : {2, 4}) {
+    EXPECT_EQ(::waitpid(nodes_.at(node), nullptr, WNOHANG), 0) << "node " << node << " exited:\n" << Output(node);
+    EXPECT_THAT(Output(node), Not(HasSubstr("waiting up to"))) << "the change was seen at once, not after a TTL";
+  }
+  ExpectEveryDumpConsistent();
+  FinishAndExpectCleanEtcd("peers");
 }
 
 #ifdef FLEET_PYTHON_MODULE_DIR

@@ -14,7 +14,9 @@
 //  - logs that cannot be written (a full disk under the log dir) are reported once when noticed
 //    and again as fleetrun exits; the exit status stays the job's;
 //  - elastic jobs: when stop_for_change says so, every process is stopped the same way and
-//    Supervise returns kStoppedForChange.
+//    Supervise returns kStoppedForChange; also when a process fails and stop_for_change, asked
+//    then, says the nodes changed (a trainer whose peer left fails before the next tick);
+//    leaving runs once when a signal starts the stop, before the processes are signalled.
 #pragma once
 
 #include <signal.h>
@@ -37,11 +39,14 @@ struct SupervisorOptions {
   int terminal_fd = 1;   // where local worker 0's output is copied
   int messages_fd = 2;   // fleetrun's own messages
   double tick_seconds = 1.0;   // how often the periodic checks run
-  // Asked every tick while nothing is stopping; true stops the job for a new rendezvous.
+  // Asked every tick while nothing is stopping, and when a process fails; true stops the job for a
+  // new rendezvous.
   std::function<bool()> stop_for_change;
   // Called when a local process failed (the job then stops as above), not for a signal to fleetrun:
   // elastic jobs look whether the loss of another node caused it.
   std::function<void()> on_process_failure;
+  // Called once when SIGINT/SIGTERM/SIGHUP/SIGQUIT starts the stop, before any process is signalled.
+  std::function<void()> leaving;
 };
 
 // The signals Supervise handles: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT. Supervise blocks them
