@@ -13,7 +13,8 @@
 //     the lists written; for the operator, the job's status phase Running).
 //     Then the same bring-up by the real fleet-operator binary, a child process: its times, its
 //     CPU per pod over the bring-up (creates, informer ingest, status writes: /proc/<pid>/stat)
-//     and its peak RSS (VmHWM).
+//     and its peak RSS (VmHWM). FLEET_OPERATOR_BINARIES=old:new runs each binary in turn (its own
+//     namespace, the same baseline): builds compared in one run.
 //     Each runs in its own namespace of the same fake, one after the other, each starting once
 //     the fake has finished running the previous one's pods.
 //  2. Steady-state reconcile of that job once it runs: Reconcile() called directly, p50/p99.
@@ -190,21 +191,21 @@ bool ListsPublished(Client& client, const std::string& ns, const std::string& jo
   return n == pods && !empty_entry;
 }
 
-// Whether `ns` has a pod yet (a list of at most one item: cheap for the fake).
-bool AnyPod(Client& client, const std::string& ns) {
-  auto list = client.List(Resource::Pods(), ns, {"", "", 1, ""});
-  return list.ok() && !(*list)["items"].empty();
-}
+// The name of the job's first pod (its first slot's): the operator creates pods in slot order.
+std::string FirstPodName(const Json& job) { return fleet::op::PodSlots(fleet::op::ParseFleetJob(job).value()).front().name; }
 
 // Creates the job in `ns` and waits until its lists are published: the seconds until its first
 // pod existed and until the lists were published (polled every 5 ms, no watch: the fake's
-// events go to the operator alone, as the plain client's go to its one watch).
+// events go to the operator alone, as the plain client's go to its one watch). The first pod is
+// polled by name: a list, even of one item, has the fake sort every pod it holds (those of the
+// earlier phases too) under its lock, and at 10,000 pods a poll every 5 ms starved the operator.
 std::pair<double, double> CreateJobUntilPublished(Client& client, const std::string& ns, const Json& job, size_t pods,
                                                   Clock::time_point t0, const std::function<void()>& each_poll = {}) {
+  const std::string first_pod_name = FirstPodName(job);
   if (!client.Create(fleet::op::FleetJobResource(), ns, job).ok()) std::exit(1);
   double first_pod = 0;
   while (!ListsPublished(client, ns, "big", pods)) {
-    if (first_pod == 0 && AnyPod(client, ns)) first_pod = Seconds(Clock::now() - t0);
+    if (first_pod == 0 && client.Get(Resource::Pods(), ns, first_pod_name).ok()) first_pod = Seconds(Clock::now() - t0);
     if (each_poll) each_poll();
     std::this_thread::sleep_for(std::chrono::milliseconds(5));
     if (Clock::now() - t0 > std::chrono::minutes(5)) {
@@ -265,13 +266,14 @@ double PodsCreated(prometheus::Registry& registry) {
 }
 
 // The bring-up of the same job by the real fleet-operator binary (a child process, default flags,
-// watching namespace "binary"): its times, and its CPU and peak memory over the bring-up.
+// watching its own namespace `ns`): its times, and its CPU and peak memory over the bring-up.
 void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& client, int servers, int workers,
-                       double by_hand_running) {
+                       double by_hand_running, const std::string& binary, const std::string& ns) {
   const size_t total = static_cast<size_t>(servers + workers);
+  (void)client->Create({"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
   TempDir dir;
-  fleet::op::e2e::OperatorProcess op("fleet-operator", fleet::op::e2e::OperatorBinary(),
-                                     {"--kubeconfig=" + WriteKubeconfig(dir, fake.url()), "--namespace=binary",
+  fleet::op::e2e::OperatorProcess op("fleet-operator", binary,
+                                     {"--kubeconfig=" + WriteKubeconfig(dir, fake.url()), "--namespace=" + ns,
                                       "--metrics-bind-address=0", "--health-probe-bind-address=0"},
                                      dir.path() + "/operator.log");
   for (int i = 0; op.Log().find("caches synced") == std::string::npos; ++i) {
@@ -284,13 +286,13 @@ void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& clien
   const double cpu0 = CpuSeconds(op.pid());
   const auto t0 = Clock::now();
   const auto [first_pod, published] =
-      CreateJobUntilPublished(*client, "binary", FleetJobObject("binary", "big", servers, workers), total, t0);
-  const double running = SecondsUntilRunning(*client, "binary", "big", t0);
+      CreateJobUntilPublished(*client, ns, FleetJobObject(ns, "big", servers, workers), total, t0);
+  const double running = SecondsUntilRunning(*client, ns, "big", t0);
   const double cpu = CpuSeconds(op.pid()) - cpu0;
-  std::printf("  fleet-operator binary (default flags): first pod after %.3f s, lists published after %.2f s, job Running after %.2f s "
+  std::printf("  fleet-operator binary %s (default flags): first pod after %.3f s, lists published after %.2f s, job Running after %.2f s "
               "(%.2f x the plain client, target <= 1.2 / 1.5 at 10,000); CPU %.2f s = %.2f ms per pod (target <= 1 ms); "
               "VmHWM %s (target <= 128 MiB)\n",
-              first_pod, published, running, running / by_hand_running, cpu,
+              binary.c_str(), first_pod, published, running, running / by_hand_running, cpu,
               cpu * 1000 / static_cast<double>(total), ReadProcStatus(op.pid(), "VmHWM").c_str());
 }
 
@@ -302,7 +304,7 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   }
   auto client = Client::Create(fake.Config()).value();
   CreateCrd(*client);
-  for (const char* ns : {"parallel", "serial", "operator", "binary"}) {
+  for (const char* ns : {"parallel", "serial", "operator"}) {
     (void)client->Create({"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
   }
   if (latency_ms > 0) fake.Control("faults", {{"latencyMs", latency_ms}});
@@ -391,7 +393,18 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   }
   std::printf("steady-state reconcile of the %zu-pod job (1000 calls): p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 <= 5 ms)\n",
               total, took[took.size() / 2], took[took.size() * 99 / 100], took.back());
-  BringUpWithBinary(fake, client, servers, workers, by_hand_running);
+  // FLEET_OPERATOR_BINARIES="a:b": each binary in turn, against the same baseline (to compare builds
+  // in one run); else FLEET_OPERATOR_BINARY or this build's.
+  const char* binaries = std::getenv("FLEET_OPERATOR_BINARIES");
+  std::vector<std::string> compared;
+  std::istringstream paths(binaries ? binaries : "");
+  for (std::string path; std::getline(paths, path, ':');) {
+    if (!path.empty()) compared.push_back(path);
+  }
+  if (compared.empty()) compared.push_back(fleet::op::e2e::OperatorBinary());
+  for (size_t i = 0; i < compared.size(); ++i) {
+    BringUpWithBinary(fake, client, servers, workers, by_hand_running, compared[i], "binary" + std::to_string(i));
+  }
   const double serial = CreateSerial(*client, PodsFor(job, "serial"), static_cast<size_t>(serial_pods), "serial", 20);
   const double serial_rate = serial_pods / serial;
   std::printf("  serial 20-QPS client: %d pods in %.2f s (%.1f pods/s) -> %.1f s to create the %zu pods; ratio to the operator %.1f\n",

@@ -16,12 +16,12 @@ using kube::ApiStatus;
 using kube::Code;
 using Clock = std::chrono::steady_clock;
 
-// A child's event waits this many times the job's last planning time for the events that follow
-// it (a job's pods change in bursts: thousands of events while a big job comes up), so that a
-// job is planned at most about once per (1 + factor) planning times: planning a 5,000-pod job
-// takes tens of milliseconds, and planning once per event would keep a core busy with plans
-// that find nothing new to do, and a status write each. Small jobs plan in microseconds: their
-// events wait that long.
+// A child's event waits this many times the job's last reconcile (reading the caches, planning
+// and the status write, not the creates) for the events that follow it (a job's pods change in
+// bursts: thousands of events while a big job comes up), so that a job is reconciled at most
+// about once per (1 + factor) such times: reconciling once per event would keep a core and the
+// API server busy with plans that find little new to do, and a status write each. Small jobs
+// reconcile in a few milliseconds: their events wait that long.
 constexpr int kChildBatchFactor = 2;
 constexpr Clock::duration kMaxChildBatch = std::chrono::milliseconds(200);
 
@@ -176,7 +176,24 @@ void Controller::SetLeader(bool leader) {
 }
 
 void Controller::Enqueue(const Json& object) {
-  queue_.Add(KeyOf(MetaString(object, "namespace"), MetaString(object, "name")));
+  const std::string key = KeyOf(MetaString(object, "namespace"), MetaString(object, "name"));
+  Clock::duration batch{};
+  {
+    // The echo of this controller's own status write: nothing new but what the write said. It
+    // waits, as a child's event does, for the job's next events to share a plan (else every
+    // status write of a bring-up would be followed at once by another plan and write).
+    std::lock_guard<std::mutex> lock(mu_);
+    auto written = written_.find(key);
+    if (written != written_.end() && written->second.written_version == MetaString(object, "resourceVersion")) {
+      batch = ChildBatchLocked(key);
+    }
+  }
+  queue_.AddAfter(key, batch);
+}
+
+Clock::duration Controller::ChildBatchLocked(const std::string& key) const {
+  auto took = reconcile_took_.find(key);
+  return took == reconcile_took_.end() ? Clock::duration{} : std::min(kChildBatchFactor * took->second, kMaxChildBatch);
 }
 
 std::string Controller::ExpectationKey(ObjectKind kind, const std::string& name) {
@@ -203,7 +220,7 @@ void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) 
         if (it->second.empty()) pods_.erase(it);
       }
     } else {
-      pods_[key][name] = std::make_shared<const Json>(PodForPlanning(child));
+      pods_[key][name] = std::make_shared<const ObservedPod>(ObservedPod::Read(child));
     }
   }
   {
@@ -218,8 +235,7 @@ void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) 
         if (e->second.seen_at == 0) e->second.seen_at = epoch_;
       }
     }
-    auto took = plan_took_.find(key);
-    if (took != plan_took_.end()) batch = std::min(kChildBatchFactor * took->second, kMaxChildBatch);
+    batch = ChildBatchLocked(key);
   }
   queue_.AddAfter(key, batch);
 }
@@ -278,14 +294,9 @@ std::vector<ProgressJob> Controller::ProgressTargets() const {
       if (slot.role->kind == RoleKind::kServer) continue;
       auto pod = pods->second.find(slot.name);
       if (pod == pods->second.end()) continue;
-      const Json& p = *pod->second;
-      const Json& pod_status = p.value("status", Json::object());
-      const std::string ip = pod_status.value("podIP", "");
-      if (ip.empty() || pod_status.value("phase", "") != "Running" ||
-          Meta(p).value("labels", Json::object()).value(kRunLabel, "") != run) {
-        continue;
-      }
-      target.pods.push_back({slot.name, slot.role->name, ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))});
+      const ObservedPod& p = *pod->second;
+      if (p.pod_ip.empty() || p.phase != PodPhase::kRunning || p.run != run) continue;
+      target.pods.push_back({slot.name, slot.role->name, p.pod_ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))});
     }
     if (!target.pods.empty()) targets.push_back(std::move(target));
   }
@@ -344,7 +355,8 @@ void Controller::Forget(const std::string& key) {
   written_.erase(key);
   expectations_.erase(key);
   phases_.erase(key);
-  plan_took_.erase(key);
+  reconcile_took_.erase(key);
+  wired_.erase(key);
 }
 
 void Controller::ReserveRecordedPortBlocks() {
@@ -387,7 +399,7 @@ ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const
   const std::string read_version = MetaString(job, "resourceVersion");
   if (MetaString(*written, "resourceVersion") == read_version) return ApiStatus();
   std::lock_guard<std::mutex> lock(mu_);
-  written_[key] = {read_version, Clock::now()};
+  written_[key] = {read_version, MetaString(*written, "resourceVersion"), Clock::now()};
   return ApiStatus();
 }
 
@@ -518,12 +530,20 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     observed.pod_group = GetPodGroup(*job.job, PodGroupName(job.name));
   }
   if (progress_) observed.progress = progress_->Latest(key, status.run);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto wired = wired_.find(key);
+    if (wired != wired_.end()) observed.wired = wired->second;
+  }
 
-  const auto planning = Clock::now();
   const ReconcilePlan plan = PlanReconcile(job, status, observed, std::chrono::system_clock::now(), options_.settings);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    plan_took_[key] = Clock::now() - planning;
+    if (plan.wired) {
+      wired_[key] = plan.wired;
+    } else {
+      wired_.erase(key);
+    }
   }
   const bool status_changed = plan.status != status;
   if (status_changed) {
@@ -538,6 +558,10 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     }
     const int restarts = plan.status.restart_count - status.restart_count;
     if (metrics_ && restarts > 0) metrics_->JobRestarted(restarts);
+  }
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    reconcile_took_[key] = Clock::now() - started;
   }
   // Events come with the transitions that cause them, which always change the status: a plan
   // from a cache still behind our own writes repeats a transition's events, but not its status.

@@ -44,43 +44,21 @@ const std::string& Str(const Json& parent, const char* key, const std::string& f
   return it != parent.end() && it->is_string() ? it->get_ref<const std::string&>() : fallback;
 }
 const std::string kNone;
-// Pod phases (core/v1), not the job's (JobPhase).
-const std::string kPodPending = "Pending";
-const std::string kPodRunning = "Running";
-const std::string kPodSucceeded = "Succeeded";
-const std::string kPodFailed = "Failed";
 
 const std::string& Label(const Json& obj, const char* key) { return Str(Obj(Obj(obj, "metadata"), "labels"), key, kNone); }
 const std::string& Name(const Json& obj) { return Str(Obj(obj, "metadata"), "name", kNone); }
-const std::string& Uid(const Json& obj) { return Str(Obj(obj, "metadata"), "uid", kNone); }
 const std::string& Annotation(const Json& obj, const char* key) {
   return Str(Obj(Obj(obj, "metadata"), "annotations"), key, kNone);
 }
-bool Terminating(const Json& obj) { return Obj(obj, "metadata").contains("deletionTimestamp"); }
-const std::string& Phase(const Json& pod) { return Str(Obj(pod, "status"), "phase", kPodPending); }
-bool Finished(const Json& pod) {
-  const std::string& phase = Phase(pod);
-  return phase == kPodSucceeded || phase == kPodFailed;
-}
-bool HasPodIp(const Json& pod) { return !Str(Obj(pod, "status"), "podIP", kNone).empty(); }
+bool Finished(const ObservedPod& pod) { return pod.phase == PodPhase::kSucceeded || pod.phase == PodPhase::kFailed; }
 
-bool PodReady(const Json& pod) {
-  for (const Json& c : Arr(Obj(pod, "status"), "conditions")) {
-    if (Str(c, "type", kNone) == "Ready") return Str(c, "status", kNone) == "True";
-  }
-  return false;
+PodPhase ReadPodPhase(const std::string& phase) {
+  if (phase == "Pending") return PodPhase::kPending;
+  if (phase == "Running") return PodPhase::kRunning;
+  if (phase == "Succeeded") return PodPhase::kSucceeded;
+  if (phase == "Failed") return PodPhase::kFailed;
+  return PodPhase::kOther;
 }
-
-// The exit code of the pod's first terminated main container (the training process).
-std::optional<int> ExitCode(const Json& pod) {
-  for (const Json& cs : Arr(Obj(pod, "status"), "containerStatuses")) {
-    const Json& state = Obj(cs, "state");
-    if (state.contains("terminated")) return state["terminated"].value("exitCode", 0);
-  }
-  return std::nullopt;
-}
-
-bool Evicted(const Json& pod) { return Str(Obj(pod, "status"), "reason", kNone) == "Evicted"; }
 
 // The status fleetrun exits with when its elastic job stayed below its minimum of nodes for
 // PADDLE_ELASTIC_TIMEOUT (launcher/elastic.h kElasticTimeoutStatus, timeout(1)'s status).
@@ -107,8 +85,8 @@ std::string MembershipChange(const std::vector<std::string>& before, const std::
 class RunPods {
  public:
   explicit RunPods(size_t slots) : by_ordinal_(slots, nullptr), occupied_(slots, false) {}
-  const Json* Find(const PodSlot& slot) const { return by_ordinal_[Index(slot.ordinal)]; }
-  void Set(int ordinal, const Json* pod) {
+  const ObservedPod* Find(const PodSlot& slot) const { return by_ordinal_[Index(slot.ordinal)]; }
+  void Set(int ordinal, const ObservedPod* pod) {
     count_ += by_ordinal_[Index(ordinal)] == nullptr;
     by_ordinal_[Index(ordinal)] = pod;
   }
@@ -121,7 +99,7 @@ class RunPods {
 
  private:
   static size_t Index(int ordinal) { return static_cast<size_t>(ordinal); }
-  std::vector<const Json*> by_ordinal_;
+  std::vector<const ObservedPod*> by_ordinal_;
   std::vector<bool> occupied_;
   size_t count_ = 0;
 };
@@ -157,6 +135,10 @@ class Planner {
       : object_(object), observed_(observed), now_(now), settings_(settings) {
     plan_.status = status;
     if (object_.job) slots_ = PodSlots(*object_.job);
+    if (object_.job && observed_.wired &&
+        observed_.wired->For(*object_.job, observed_.host_ports.base, settings_.cluster_domain)) {
+      wired_ = observed_.wired;
+    }
     slot_of_.reserve(slots_.size());
     for (const PodSlot& slot : slots_) slot_of_.emplace(slot.name, &slot);
   }
@@ -209,11 +191,11 @@ class Planner {
     if (status().elastic) status().elastic->below_minimum_since.reset();
   }
   // This run's worker pods in a pod phase.
-  int WorkersIn(const RunPods& pods, const std::string& phase) const {
+  int WorkersIn(const RunPods& pods, PodPhase phase) const {
     int count = 0;
     for (const PodSlot& slot : slots_) {
-      const Json* pod = pods.Find(slot);
-      count += slot.role->kind == RoleKind::kWorker && pod && Phase(*pod) == phase;
+      const ObservedPod* pod = pods.Find(slot);
+      count += slot.role->kind == RoleKind::kWorker && pod && pod->phase == phase;
     }
     return count;
   }
@@ -261,16 +243,17 @@ class Planner {
     std::string name = Name(object);
     plan_.actions.push_back({Verb::kCreate, kind, name, std::move(object), why});
   }
-  void DeletePods(const std::function<bool(const Json&)>& which, const std::string& why) {
-    for (const Json& pod : observed_.pods) {
-      if (!Terminating(pod) && which(pod)) Delete(ObjectKind::kPod, Name(pod), why);
+  void DeletePods(const std::function<bool(const ObservedPod&)>& which, const std::string& why) {
+    for (const ObservedPod& pod : observed_.pods) {
+      if (!pod.terminating && which(pod)) Delete(ObjectKind::kPod, pod.name, why);
     }
   }
-  // The job's wiring, rendered on first use (milliseconds for a big job: not on every plan);
-  // nullptr after failing the job when it cannot be wired. It is built for a copy of the job that
-  // the plan's pod creates share (PodRecipe): they outlive the plan's inputs.
+  // The job's wiring: an earlier plan's while it is still the job's (Observed::wired), else
+  // rendered on first use (milliseconds for a big job: not on every plan); nullptr after failing
+  // the job when it cannot be wired. It is built for a copy of the job that the plan's pod creates
+  // share (PodRecipe): they outlive the plan's inputs.
   const JobWiring* Wiring() {
-    if (!wiring_) {
+    if (!wired_) {
       auto wired_job = std::make_shared<const FleetJob>(job());
       auto built = JobWiring::Build(*wired_job, observed_.host_ports.base, settings_.cluster_domain);
       if (!built) {
@@ -278,11 +261,12 @@ class Planner {
         FinishedJob();
         return nullptr;
       }
-      wired_job_ = std::move(wired_job);
-      wiring_ = std::make_shared<const JobWiring>(std::move(*built));
+      wired_ = std::make_shared<const WiredJob>(WiredJob{std::move(wired_job), std::make_shared<const JobWiring>(std::move(*built)),
+                                                         observed_.host_ports.base, settings_.cluster_domain});
     }
-    return wiring_.get();
+    return wired_->wiring.get();
   }
+  const JobWiring* wiring() const { return wired_ ? wired_->wiring.get() : nullptr; }
 
   const FleetJobObject& object_;
   const Observed& observed_;
@@ -292,8 +276,7 @@ class Planner {
   std::vector<PodSlot> slots_;
   std::unordered_map<std::string_view, const PodSlot*> slot_of_;   // by pod name (into slots_)
   std::set<std::pair<ObjectKind, std::string>> deleted_;
-  std::shared_ptr<const FleetJob> wired_job_;   // what wiring_ was built for
-  std::shared_ptr<const JobWiring> wiring_;
+  std::shared_ptr<const WiredJob> wired_;
 };
 
 ReconcilePlan Planner::Run() {
@@ -302,6 +285,7 @@ ReconcilePlan Planner::Run() {
   // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
   // the pods that exist once it is carried out.
   if (object_.job) CountPods();
+  plan_.wired = wired_;
   return std::move(plan_);
 }
 
@@ -353,9 +337,9 @@ void Planner::ResolveWithoutPods(const std::string& reason) {
 void Planner::CleanUp() {
   switch (object_.run_policy.clean_pod_policy) {
     case CleanPodPolicy::kNone: return;
-    case CleanPodPolicy::kAll: DeletePods([](const Json&) { return true; }, "cleanPodPolicy All"); return;
+    case CleanPodPolicy::kAll: DeletePods([](const ObservedPod&) { return true; }, "cleanPodPolicy All"); return;
     case CleanPodPolicy::kRunning:
-      DeletePods([](const Json& pod) { return !Finished(pod); }, "cleanPodPolicy Running");
+      DeletePods([](const ObservedPod& pod) { return !Finished(pod); }, "cleanPodPolicy Running");
       return;
   }
 }
@@ -444,7 +428,7 @@ bool Planner::Suspend() {
     }
     return false;
   }
-  DeletePods([](const Json&) { return true; }, "suspended");
+  DeletePods([](const ObservedPod&) { return true; }, "suspended");
   if (!status().IsTrue(ConditionType::kSuspended)) {
     SetCondition(ConditionType::kSuspended, true, "Suspended", "spec.runPolicy.suspend is true");
     NewRun();  // pods made after the resume are wired afresh
@@ -469,7 +453,7 @@ bool Planner::DeadlineExceeded() {
     return false;
   }
   Fail("DeadlineExceeded", "the job ran longer than activeDeadlineSeconds=" + std::to_string(*limit));
-  DeletePods([](const Json& pod) { return !Finished(pod); }, "activeDeadlineSeconds");
+  DeletePods([](const ObservedPod& pod) { return !Finished(pod); }, "activeDeadlineSeconds");
   return true;
 }
 
@@ -546,17 +530,17 @@ void Planner::RewireOnNewReplicas() {
 RunPods Planner::ClassifyPods() {
   const std::string run = std::to_string(status().run);
   RunPods pods(slots_.size());
-  for (const Json& pod : observed_.pods) {
-    const std::string& name = Name(pod);
+  for (const ObservedPod& pod : observed_.pods) {
+    const std::string& name = pod.name;
     auto slot = slot_of_.find(name);
     if (slot != slot_of_.end()) pods.Occupy(slot->second->ordinal);
-    const bool old_run = Label(pod, kRunLabel) != run;
+    const bool old_run = pod.run != run;
     pods.stale = pods.stale || old_run;
-    if (Terminating(pod)) continue;
+    if (pod.terminating) continue;
     if (slot == slot_of_.end()) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
     } else if (old_run) {
-      Delete(ObjectKind::kPod, name, "from run " + Label(pod, kRunLabel) + "; this is run " + run);
+      Delete(ObjectKind::kPod, name, "from run " + pod.run + "; this is run " + run);
     } else {
       pods.Set(slot->second->ordinal, &pod);
     }
@@ -567,8 +551,8 @@ RunPods Planner::ClassifyPods() {
 // Success: every worker of this run succeeded. Elastic: some worker succeeded and none runs any
 // more (the members finish together; a worker still Pending would wait for peers that are done).
 bool Planner::AllWorkersSucceeded(const RunPods& pods) {
-  const int workers_done = WorkersIn(pods, kPodSucceeded);
-  const bool done = job().spec.elastic ? workers_done > 0 && WorkersIn(pods, kPodRunning) == 0
+  const int workers_done = WorkersIn(pods, PodPhase::kSucceeded);
+  const bool done = job().spec.elastic ? workers_done > 0 && WorkersIn(pods, PodPhase::kRunning) == 0
                                        : workers_done == job().spec.Find(RoleKind::kWorker)->replicas;
   if (!done) return false;
   SetCondition(ConditionType::kSucceeded, true, "WorkersSucceeded", "all workers finished successfully");
@@ -595,7 +579,7 @@ void Planner::Restart(const std::string& why, bool whole_job) {
   const int restarts = ++status().restart_count;
   if (whole_job) {
     NewRun();
-    DeletePods([](const Json&) { return true; }, "whole-job restart");
+    DeletePods([](const ObservedPod&) { return true; }, "whole-job restart");
   }
   const std::string message = why + " (restart " + std::to_string(restarts) + " of at most " +
                               std::to_string(job().spec.run_policy.backoff_limit) + ")";
@@ -610,21 +594,21 @@ bool Planner::HandleFailures(const RunPods& pods) {
   // plans may still see it Failed. Its uid is recorded when its restart is counted, so it is
   // counted once.
   std::set<std::string> still_there;
-  for (const Json& pod : observed_.pods) {
-    if (status().replaced_pods.count(Uid(pod))) still_there.insert(Uid(pod));
+  for (const ObservedPod& pod : observed_.pods) {
+    if (status().replaced_pods.count(pod.uid)) still_there.insert(pod.uid);
   }
   status().replaced_pods = still_there;
 
   std::vector<const PodSlot*> retry;
   for (const PodSlot& slot : slots_) {
-    const Json* found = pods.Find(slot);
-    if (!found || Phase(*found) != kPodFailed) continue;
-    const Json& pod = *found;
-    if (still_there.count(Uid(pod))) {
+    const ObservedPod* found = pods.Find(slot);
+    if (!found || found->phase != PodPhase::kFailed) continue;
+    const ObservedPod& pod = *found;
+    if (still_there.count(pod.uid)) {
       Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
       continue;
     }
-    const auto code = ExitCode(pod);
+    const std::optional<int>& code = pod.exit_code;
     if (job().spec.elastic && code == kElasticTimeoutStatus) {
       // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
       Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code 124: its launcher had fewer than " +
@@ -633,7 +617,7 @@ bool Planner::HandleFailures(const RunPods& pods) {
       CleanUp();
       return true;
     }
-    const bool evicted = Evicted(pod);
+    const bool evicted = pod.evicted;
     const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
                              code ? " failed with exit code " + std::to_string(*code) : " failed");
     bool retryable = false;
@@ -651,7 +635,7 @@ bool Planner::HandleFailures(const RunPods& pods) {
     retry.push_back(&slot);
   }
   if (retry.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
-  const std::string first = "pod " + retry.front()->name + (Evicted(*pods.Find(*retry.front())) ? " was evicted" : " failed");
+  const std::string first = "pod " + retry.front()->name + (pods.Find(*retry.front())->evicted ? " was evicted" : " failed");
   if (OutOfRestarts(first)) return true;
   if (job().spec.elastic) {
     ReplaceFailedPodsAlone(retry, pods);
@@ -673,7 +657,7 @@ bool Planner::HandleFailures(const RunPods& pods) {
 void Planner::ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods) {
   for (const PodSlot* slot : failed) {
     Delete(ObjectKind::kPod, slot->name, "restart failed pod");
-    status().replaced_pods.insert(Uid(*pods.Find(*slot)));
+    status().replaced_pods.insert(pods.Find(*slot)->uid);
   }
 }
 
@@ -686,14 +670,14 @@ bool Planner::TrackElasticMembers(const RunPods& pods) {
   ElasticStatus& tracked = status().elastic ? *status().elastic : status().elastic.emplace();
   std::vector<std::string> members;
   for (const PodSlot& slot : slots_) {
-    const Json* pod = pods.Find(slot);
-    if (slot.role->kind == RoleKind::kWorker && pod && Phase(*pod) == kPodRunning) members.push_back(slot.name);
+    const ObservedPod* pod = pods.Find(slot);
+    if (slot.role->kind == RoleKind::kWorker && pod && pod->phase == PodPhase::kRunning) members.push_back(slot.name);
   }
   const int count = static_cast<int>(members.size());
   const bool enough = count >= elastic.min_replicas;
   // Once a worker succeeded the job is ending: the others finish their own trainers, as fleetrun's
   // do once a node marked the job completed in etcd, and neither rendezvous nor wait.
-  const bool finishing = WorkersIn(pods, kPodSucceeded) > 0;
+  const bool finishing = WorkersIn(pods, PodPhase::kSucceeded) > 0;
   if (members != tracked.members) {
     if (enough && !finishing) ++tracked.rendezvous;
     Event("Normal", "MembershipChanged",
@@ -740,9 +724,10 @@ Hosts Planner::CollectHosts(const RunPods& pods) const {
   const std::vector<std::string> published_hosts = hosts.published_this_run && hosts.compared_by_slot
       ? SplitString(Annotation(*hosts.published, kHostsAnnotation), ',') : std::vector<std::string>{};
   for (const PodSlot& slot : slots_) {
-    const Json* pod = pods.Find(slot);
+    const ObservedPod* pod = pods.Find(slot);
     std::string& host = hosts.by_ordinal[static_cast<size_t>(slot.ordinal)];
-    host = SlotHost(job(), slot, pod, settings_.cluster_domain);
+    host = SlotHost(job(), slot, !pod ? kNone : network == Network::kHostNetwork ? pod->host_ip : pod->pod_ip,
+                    settings_.cluster_domain);
     if (network == Network::kService) continue;   // DNS names: never unknown, never replaced
     hosts.all_known = hosts.all_known && !host.empty();
     if (published_hosts.size() != slots_.size() || !hosts.replaced.empty()) continue;
@@ -774,10 +759,10 @@ bool Planner::NeedsWiring(const RunPods& pods, const Hosts& hosts) const {
 // loader from its ConfigMap, made with the other children before them, and the condition says
 // which variables a user's image must load (docs/env-contract.md). Decided when the wiring is.
 void Planner::EnsureEnvLoader() {
-  if (!wiring_) return;
-  if (wiring_->file_variables().empty()) return Resolve(ConditionType::kEnvFromFiles, "ListsInEnv");
+  if (!wiring()) return;
+  if (wiring()->file_variables().empty()) return Resolve(ConditionType::kEnvFromFiles, "ListsInEnv");
   std::string lists;
-  for (const auto& [var, bytes] : wiring_->file_variables()) {
+  for (const auto& [var, bytes] : wiring()->file_variables()) {
     lists += (lists.empty() ? "" : ", ") + var + " (about " + std::to_string(bytes / 1024) + " KiB)";
   }
   const std::string message = lists + " travel as files of " + EndpointsConfigMapName(job().name) +
@@ -799,11 +784,11 @@ void Planner::EnsureEnvLoader() {
 void Planner::CreateMissingPods(const RunPods& pods) {
   // An elastic job whose workers begin to finish is ending: a new worker would wait for peers
   // that are done.
-  if (job().spec.elastic && WorkersIn(pods, kPodSucceeded) > 0) return;
+  if (job().spec.elastic && WorkersIn(pods, PodPhase::kSucceeded) > 0) return;
   std::shared_ptr<const PodRecipe> recipe;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
-    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_job_, wiring_, status().run, settings_});
+    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_->job, wired_->wiring, status().run, settings_});
     plan_.actions.push_back({Verb::kCreate, ObjectKind::kPod, slot.name, nullptr, "missing", recipe, slot.ordinal});
   }
 }
@@ -817,8 +802,8 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
                            {"labels", {{kJobLabel, job().name}}},
                            {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}}},
                            {"ownerReferences", Json::array({OwnerReference(job())})}}},
-             {"data", wiring_->EndpointsData(hosts.by_ordinal)}};
-  if (!wiring_->file_variables().empty()) cm["data"][kEnvFilesRunKey] = run;   // for the env loader
+             {"data", wiring()->EndpointsData(hosts.by_ordinal)}};
+  if (!wiring()->file_variables().empty()) cm["data"][kEnvFilesRunKey] = run;   // for the env loader
   if (hosts.published) {
     cm["metadata"]["resourceVersion"] = Str(Obj(*hosts.published, "metadata"), "resourceVersion", kNone);
     plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, name, cm, "run " + run});
@@ -841,8 +826,8 @@ void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
   bool all_running = pods.size() == slots_.size();
   for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.
-    const Json* pod = pods.Find(slot);
-    if (pod) all_running = all_running && (Phase(*pod) == kPodRunning || Phase(*pod) == kPodSucceeded);
+    const ObservedPod* pod = pods.Find(slot);
+    if (pod) all_running = all_running && (pod->phase == PodPhase::kRunning || pod->phase == PodPhase::kSucceeded);
   }
   if (!pods.AllOccupied() || pods.size() < slots_.size() || !hosts.all_known) {
     SetPhase(JobPhase::kPending, "creating pods and waiting for their addresses");
@@ -881,14 +866,10 @@ void Planner::CheckProgress(const RunPods& pods) {
   std::vector<std::string> stalled;
   std::string first_message;
   for (const PodSlot& slot : slots_) {
-    const Json* pod = pods.Find(slot);
-    if (!pod || Phase(*pod) != kPodRunning) continue;
-    for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
-      if (Str(c, "type", kNone) != kProgressConditionType || Str(c, "status", kNone) != "False") continue;
-      if (Str(c, "reason", kNone) != "Stalled") continue;
-      stalled.push_back(slot.name);
-      if (first_message.empty()) first_message = Str(c, "message", kNone);
-    }
+    const ObservedPod* pod = pods.Find(slot);
+    if (!pod || pod->phase != PodPhase::kRunning || !pod->stalled) continue;
+    stalled.push_back(slot.name);
+    if (first_message.empty()) first_message = *pod->stalled;
   }
   if (stalled.empty()) return Resolve(ConditionType::kStalled, "Progressing");
   std::string message = std::to_string(stalled.size()) + " pod(s) report no training progress: " + JoinStrings(stalled, ", ");
@@ -924,18 +905,17 @@ void Planner::PublishProgress() {
 void Planner::CountPods() {
   const std::string run = std::to_string(status().run);
   std::map<const RoleSpec*, ReplicaStatus> counts;
-  for (const Json& pod : observed_.pods) {
-    const auto slot = slot_of_.find(Name(pod));
-    if (slot == slot_of_.end() || Terminating(pod) || Label(pod, kRunLabel) != run ||
-        deleted_.count({ObjectKind::kPod, Name(pod)})) {
+  for (const ObservedPod& pod : observed_.pods) {
+    const auto slot = slot_of_.find(pod.name);
+    if (slot == slot_of_.end() || pod.terminating || pod.run != run ||
+        deleted_.count({ObjectKind::kPod, pod.name})) {
       continue;
     }
     ReplicaStatus& c = counts[slot->second->role];
-    const std::string& phase = Phase(pod);
-    if (phase == kPodSucceeded) ++c.succeeded;
-    else if (phase == kPodFailed) ++c.failed;
+    if (pod.phase == PodPhase::kSucceeded) ++c.succeeded;
+    else if (pod.phase == PodPhase::kFailed) ++c.failed;
     else ++c.active;
-    if (phase == kPodRunning && PodReady(pod)) ++c.ready;
+    if (pod.phase == PodPhase::kRunning && pod.ready) ++c.ready;
   }
   std::map<std::string, ReplicaStatus> replicas;
   int heter_ready = 0;  // one printer column for all heter stages
@@ -953,20 +933,15 @@ void Planner::CheckPending(const RunPods& pods) {
   const seconds timeout(job().spec.run_policy.pending_timeout_seconds);
   std::string stuck;
   for (const PodSlot& slot : slots_) {   // in slot order: the same pod is quoted every time
-    const Json* pod = pods.Find(slot);
-    if (!pod || Phase(*pod) != kPodPending || HasPodIp(*pod)) continue;
-    const auto created = ParseRfc3339(Str(Obj(*pod, "metadata"), "creationTimestamp", kNone));
+    const ObservedPod* pod = pods.Find(slot);
+    if (!pod || pod->phase != PodPhase::kPending || !pod->pod_ip.empty()) continue;
+    const std::optional<Time>& created = pod->created;
     if (!created) continue;
     if (now_ - *created < timeout) {
       RequeueAfter(std::chrono::duration_cast<seconds>(timeout - (now_ - *created)) + seconds(1));
       continue;
     }
-    std::string why = "no reason given by the scheduler";
-    for (const Json& c : Arr(Obj(*pod, "status"), "conditions")) {
-      if (Str(c, "type", kNone) == "PodScheduled" && Str(c, "status", kNone) == "False") {
-        why = Str(c, "reason", kNone) + ": " + Str(c, "message", kNone);
-      }
-    }
+    const std::string why = pod->unschedulable.value_or("no reason given by the scheduler");
     stuck = "pod " + slot.name + " has been Pending for more than " + std::to_string(timeout.count()) + "s (" + why + ")";
     break;
   }
@@ -976,42 +951,44 @@ void Planner::CheckPending(const RunPods& pods) {
 
 }  // namespace
 
-Json PodForPlanning(const Json& pod) {
-  // Only what the planner reads: the controller keeps one of these per pod of every job in
-  // memory, so every member left out counts (a whole running pod is ~20 KB of JSON).
+ObservedPod ObservedPod::Read(const Json& pod) {
+  ObservedPod out;
   const Json& meta = Obj(pod, "metadata");
-  Json out_meta = Json::object();
-  for (const char* key : {"name", "uid", "creationTimestamp", "deletionTimestamp"}) {
-    if (meta.contains(key)) out_meta[key] = meta[key];
-  }
-  const std::string& run = Label(pod, kRunLabel);
-  if (!run.empty()) out_meta["labels"] = {{kRunLabel, run}};
+  out.name = Str(meta, "name", kNone);
+  out.uid = Str(meta, "uid", kNone);
+  out.run = Label(pod, kRunLabel);
+  out.created = ParseRfc3339(Str(meta, "creationTimestamp", kNone));
+  out.terminating = meta.contains("deletionTimestamp");
   const Json& status = Obj(pod, "status");
-  Json out_status = Json::object();
-  for (const char* key : {"phase", "reason", "podIP", "hostIP"}) {
-    if (status.contains(key)) out_status[key] = status[key];
-  }
-  Json conditions = Json::array();
+  out.phase = ReadPodPhase(Str(status, "phase", "Pending"));
+  out.evicted = Str(status, "reason", kNone) == "Evicted";
+  out.pod_ip = Str(status, "podIP", kNone);
+  out.host_ip = Str(status, "hostIP", kNone);
+  bool ready_seen = false;
   for (const Json& c : Arr(status, "conditions")) {
     const std::string& type = Str(c, "type", kNone);
-    if (type != "Ready" && type != "PodScheduled" && type != kProgressConditionType) continue;
-    Json kept = {{"type", type}, {"status", Str(c, "status", kNone)}};
-    if (type != "Ready") {   // the others are quoted in the job's conditions
-      kept["reason"] = Str(c, "reason", kNone);
-      kept["message"] = Str(c, "message", kNone);
+    const std::string& value = Str(c, "status", kNone);
+    if (type == "Ready" && !ready_seen) {
+      ready_seen = true;
+      out.ready = value == "True";
+    } else if (type == "PodScheduled" && value == "False") {
+      out.unschedulable = Str(c, "reason", kNone) + ": " + Str(c, "message", kNone);
+    } else if (type == kProgressConditionType && value == "False" && Str(c, "reason", kNone) == "Stalled" && !out.stalled) {
+      out.stalled = Str(c, "message", kNone);
     }
-    conditions.push_back(std::move(kept));
   }
-  if (!conditions.empty()) out_status["conditions"] = std::move(conditions);
-  // The first terminated main container's exit code (ExitCode() reads nothing else).
   for (const Json& c : Arr(status, "containerStatuses")) {
     const Json& state = Obj(c, "state");
     if (!state.contains("terminated")) continue;
-    out_status["containerStatuses"] =
-        Json::array({{{"state", {{"terminated", {{"exitCode", state["terminated"].value("exitCode", 0)}}}}}}});
+    out.exit_code = state["terminated"].value("exitCode", 0);
     break;
   }
-  return {{"metadata", std::move(out_meta)}, {"status", std::move(out_status)}};
+  return out;
+}
+
+bool WiredJob::For(const FleetJob& other, int port_base, const std::string& domain) const {
+  return job && job->uid == other.uid && job->ns == other.ns && job->name == other.name &&
+         job->generation == other.generation && host_port_base == port_base && cluster_domain == domain;
 }
 
 Json Action::Object() const {

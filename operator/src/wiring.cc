@@ -105,13 +105,10 @@ std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::
   return pod + "." + job.name + "." + job.ns + ".svc." + cluster_domain;
 }
 
-std::string SlotHost(const FleetJob& job, const PodSlot& slot, const Json* pod, const std::string& cluster_domain) {
+std::string SlotHost(const FleetJob& job, const PodSlot& slot, const std::string& pod_address,
+                     const std::string& cluster_domain) {
   if (job.spec.network == Network::kService) return ServiceHost(job, slot.name, cluster_domain);
-  if (!pod) return "";
-  const auto status = pod->find("status");
-  if (status == pod->end() || !status->is_object()) return "";
-  const auto address = status->find(PodAddressField(job.spec.network));
-  return address != status->end() && address->is_string() ? address->get<std::string>() : "";
+  return pod_address;
 }
 
 int TemplateGpus(const Json& pod_template) {

@@ -50,8 +50,8 @@ std::map<std::string, ParsedRole> ExpectEveryPodPassesTheContract(
     const World& world, RoleMakerKind kind, const std::function<Expected(const Json& pod)>& expected) {
   std::map<std::string, ParsedRole> roles;
   EXPECT_TRUE(world.observed.endpoints.has_value()) << "the endpoint lists were not published";
-  EXPECT_FALSE(world.observed.pods.empty());
-  for (const Json& pod : world.observed.pods) {
+  EXPECT_FALSE(world.pods.empty());
+  for (const Json& pod : world.pods) {
     const std::string name = pod["metadata"]["name"].get<std::string>();
     SCOPED_TRACE(name);
     auto env = ResolveEnv(pod, world.observed.endpoints);
@@ -267,7 +267,7 @@ TEST(PodEnvContractTest, ParameterServerWithGlooOverHttp) {
     return Expected{server ? Role::kServer : Role::kTrainer, IndexOf(pod), pod["status"]["podIP"].get<std::string>() + ":6170"};
   });
   // Every process finds the HTTP store on server 0, one port above the Paddle ports.
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     auto env = ResolveEnv(pod, world.observed.endpoints);
     ASSERT_TRUE(env.ok()) << env.error();
     EXPECT_EQ(env->at("PADDLE_GLOO_HTTP_ENDPOINT"), IpOf(world, "wd-server-0") + ":6171");
@@ -413,7 +413,7 @@ TEST(PodEnvContractTest, CollectiveProcessesPerPodGetTheClusterEnv) {
   ASSERT_EQ(world.PodNames().size(), 3u);
   const std::vector<std::string> nodes = {IpOf(world, "wd-worker-0"), IpOf(world, "wd-worker-1"),
                                           IpOf(world, "wd-worker-2")};
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
     auto env = ResolveEnv(pod, world.observed.endpoints);
     ASSERT_TRUE(env.ok()) << env.error();
@@ -453,7 +453,7 @@ TEST(PodEnvContractTest, HostNetworkCollectivePodsSharingANodeGetAUsableClusterE
   const bool kept_apart = affinity.contains("podAntiAffinity") &&
                           affinity["podAntiAffinity"].contains("requiredDuringSchedulingIgnoredDuringExecution");
   if (kept_apart) return;
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
     auto env = ResolveEnv(pod, world.observed.endpoints);
     ASSERT_TRUE(env.ok()) << env.error();
@@ -469,7 +469,7 @@ TEST(PodEnvContractTest, EveryListKeyThePodsReferenceIsPublished) {
   ASSERT_TRUE(world.observed.endpoints.has_value());
   const Json& data = (*world.observed.endpoints)["data"];
   int refs = 0;
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     for (const Json& e : pod["spec"]["containers"][0]["env"]) {
       if (!e.contains("valueFrom") || !e["valueFrom"].contains("configMapKeyRef")) continue;
       ++refs;

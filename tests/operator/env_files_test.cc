@@ -104,7 +104,7 @@ Result<EnvMap> EnvAfterLoader(const World& world, const Json& pod, const fs::pat
 void ExpectSamplesPassTheContract(const World& world, RoleMakerKind kind) {
   TempDir dir;
   int checked = 0;
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     const std::string name = pod["metadata"]["name"].get<std::string>();
     const std::string role = pod["metadata"]["labels"][kRoleLabel].get<std::string>();
     const int index = std::stoi(pod["metadata"]["labels"][kIndexLabel].get<std::string>());
@@ -224,7 +224,7 @@ TEST(EnvFilesTest, SmallListsTravelByEnvAsBefore) {
   EXPECT_TRUE(Condition(world.Status(), "EnvFromFiles").is_null());
   ASSERT_TRUE(world.observed.endpoints.has_value());
   EXPECT_FALSE((*world.observed.endpoints)["data"].contains(kEnvFilesRunKey));
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     const Json& container = pod["spec"]["containers"][0];
     EXPECT_TRUE(EnvEntry(container, "FLEET_ENV_FILES").is_null());
     EXPECT_TRUE(EnvEntry(container, "PYTHONPATH").is_null());

@@ -124,7 +124,7 @@ TEST(RestartTest, NextRunWaitsUntilTheOldPodsAreGone) {
   EXPECT_EQ(Condition(world.Status(), "Restarting").value("status", ""), "False");
   ASSERT_TRUE(world.observed.endpoints.has_value());
   EXPECT_EQ((*world.observed.endpoints)["metadata"]["annotations"][kRunAnnotation], "1");
-  for (const Json& pod : world.observed.pods) EXPECT_EQ(RunOf(pod), "1");
+  for (const Json& pod : world.pods) EXPECT_EQ(RunOf(pod), "1");
   EXPECT_EQ(world.already_exists, 0) << "the planner asked for a name that was still taken";
 }
 
@@ -211,7 +211,7 @@ TEST(ServiceModeRestartTest, TheOtherPodsKeepRunning) {
   World world =
       RunningWorld(JobBuilder("wd").Ps(1, 4).Network("Service").RestartPolicy("worker", "OnFailure").Obj());
   std::map<std::string, std::string> uids;
-  for (const Json& pod : world.observed.pods) uids[pod["metadata"]["name"]] = pod["metadata"]["uid"];
+  for (const Json& pod : world.pods) uids[pod["metadata"]["name"]] = pod["metadata"]["uid"];
   world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(1); });
   world.Step();
   world.Reap();

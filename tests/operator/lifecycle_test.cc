@@ -370,37 +370,69 @@ TEST(EventsTest, RestartIsOneWarning) {
 namespace fleet::op::testing {
 namespace {
 
-// The controller plans with PodForPlanning(pod) instead of whole pods: for every kind of pod state
-// the planner reads, the plan must be the same.
-TEST(PodForPlanningTest, PlansAreTheSameAsWithWholePods) {
-  const std::vector<std::pair<std::string, std::function<void(World&)>>> cases = {
-      {"running", [](World&) {}},
-      {"failed", [](World& w) { w.Edit("wd-worker-2", [](PodBuilder& p) { p.Failed(137); }); }},
-      {"evicted", [](World& w) { w.Edit("wd-worker-1", [](PodBuilder& p) { p.Evicted(); }); }},
-      {"succeeded", [](World& w) {
-         for (const char* pod : {"wd-worker-0", "wd-worker-1", "wd-worker-2", "wd-worker-3"}) {
-           w.Edit(pod, [](PodBuilder& p) { p.Succeeded(); });
-         }
-       }},
-      {"not ready", [](World& w) { w.Edit("wd-server-0", [](PodBuilder& p) { p.Ready(false); }); }},
-      {"terminating", [](World& w) { w.Edit("wd-worker-3", [&](PodBuilder& p) { p.Terminating(T0()); }); }},
-      {"unschedulable", [](World& w) {
-         w.Edit("wd-worker-0", [](PodBuilder& p) { p.Phase("Pending").Ip("").Created(T0()).Unschedulable("0/3 nodes"); });
-         w.Advance(3600);
-       }},
-      {"new address", [](World& w) { w.Edit("wd-worker-0", [](PodBuilder& p) { p.Ip("10.9.9.9"); }); }},
-      {"stalled", [](World& w) { w.Edit("wd-worker-2", [](PodBuilder& p) { p.Progress(false, "rank 2: no step for 10m"); }); }},
-  };
-  for (const auto& [name, change] : cases) {
-    SCOPED_TRACE(name);
-    World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
-    change(world);
-    Observed trimmed = world.observed;
-    trimmed.pods = PodList();
-    for (const Json& pod : world.observed.pods) trimmed.pods.push_back(PodForPlanning(pod));
-    EXPECT_EQ(Describe(PlanFor(world.job, trimmed, world.now, world.settings)),
-              Describe(PlanFor(world.job, world.observed, world.now, world.settings)));
-  }
+// The planner reads pods only through ObservedPod: for every kind of pod state it decides on,
+// the view says what the whole pod says.
+TEST(ObservedPodTest, ReadsEveryPodStateThePlannerDecidesOn) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).Obj());
+  const auto view = [&](const std::string& pod) { return ObservedPod::Read(world.Pod(pod)); };
+  const ObservedPod running = view("wd-worker-0");
+  EXPECT_EQ(running.name, "wd-worker-0");
+  EXPECT_EQ(running.uid, world.Pod("wd-worker-0")["metadata"]["uid"].get<std::string>());
+  EXPECT_EQ(running.run, "0");
+  EXPECT_EQ(running.created, T0());
+  EXPECT_EQ(running.phase, PodPhase::kRunning);
+  EXPECT_TRUE(running.ready);
+  EXPECT_FALSE(running.terminating || running.evicted || running.exit_code || running.unschedulable || running.stalled);
+  EXPECT_EQ(running.pod_ip, world.Pod("wd-worker-0")["status"]["podIP"].get<std::string>());
+  EXPECT_EQ(running.host_ip, world.Pod("wd-worker-0")["status"]["hostIP"].get<std::string>());
+
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(137); });
+  EXPECT_EQ(view("wd-worker-1").phase, PodPhase::kFailed);
+  EXPECT_EQ(view("wd-worker-1").exit_code, 137);
+  world.Edit("wd-worker-2", [](PodBuilder& p) { p.Evicted(); });
+  EXPECT_TRUE(view("wd-worker-2").evicted);
+  EXPECT_EQ(view("wd-worker-2").exit_code, std::nullopt);
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Succeeded(); });
+  EXPECT_EQ(view("wd-worker-3").phase, PodPhase::kSucceeded);
+  EXPECT_EQ(view("wd-worker-3").exit_code, 0);
+  world.Edit("wd-server-0", [](PodBuilder& p) { p.Ready(false); });
+  EXPECT_FALSE(view("wd-server-0").ready);
+  world.Edit("wd-server-0", [](PodBuilder& p) { p.Terminating(T0()); });
+  EXPECT_TRUE(view("wd-server-0").terminating);
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Progress(false, "rank 0: no step for 10m"); });
+  EXPECT_EQ(view("wd-worker-0").stalled, "rank 0: no step for 10m");
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Progress(true); });
+  EXPECT_EQ(view("wd-worker-0").stalled, std::nullopt);
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Phase("Pending").Ip("").Unschedulable("0/3 nodes"); });
+  EXPECT_EQ(view("wd-worker-0").phase, PodPhase::kPending);
+  EXPECT_EQ(view("wd-worker-0").unschedulable, "Unschedulable: 0/3 nodes");
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Phase("Unknown"); });
+  EXPECT_EQ(view("wd-worker-0").phase, PodPhase::kOther);
+  EXPECT_EQ(ObservedPod::Read(Json::object()).phase, PodPhase::kPending) << "no status yet: Pending";
+}
+
+// A plan hands its wiring to the next (the controller keeps it per job): reused while the job's
+// generation and port block stay, rebuilt for a new spec, whose pods get the new lists.
+TEST(WiredJobTest, PlansReuseTheWiringUntilTheSpecChanges) {
+  World world(JobBuilder("wd").Ps(1, 4).Obj());
+  world.Step();   // the pods' creates: the job is wired
+  ASSERT_NE(world.plan.wired, nullptr);
+  const std::shared_ptr<const WiredJob> wired = world.plan.wired;
+  world.Settle();   // the pods run, the lists are published (wired again before)
+  EXPECT_EQ(world.Status().value("phase", ""), "Running");
+  EXPECT_EQ(world.plan.wired, wired) << "the same generation reuses the wiring";
+
+  world.EditSpec("/spec/worker/replicas", 5);
+  world.Settle();
+  ASSERT_NE(world.plan.wired, nullptr);
+  EXPECT_NE(world.plan.wired, wired) << "a new generation is wired afresh";
+  EXPECT_EQ(world.plan.wired->job->generation, world.job["metadata"]["generation"].get<int64_t>());
+  EXPECT_EQ(world.LivePodNames().size(), 6u);
+  EXPECT_TRUE(world.HasPod("wd-worker-4"));
+
+  EXPECT_TRUE(world.plan.wired->For(*world.plan.wired->job, world.plan.wired->host_port_base, "cluster.local"));
+  EXPECT_FALSE(world.plan.wired->For(*world.plan.wired->job, 21000, "cluster.local")) << "another port block";
+  EXPECT_FALSE(world.plan.wired->For(*world.plan.wired->job, world.plan.wired->host_port_base, "example.org"));
 }
 
 }  // namespace

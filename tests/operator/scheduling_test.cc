@@ -101,7 +101,7 @@ TEST(GangTest, VolcanoPodGroupComesFirstAndHoldsThePods) {
   EXPECT_THAT(gang.value("message", ""), HasSubstr("queue research"));
   EXPECT_EQ(held.status.ToJson()["phase"], "Pending");
   EXPECT_TRUE(held.requeue_after.has_value());
-  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_TRUE(world.pods.empty());
 
   // Admitted: the pods come, each pointing at the gang.
   (*world.observed.pod_group)["status"] = {{"phase", "Inqueue"}};
@@ -126,7 +126,7 @@ TEST(GangTest, VolcanoPodGroupNeverAdmittedKeepsTheJobPending) {
     const ReconcilePlan& plan = world.Step();
     EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
   }
-  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_TRUE(world.pods.empty());
   EXPECT_EQ(world.Status()["phase"], "Pending");
   EXPECT_EQ(Condition(world.Status(), "GangPending").value("status", ""), "True");
   int gang_events = 0;
@@ -157,7 +157,7 @@ TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
 // The pods' env as Paddle reads it after a rescale: each worker knows `workers` trainers.
 void ExpectWiredFor(const World& world, int workers) {
   ASSERT_TRUE(world.observed.endpoints.has_value());
-  for (const Json& pod : world.observed.pods) {
+  for (const Json& pod : world.pods) {
     SCOPED_TRACE(pod["metadata"]["name"].get<std::string>());
     auto env = ResolveEnv(pod, world.observed.endpoints);
     ASSERT_TRUE(env.ok()) << env.error();
@@ -248,7 +248,7 @@ TEST(HostPortsTest, AJobWaitingForHostPortsIsPendingAndSaysWhy) {
   world.Step();
   EXPECT_EQ(world.Status().value("phase", ""), "Pending");
   EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("no block of 13 free host ports"));
-  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_TRUE(world.pods.empty());
   EXPECT_FALSE(world.Status().contains("hostPortBase"));
   ASSERT_TRUE(world.plan.requeue_after.has_value());
   // Ports free up: the job starts, and the condition says so.
@@ -271,7 +271,7 @@ TEST(HostPortsTest, AJobThatCanNeverFitFails) {
   world.Step();
   EXPECT_EQ(world.Status().value("phase", ""), "Failed");
   EXPECT_THAT(world.Status().value("message", ""), ::testing::HasSubstr("needs 13 host ports"));
-  EXPECT_TRUE(world.observed.pods.empty());
+  EXPECT_TRUE(world.pods.empty());
 }
 
 }  // namespace

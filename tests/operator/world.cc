@@ -21,19 +21,18 @@ ReconcilePlan PlanFor(const Json& job, const Observed& observed, Time now, const
 }
 
 const ReconcilePlan& World::Reconcile() {
+  // The pods as the controller reads them, and the wiring the last plan left, as it keeps it.
+  observed.pods = PodList();
+  for (const Json& pod : pods) observed.pods.push_back(pod);
   plan = PlanFor(job, observed, now, settings);
+  observed.wired = plan.wired;
   job["status"] = plan.status.ToJson();
   events.insert(events.end(), plan.events.begin(), plan.events.end());
   return plan;
 }
 
-// The World made every pod it holds (PodList::push_back(Json) stores a non-const Json), so it may
-// change them in place, as the kubelet and API server would.
-static Json& MutablePod(const PodList::Item& item) { return const_cast<Json&>(*item); }
-
 Json* World::FindPod(const std::string& name) {
-  for (const PodList::Item& item : observed.pods.items()) {
-    Json& pod = MutablePod(item);
+  for (Json& pod : pods) {
     if (pod["metadata"]["name"] == name) return &pod;
   }
   return nullptr;
@@ -55,7 +54,7 @@ void World::Apply() {
           pod["metadata"]["creationTimestamp"] = FormatRfc3339(now);
           pod["metadata"]["uid"] = "pod-uid-" + std::to_string(resource_version_++);
           pod["status"] = {{"phase", "Pending"}};
-          observed.pods.push_back(std::move(pod));
+          pods.push_back(std::move(pod));
         } else if (a.verb == Verb::kDelete) {
           if (Json* pod = FindPod(a.name); pod && !pod->at("metadata").contains("deletionTimestamp")) {
             (*pod)["metadata"]["deletionTimestamp"] = FormatRfc3339(now);
@@ -128,15 +127,13 @@ const ReconcilePlan& World::Settle(int max_steps) {
 }
 
 void World::Reap() {
-  auto& pods = observed.pods.items();
   pods.erase(std::remove_if(pods.begin(), pods.end(),
-                            [](const PodList::Item& pod) { return (*pod)["metadata"].contains("deletionTimestamp"); }),
+                            [](const Json& pod) { return pod["metadata"].contains("deletionTimestamp"); }),
              pods.end());
 }
 
 void World::StartPods() {
-  for (const PodList::Item& item : observed.pods.items()) {
-    Json& pod = MutablePod(item);
+  for (Json& pod : pods) {
     if (pod["metadata"].contains("deletionTimestamp") || pod["status"].value("phase", "") != "Pending") continue;
     const std::string node = nodes[static_cast<size_t>(next_node_++) % nodes.size()];
     const bool host_network = pod["spec"].value("hostNetwork", false);
@@ -165,19 +162,17 @@ void World::Edit(const std::string& name, const std::function<void(PodBuilder&)>
 }
 
 void World::Remove(const std::string& name) {
-  auto& pods = observed.pods.items();
-  pods.erase(std::remove_if(pods.begin(), pods.end(),
-                            [&](const PodList::Item& pod) { return (*pod)["metadata"]["name"] == name; }),
+  pods.erase(std::remove_if(pods.begin(), pods.end(), [&](const Json& pod) { return pod["metadata"]["name"] == name; }),
              pods.end());
 }
 
 bool World::HasPod(const std::string& name) const {
-  return std::any_of(observed.pods.begin(), observed.pods.end(),
+  return std::any_of(pods.begin(), pods.end(),
                      [&](const Json& pod) { return pod["metadata"]["name"] == name; });
 }
 
 const Json& World::Pod(const std::string& name) const {
-  for (const Json& pod : observed.pods) {
+  for (const Json& pod : pods) {
     if (pod["metadata"]["name"] == name) return pod;
   }
   static const Json null_pod;
@@ -187,14 +182,14 @@ const Json& World::Pod(const std::string& name) const {
 
 std::vector<std::string> World::PodNames() const {
   std::vector<std::string> names;
-  for (const Json& pod : observed.pods) names.push_back(pod["metadata"]["name"].get<std::string>());
+  for (const Json& pod : pods) names.push_back(pod["metadata"]["name"].get<std::string>());
   std::sort(names.begin(), names.end());
   return names;
 }
 
 std::vector<std::string> World::LivePodNames() const {
   std::vector<std::string> names;
-  for (const Json& pod : observed.pods) {
+  for (const Json& pod : pods) {
     if (!pod["metadata"].contains("deletionTimestamp")) names.push_back(pod["metadata"]["name"].get<std::string>());
   }
   std::sort(names.begin(), names.end());

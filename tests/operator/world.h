@@ -30,7 +30,8 @@ class World {
   explicit World(Json job, OperatorSettings settings = {}, HostPortBlock host_ports = {});
 
   Json job;                  // the FleetJob; each Reconcile() writes the plan's status back
-  Observed observed;
+  std::vector<Json> pods;    // the job's pods, whole (as the API server holds them)
+  Observed observed;         // the rest; each Reconcile() reads `pods` into observed.pods
   OperatorSettings settings;
   Time now = T0();
   ReconcilePlan plan;        // the latest plan

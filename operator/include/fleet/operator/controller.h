@@ -5,8 +5,9 @@
 //   read the job and its children from the caches -> PlanReconcile -> write the status (optimistic
 //   concurrency: the plan is committed only if the job has not changed since it was read) ->
 //   carry out the actions (pod creates and deletes in parallel) -> record events -> requeue.
-//   A child's event queues its job after a pause of twice the job's last planning time (at most
-//   200 ms), so that the events of a burst (a big job's pods coming up) share a plan.
+//   A child's event queues its job after a pause of twice the job's last reconcile (caches,
+//   planning and status write; at most 200 ms), so that the events of a burst (a big job's pods
+//   coming up) share a plan and a status write.
 //
 // Caches lag behind the API server. Two guards keep a lagging cache from repeating work:
 //  - after a status write, the job is not planned again until the cache has seen that write
@@ -83,9 +84,12 @@ class Controller {
  private:
   struct Written {
     std::string read_version;     // the job's resourceVersion the last status write was based on
+    std::string written_version;  // the resourceVersion it made
     std::chrono::steady_clock::time_point at;
   };
   void Enqueue(const Json& object);         // a FleetJob
+  // How long a child's event (or the echo of a status write) waits for the job's next events.
+  std::chrono::steady_clock::duration ChildBatchLocked(const std::string& key) const;   // under mu_
   // A child changed: update the pod store, clear expectations for it, queue its job (by label).
   void ObserveChild(ObjectKind kind, const Json& child, bool deleted);
   static std::string ExpectationKey(ObjectKind kind, const std::string& name);   // "Kind/name"
@@ -128,13 +132,15 @@ class Controller {
   std::map<std::string, std::map<std::string, Expectation>> expectations_;
   uint64_t epoch_ = 0;      // child events observed so far (under mu_)
   std::map<std::string, std::string> phases_;                        // job key -> phase, for metrics
-  // job key -> how long its last plan took (PlanReconcile): its children's events are batched for
-  // a multiple of it.
-  std::map<std::string, std::chrono::steady_clock::duration> plan_took_;
-  // job key -> pod name -> the pod as the planner reads it (PodForPlanning), kept up to date by
-  // the pod informer's handlers: a reconcile reads them without unpacking the cached pods.
+  // job key -> how long its last reconcile took until its status was written: its children's
+  // events are batched for a multiple of it.
+  std::map<std::string, std::chrono::steady_clock::duration> reconcile_took_;
+  // job key -> the wiring of its last plan (ReconcilePlan::wired), for the next plan to reuse.
+  std::map<std::string, std::shared_ptr<const WiredJob>> wired_;
+  // job key -> pod name -> the pod as the planner reads it (ObservedPod), kept up to date by the
+  // pod informer's handlers: a reconcile reads them without unpacking the cached pods.
   mutable std::mutex pods_mu_;
-  std::map<std::string, std::map<std::string, std::shared_ptr<const Json>>> pods_;
+  std::map<std::string, std::map<std::string, std::shared_ptr<const ObservedPod>>> pods_;
   std::unique_ptr<ProgressCollector> progress_;   // null: progress is not collected
   std::atomic<bool> stopping_{false};
 };

@@ -63,21 +63,49 @@ struct PlannedEvent {
   std::string message;
 };
 
-// A job's pods as observed: shared, immutable snapshots, so that a plan reads a 1,000-pod job
-// without copying it. Iterates as `const Json&`.
+// Pod phases (core/v1 status.phase; absent reads as Pending), not the job's (JobPhase).
+enum class PodPhase { kPending, kRunning, kSucceeded, kFailed, kOther };
+
+// A pod as the planner reads it: exactly the fields its decisions depend on, read once when the
+// pod is observed (the controller keeps one per pod of every job, built by its pod informer's
+// handler), so that a plan over 10,000 pods does no JSON lookups and a cached pod costs ~200
+// bytes instead of its JSON.
+struct ObservedPod {
+  std::string name;
+  std::string uid;
+  std::string run;                        // the run label ("" when absent)
+  std::optional<Time> created;            // metadata.creationTimestamp
+  bool terminating = false;               // metadata.deletionTimestamp is set
+  PodPhase phase = PodPhase::kPending;
+  bool evicted = false;                   // status.reason Evicted
+  std::string pod_ip;
+  std::string host_ip;
+  bool ready = false;                     // its first Ready condition is True
+  // The exit code of its first terminated main container (the training process).
+  std::optional<int> exit_code;
+  // Why the scheduler cannot place it: "<reason>: <message>" of its PodScheduled False condition.
+  std::optional<std::string> unschedulable;
+  // Its sidecar reports no training progress: the message of its Stalled progress condition.
+  std::optional<std::string> stalled;
+
+  static ObservedPod Read(const Json& pod);
+};
+
+// A job's pods as observed: shared, immutable snapshots, so that a plan reads a 10,000-pod job
+// without copying it. Iterates as `const ObservedPod&`.
 class PodList {
  public:
-  using Item = std::shared_ptr<const Json>;
+  using Item = std::shared_ptr<const ObservedPod>;
   class const_iterator {
    public:
     using iterator_category = std::forward_iterator_tag;
-    using value_type = Json;
+    using value_type = ObservedPod;
     using difference_type = std::ptrdiff_t;
-    using pointer = const Json*;
-    using reference = const Json&;
+    using pointer = const ObservedPod*;
+    using reference = const ObservedPod&;
     explicit const_iterator(std::vector<Item>::const_iterator it) : it_(it) {}
-    const Json& operator*() const { return **it_; }
-    const Json* operator->() const { return it_->get(); }
+    const ObservedPod& operator*() const { return **it_; }
+    const ObservedPod* operator->() const { return it_->get(); }
     const_iterator& operator++() { ++it_; return *this; }
     bool operator==(const const_iterator& o) const { return it_ == o.it_; }
     bool operator!=(const const_iterator& o) const { return it_ != o.it_; }
@@ -86,21 +114,32 @@ class PodList {
   };
 
   PodList() = default;
+  // Whole pods (tests): each read as the controller reads it (ObservedPod::Read).
   PodList(std::initializer_list<Json> pods) {
     for (const Json& pod : pods) push_back(pod);
   }
-  void push_back(Json pod) { items_.push_back(std::make_shared<Json>(std::move(pod))); }
+  void push_back(const Json& pod) { items_.push_back(std::make_shared<const ObservedPod>(ObservedPod::Read(pod))); }
   void push_back(Item pod) { items_.push_back(std::move(pod)); }
   void reserve(size_t n) { items_.reserve(n); }
   size_t size() const { return items_.size(); }
   bool empty() const { return items_.empty(); }
   const_iterator begin() const { return const_iterator(items_.begin()); }
   const_iterator end() const { return const_iterator(items_.end()); }
-  std::vector<Item>& items() { return items_; }
-  const std::vector<Item>& items() const { return items_; }
 
  private:
   std::vector<Item> items_;
+};
+
+// The job's wiring as a plan built it, for the plans after it: rendering the wiring of a
+// 10,000-pod job takes milliseconds, and it changes only with the job's spec (its generation) and
+// HostNetwork port block.
+struct WiredJob {
+  std::shared_ptr<const FleetJob> job;       // the job it was built for (PodRecipe::job)
+  std::shared_ptr<const JobWiring> wiring;
+  int host_port_base = 0;
+  std::string cluster_domain;
+  // Whether it is the wiring of `job` (same object, same generation) with these ports and domain.
+  bool For(const FleetJob& other, int port_base, const std::string& domain) const;
 };
 
 // HostNetwork: what the operator's allocator (HostPortAllocator) answered for the job's block of
@@ -125,6 +164,9 @@ struct Observed {
   HostPortBlock host_ports;            // HostNetwork jobs (recorded in status.hostPortBase)
   // The latest summary of this run's training progress (ProgressCollector), without updateTime.
   std::optional<Json> progress;
+  // The wiring of an earlier plan of this job (ReconcilePlan::wired), reused when it is still
+  // the job's; null: built when a plan needs it.
+  std::shared_ptr<const WiredJob> wired;
 };
 
 struct ReconcilePlan {
@@ -132,15 +174,13 @@ struct ReconcilePlan {
   FleetJobStatus status;               // the FleetJob's .status as it should be
   std::vector<PlannedEvent> events;
   std::optional<std::chrono::seconds> requeue_after;
+  // The wiring this plan used (built or reused), for the next plan's Observed::wired; null when
+  // it needed none.
+  std::shared_ptr<const WiredJob> wired;
 };
 
 // `job` and `status` are the FleetJob object, read once (ReadFleetJob, FleetJobStatus::FromJson).
 ReconcilePlan PlanReconcile(const FleetJobObject& job, const FleetJobStatus& status, const Observed& observed,
                             Time now, const OperatorSettings& settings);
-
-// The fields of a pod the planner reads (metadata name, namespace, uid, labels, timestamps;
-// status phase, reason, addresses, conditions, container states). Planning with these gives the
-// same plan as with the whole pod; the controller keeps pods in this form, ~10x smaller.
-Json PodForPlanning(const Json& pod);
 
 }  // namespace fleet::op

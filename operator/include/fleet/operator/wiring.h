@@ -48,8 +48,10 @@ int HostPortRangeSize(const FleetJob& job);
 // The stable DNS name of a pod in Service mode (the job's headless Service is named after the job).
 std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::string& cluster_domain);
 // The host that stands for a slot in the endpoint lists: in Service mode its stable DNS name, known
-// from the start; else its pod's address ("" while `pod` is null or has none).
-std::string SlotHost(const FleetJob& job, const PodSlot& slot, const Json* pod, const std::string& cluster_domain);
+// from the start; else its pod's address (status.podIP, or hostIP in HostNetwork mode; "" while it
+// has no pod or the pod has none).
+std::string SlotHost(const FleetJob& job, const PodSlot& slot, const std::string& pod_address,
+                     const std::string& cluster_domain);
 // GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).
 int TemplateGpus(const Json& pod_template);
 
