@@ -41,7 +41,7 @@ Json* World::FindPod(const std::string& name) {
 void World::Apply() {
   // The pods' names, once per plan: a 10,000-pod plan would otherwise search the pods per create.
   std::unordered_set<std::string> pod_names;
-  for (const Json& pod : observed.pods) pod_names.insert(pod["metadata"]["name"].get<std::string>());
+  for (const Json& pod : pods) pod_names.insert(pod["metadata"]["name"].get<std::string>());
   for (const Action& a : plan.actions) {
     switch (a.kind) {
       case ObjectKind::kPod:
