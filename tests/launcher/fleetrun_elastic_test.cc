@@ -140,11 +140,12 @@ TEST_F(FleetrunElastic, TrainersFailingAsAPeerLeavesOrJoinsAreRestartedNotFailed
 
 #ifdef FLEET_PYTHON_MODULE_DIR
 // The env of examples/elastic/train.py: the fleet_runtime module, and the interpreter it was built
-// for first on PATH (fleetrun runs `python3`). 60 steps of 0.05 s, a checkpoint every 5.
+// for first on PATH (fleetrun runs `python3`). 100 steps of 0.05 s, a checkpoint every 5: a node
+// is killed once step 20's checkpoint is there, with 80 steps (4 s or more) left to be resumed.
 EnvMap ExampleEnv(const fs::path& checkpoints) {
   EnvMap env = {{"PYTHONPATH", FLEET_PYTHON_MODULE_DIR},
                 {"PATH", fs::path(FLEET_PYTHON_INTERPRETER).parent_path().string() + ":/usr/local/bin:/usr/bin:/bin"},
-                {"FLEET_EXAMPLE_STEPS", "60"}, {"FLEET_EXAMPLE_STEP_SECONDS", "0.05"},
+                {"FLEET_EXAMPLE_STEPS", "100"}, {"FLEET_EXAMPLE_STEP_SECONDS", "0.05"},
                 {"FLEET_EXAMPLE_CHECKPOINT_EVERY", "5"}, {"FLEET_EXAMPLE_TIMEOUT_SECONDS", "10"},
                 {"FLEET_EXAMPLE_RENDEZVOUS_SECONDS", "20"}};
   if (!checkpoints.empty()) env["FLEET_EXAMPLE_CHECKPOINT_DIR"] = checkpoints.string();
