@@ -461,6 +461,11 @@ ApiStatus Informer::ListAndReplace() {
     const bool parsed = internal::PackListBody(
         body,
         [&](std::string_view item) {
+          std::string transformed;
+          if (options_.transform) {
+            transformed = Transformed(item);
+            item = transformed;
+          }
           // With the cache's spare already: a new object's buffer moves into the cache as it is.
           ListedObject object{CopyWithSpare(item), internal::ReadPackedMeta(item)};
           objects.push_back(std::move(object));
@@ -576,6 +581,7 @@ ApiStatus Informer::ApplyLine(std::string_view line) {
     return error_status.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code: " + Excerpt(body))
                              : error_status;
   }
+  if (options_.transform && type != WatchEventType::kBookmark) line_packed_ = Transformed(line_packed_);
   ApplyPackedLocked(type, line_packed_, internal::ReadPackedMeta(line_packed_));
   if (line_packed_.capacity() > (1u << 20)) std::string().swap(line_packed_);   // after a huge object
   return ApiStatus();
@@ -631,7 +637,19 @@ void Informer::ApplyPackedLocked(WatchEventType type, std::string_view packed, i
 
 void Informer::Apply(const WatchEvent& event) {
   std::lock_guard<std::mutex> dispatch(dispatch_mu_);
-  ApplyLocked(event);
+  if (!options_.transform || event.type == WatchEventType::kBookmark || event.type == WatchEventType::kError) {
+    ApplyLocked(event);
+    return;
+  }
+  WatchEvent transformed = event;
+  options_.transform(transformed.object);
+  ApplyLocked(transformed);
+}
+
+std::string Informer::Transformed(std::string_view packed) const {
+  Json object = internal::UnpackJson(packed);
+  options_.transform(object);
+  return internal::PackJson(object);
 }
 
 void Informer::ApplyLocked(const WatchEvent& event) {

@@ -120,7 +120,11 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   child_options.label_selector = kJobLabel;
   for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
                           ObjectKind::kRole, ObjectKind::kRoleBinding}) {
-    auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), child_options);
+    kube::InformerOptions informer_options = child_options;
+    // Pods are read only through their ObservedPod (built by ObserveChild): the cache keeps what
+    // that reads, not the pods' specs (~3 KB packed each: their env of configMapKeyRefs).
+    if (kind == ObjectKind::kPod) informer_options.transform = [](Json& pod) { pod = ObservedPod::Trim(pod); };
+    auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), informer_options);
     kube::EventHandlers handlers;
     handlers.on_add = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
     handlers.on_modify = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
