@@ -299,12 +299,12 @@ void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& clien
 }
 
 // What the operator's pod cache holds per pod, packed: the namespace's pods whole, and as the
-// controller's pod informer keeps them (its transform, ObservedPod::Trim).
+// controller's pod informer keeps them (KeepWhatTheOperatorReadsOfPods).
 void PodCacheBytes(const std::shared_ptr<Client>& client, const std::string& ns) {
   const auto bytes_per_pod = [&](bool trimmed) {
     fleet::kube::InformerOptions options;
     options.ns = ns;
-    if (trimmed) options.transform = [](Json& pod) { pod = fleet::op::ObservedPod::Trim(pod); };
+    if (trimmed) fleet::op::KeepWhatTheOperatorReadsOfPods(options);
     fleet::kube::Informer informer(client, Resource::Pods(), options);
     informer.Start();
     informer.WaitForSync(std::chrono::seconds(60));

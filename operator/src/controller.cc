@@ -121,9 +121,7 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
                           ObjectKind::kRole, ObjectKind::kRoleBinding}) {
     kube::InformerOptions informer_options = child_options;
-    // Pods are read only through their ObservedPod (built by ObserveChild): the cache keeps what
-    // that reads, not the pods' specs (~3 KB packed each: their env of configMapKeyRefs).
-    if (kind == ObjectKind::kPod) informer_options.transform = [](Json& pod) { pod = ObservedPod::Trim(pod); };
+    if (kind == ObjectKind::kPod) KeepWhatTheOperatorReadsOfPods(informer_options);
     auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), informer_options);
     kube::EventHandlers handlers;
     handlers.on_add = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
@@ -132,6 +130,11 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
     informer->AddHandlers(std::move(handlers));
     children_[kind] = std::move(informer);
   }
+}
+
+void KeepWhatTheOperatorReadsOfPods(kube::InformerOptions& options) {
+  options.drop_members = {"spec"};   // most of a pod (its env of configMapKeyRefs), dropped packed
+  options.transform = [](Json& pod) { pod = ObservedPod::Trim(pod); };
 }
 
 Controller::~Controller() { Stop(); }

@@ -157,6 +157,10 @@ struct InformerOptions {
   // labels and ownerReferences (the cache's key and indexes). Costs one more unpack and pack of
   // each object (a pod: ~20 us, about what a handler's materializing of the whole pod cost).
   std::function<void(Json& object)> transform;
+  // Top-level members dropped from every object (the same objects) before the transform, from the
+  // packed bytes, without unpacking them (a pod's "spec"): what the transform then unpacks is
+  // only the rest. With no transform, dropping them is the whole shaping.
+  std::vector<std::string> drop_members;
 };
 
 class Informer {
@@ -200,8 +204,10 @@ class Informer {
   // Stores a packed object (*owned, when given, holds the same bytes and may be moved into the
   // cache) and dispatches the add or update to the handlers that want objects.
   void UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta);
-  // options_.transform applied to a packed object, packed again.
-  std::string Transformed(std::string_view packed) const;
+  bool Shapes() const { return options_.transform || !options_.drop_members.empty(); }
+  // A packed object as the cache keeps it: options_.drop_members dropped, then options_.transform
+  // applied.
+  std::string Shaped(std::string_view packed) const;
   void SetLastResourceVersion(const Json& object);
   void SetLastResourceVersion(const std::string& resource_version);
   // Sleeps unless Stop() comes first; false when stopping.
