@@ -53,9 +53,11 @@
 #include "operator_bench_util.h"
 #include "harness.h"
 #include "fleet/kube/client.h"
+#include "fleet/kube/informer.h"
 #include "fleet/kube/rate_limiter.h"
 #include "fleet/operator/controller.h"
 #include "fleet/operator/flags.h"
+#include "fleet/operator/planner.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
 
@@ -296,6 +298,22 @@ void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& clien
               cpu * 1000 / static_cast<double>(total), ReadProcStatus(op.pid(), "VmHWM").c_str());
 }
 
+// What the operator's pod cache holds per pod, packed: the namespace's pods whole, and as the
+// controller's pod informer keeps them (KeepWhatTheOperatorReadsOfPods).
+void PodCacheBytes(const std::shared_ptr<Client>& client, const std::string& ns) {
+  const auto bytes_per_pod = [&](bool trimmed) {
+    fleet::kube::InformerOptions options;
+    options.ns = ns;
+    if (trimmed) fleet::op::KeepWhatTheOperatorReadsOfPods(options);
+    fleet::kube::Informer informer(client, Resource::Pods(), options);
+    informer.Start();
+    informer.WaitForSync(std::chrono::seconds(60));
+    return static_cast<double>(informer.cache().PackedBytes()) / static_cast<double>(std::max<size_t>(1, informer.cache().Size()));
+  };
+  std::printf("  the pod cache per running pod (packed): %.0f bytes whole, %.0f bytes as the operator keeps it\n",
+              bytes_per_pod(false), bytes_per_pod(true));
+}
+
 void BringUp(int servers, int workers, int latency_ms, int concurrency, int serial_pods) {
   FakeApiServer fake({"--nodes", "100"});
   if (!fake.ok()) {
@@ -374,6 +392,8 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   std::printf("  ratio operator / plain parallel client doing the whole job: %.2f to the lists (target <= 1.5), %.2f to Running "
               "(target <= 1.2); against its creates alone: %.2f\n", published / by_hand, running / by_hand_running,
               published / parallel);
+
+  PodCacheBytes(client, "operator");
 
   // Steady state: the job runs; a reconcile finds nothing to do.
   std::this_thread::sleep_for(std::chrono::seconds(1));   // let the last status write reach the cache

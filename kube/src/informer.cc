@@ -461,6 +461,11 @@ ApiStatus Informer::ListAndReplace() {
     const bool parsed = internal::PackListBody(
         body,
         [&](std::string_view item) {
+          std::string transformed;
+          if (Shapes()) {
+            transformed = Shaped(item);
+            item = transformed;
+          }
           // With the cache's spare already: a new object's buffer moves into the cache as it is.
           ListedObject object{CopyWithSpare(item), internal::ReadPackedMeta(item)};
           objects.push_back(std::move(object));
@@ -576,6 +581,7 @@ ApiStatus Informer::ApplyLine(std::string_view line) {
     return error_status.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code: " + Excerpt(body))
                              : error_status;
   }
+  if (Shapes() && type != WatchEventType::kBookmark) line_packed_ = Shaped(line_packed_);
   ApplyPackedLocked(type, line_packed_, internal::ReadPackedMeta(line_packed_));
   if (line_packed_.capacity() > (1u << 20)) std::string().swap(line_packed_);   // after a huge object
   return ApiStatus();
@@ -631,7 +637,25 @@ void Informer::ApplyPackedLocked(WatchEventType type, std::string_view packed, i
 
 void Informer::Apply(const WatchEvent& event) {
   std::lock_guard<std::mutex> dispatch(dispatch_mu_);
-  ApplyLocked(event);
+  if (!Shapes() || event.type == WatchEventType::kBookmark || event.type == WatchEventType::kError) {
+    ApplyLocked(event);
+    return;
+  }
+  WatchEvent shaped = event;
+  if (shaped.object.is_object()) {
+    for (const std::string& member : options_.drop_members) shaped.object.erase(member);
+  }
+  if (options_.transform) options_.transform(shaped.object);
+  ApplyLocked(shaped);
+}
+
+std::string Informer::Shaped(std::string_view packed) const {
+  std::string kept = options_.drop_members.empty() ? std::string(packed)
+                                                   : internal::WithoutMembers(packed, options_.drop_members);
+  if (!options_.transform) return kept;
+  Json object = internal::UnpackJson(kept);
+  options_.transform(object);
+  return internal::PackJson(object);
 }
 
 void Informer::ApplyLocked(const WatchEvent& event) {

@@ -822,6 +822,7 @@ class Cursor {
     p_ += n;
     return true;
   }
+  const char* position() const { return reinterpret_cast<const char*>(p_); }
   // Steps over one value, however nested (iteratively). False on truncated or unknown bytes.
   bool Skip() {
     uint64_t pending = 1;
@@ -1100,6 +1101,26 @@ PackedMeta ReadPackedMeta(std::string_view packed) {
     return meta;   // keys are unique: there is no second metadata
   }
   return meta;
+}
+
+std::string WithoutMembers(std::string_view packed_map, const std::vector<std::string>& names) {
+  Cursor c(packed_map);
+  uint64_t n = 0;
+  if (!c.Map(&n)) return std::string(packed_map);
+  std::string members;
+  members.reserve(packed_map.size());
+  size_t kept = 0;
+  for (uint64_t i = 0; i < n; ++i) {
+    const char* start = c.position();
+    std::string_view key;
+    if (!c.Str(&key) || !c.Skip()) return std::string(packed_map);
+    if (std::find(names.begin(), names.end(), key) != names.end()) continue;
+    members.append(start, c.position());
+    ++kept;
+  }
+  std::string out;
+  PutLength(out, kept, 0x80, 15, 0, 0xde, 0xdf);
+  return out + members;
 }
 
 bool IsPackedMap(std::string_view packed) {

@@ -73,6 +73,10 @@ struct PackedMeta {
 };
 PackedMeta ReadPackedMeta(std::string_view packed);
 
+// The packed map without its members named in `names` (copied byte for byte, not unpacked): what
+// packing the object without them gives. Anything but a well-formed map comes back unchanged.
+std::string WithoutMembers(std::string_view packed_map, const std::vector<std::string>& names);
+
 // True when the packed value is a map (a JSON object).
 bool IsPackedMap(std::string_view packed);
 

@@ -120,7 +120,9 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   child_options.label_selector = kJobLabel;
   for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
                           ObjectKind::kRole, ObjectKind::kRoleBinding}) {
-    auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), child_options);
+    kube::InformerOptions informer_options = child_options;
+    if (kind == ObjectKind::kPod) KeepWhatTheOperatorReadsOfPods(informer_options);
+    auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), informer_options);
     kube::EventHandlers handlers;
     handlers.on_add = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
     handlers.on_modify = [this, kind](const Json& o) { ObserveChild(kind, o, false); };
@@ -128,6 +130,11 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
     informer->AddHandlers(std::move(handlers));
     children_[kind] = std::move(informer);
   }
+}
+
+void KeepWhatTheOperatorReadsOfPods(kube::InformerOptions& options) {
+  options.drop_members = {"spec"};   // most of a pod (its env of configMapKeyRefs), dropped packed
+  options.transform = [](Json& pod) { pod = ObservedPod::Trim(pod); };
 }
 
 Controller::~Controller() { Stop(); }

@@ -986,6 +986,30 @@ ObservedPod ObservedPod::Read(const Json& pod) {
   return out;
 }
 
+Json ObservedPod::Trim(const Json& pod) {
+  // Kept by name rather than dropped by name: whatever else a pod grows (managedFields, a
+  // webhook's annotations) stays out of the cache too.
+  const auto keep = [](const Json& from, std::initializer_list<const char*> keys) {
+    Json out = Json::object();
+    if (!from.is_object()) return out;
+    for (const char* key : keys) {
+      auto it = from.find(key);
+      if (it != from.end()) out[key] = *it;
+    }
+    return out;
+  };
+  Json out = keep(pod, {"apiVersion", "kind"});
+  out["metadata"] = keep(Obj(pod, "metadata"), {"name", "namespace", "uid", "resourceVersion", "labels",
+                                                "ownerReferences", "creationTimestamp", "deletionTimestamp"});
+  const Json& status = Obj(pod, "status");
+  Json trimmed_status = keep(status, {"phase", "reason", "podIP", "hostIP", "conditions"});
+  Json containers = Json::array();
+  for (const Json& c : Arr(status, "containerStatuses")) containers.push_back(keep(c, {"name", "state"}));
+  if (!containers.empty()) trimmed_status["containerStatuses"] = std::move(containers);
+  if (pod.contains("status")) out["status"] = std::move(trimmed_status);
+  return out;
+}
+
 bool WiredJob::For(const FleetJob& other, int port_base, const std::string& domain) const {
   return job && job->uid == other.uid && job->ns == other.ns && job->name == other.name &&
          job->generation == other.generation && host_port_base == port_base && cluster_domain == domain;

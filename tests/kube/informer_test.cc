@@ -354,6 +354,65 @@ TEST_F(InformerTest, RelistAfter410DeliversTheDiffIncludingDeletesMissedWhileDis
   EXPECT_EQ(recorder.cache_mismatches(), 0);
 }
 
+// The dropped members and the transform (client-go's SetTransform) shape every object before the
+// cache and the handlers see it: from the first list, watch ADDED and MODIFIED events, and a relist
+// after 410.
+TEST_F(InformerTest, TransformAppliesToListWatchAndRelistBeforeCacheAndHandlers) {
+  CreatePod(Pod("listed", {{"app", "x"}}));
+  InformerOptions options = FastOptions();
+  options.drop_members = {"spec"};
+  options.transform = [](Json& object) {
+    EXPECT_FALSE(object.contains("spec")) << "dropped before the transform";
+    object["metadata"]["annotations"]["transformed"] = "yes";
+  };
+  Informer informer(client_, Resource::Pods(), options);
+  std::mutex mu;
+  std::map<std::string, std::vector<Json>> delivered;   // by handler: add / modify / delete
+  EventHandlers handlers;
+  auto record = [&](const char* type) {
+    return [&, type](const Json& object) {
+      std::lock_guard<std::mutex> lock(mu);
+      delivered[type].push_back(object);
+    };
+  };
+  handlers.on_add = record("add");
+  handlers.on_modify = record("modify");
+  handlers.on_delete = record("delete");
+  informer.AddHandlers(handlers);
+  const auto count = [&](const char* type) {
+    std::lock_guard<std::mutex> lock(mu);
+    return delivered[type].size();
+  };
+  informer.Start();
+  ASSERT_TRUE(informer.WaitForSync(milliseconds(10000)));
+
+  CreatePod(Pod("added"));                       // watch ADDED
+  Annotate("listed", "1");                       // watch MODIFIED
+  ASSERT_TRUE(Eventually([&] { return count("add") >= 2 && count("modify") >= 1; }));
+  BreakWatches();
+  CreatePod(Pod("relisted"));                    // seen by the relist only
+  Annotate("added", "while-down");
+  DeletePod("listed");
+  fake_.Control("faults", {{"compact", true}});
+  Heal();
+  ASSERT_TRUE(Eventually([&] { return informer.lists() >= 2 && count("add") >= 3 && count("modify") >= 2; }));
+  ASSERT_TRUE(Eventually([&] { return CacheState(informer) == ServerState(); }));
+
+  const auto transformed = [](const Json& object) {
+    return !object.contains("spec") && object["metadata"]["annotations"].value("transformed", "") == "yes";
+  };
+  std::lock_guard<std::mutex> lock(mu);
+  for (const auto& [type, objects] : delivered) {
+    for (const Json& object : objects) EXPECT_TRUE(transformed(object)) << type << ": " << object.dump();
+  }
+  EXPECT_EQ(delivered["add"].size(), 3u) << "listed, added, relisted";
+  EXPECT_EQ(delivered["modify"].size(), 2u);
+  EXPECT_EQ(delivered["delete"].size(), 1u);
+  EXPECT_EQ(delivered["modify"][0]["metadata"]["annotations"].value("step", ""), "1") << "the rest is kept";
+  for (const auto& object : informer.cache().List()) EXPECT_TRUE(transformed(*object)) << object->dump();
+  EXPECT_EQ(informer.cache().Size(), 2u);
+}
+
 TEST_F(InformerTest, LabelSelectorInformerSeesOnlyMatchingObjects) {
   CreatePod(Pod("web-1", {{"app", "web"}}));
   CreatePod(Pod("db-1", {{"app", "db"}}));

@@ -335,6 +335,24 @@ TEST(PackListBodyTest, BodiesThatAreNotListsAreRejected) {
 
 // ---- what the cache reads from packed objects ----
 
+TEST(WithoutMembersTest, GivesThePackedObjectWithoutThem) {
+  const Json pod = Json::parse(kRunningPod);
+  Json without = pod;
+  without.erase("spec");
+  without.erase("kind");
+  EXPECT_EQ(WithoutMembers(PackJson(pod), {"spec", "kind", "absent"}), PackJson(without));
+  EXPECT_EQ(WithoutMembers(PackJson(pod), {}), PackJson(pod));
+  Json wide = Json::object();   // more than 15 members: a map16 header, which may shrink to a fixmap
+  for (int i = 0; i < 17; ++i) wide["m" + std::to_string(i)] = i;
+  Json narrow = wide;
+  narrow.erase("m1");
+  narrow.erase("m2");
+  EXPECT_EQ(WithoutMembers(PackJson(wide), {"m1", "m2"}), PackJson(narrow));
+  EXPECT_EQ(WithoutMembers(PackJson(Json::array({1, 2})), {"spec"}), PackJson(Json::array({1, 2}))) << "not a map";
+  const std::string truncated = PackJson(pod).substr(0, 100);
+  EXPECT_EQ(WithoutMembers(truncated, {"spec"}), truncated);
+}
+
 TEST(ReadPackedMetaTest, FollowsTheRulesTheCacheAppliesToParsedObjects) {
   PackedMeta meta = ReadPackedMeta(PackJson(Json::parse(kRunningPod)));
   EXPECT_EQ(meta.name, "trainer-worker-0");

@@ -6,6 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -409,6 +410,54 @@ TEST(ObservedPodTest, ReadsEveryPodStateThePlannerDecidesOn) {
   world.Edit("wd-worker-0", [](PodBuilder& p) { p.Phase("Unknown"); });
   EXPECT_EQ(view("wd-worker-0").phase, PodPhase::kOther);
   EXPECT_EQ(ObservedPod::Read(Json::object()).phase, PodPhase::kPending) << "no status yet: Pending";
+}
+
+// Plans the world's job from its pods whole and cut down by ObservedPod::Trim (the pod informer's
+// transform, all the controller's cache keeps): the plans must be the same.
+void ExpectTheSamePlanFromTrimmedPods(const World& world, const std::string& when) {
+  Observed whole = world.observed, trimmed = world.observed;
+  whole.pods = PodList();
+  trimmed.pods = PodList();
+  for (const Json& pod : world.pods) {
+    whole.pods.push_back(pod);
+    const Json cut = ObservedPod::Trim(pod);
+    EXPECT_FALSE(cut.contains("spec")) << when;
+    EXPECT_LT(cut.dump().size(), pod.dump().size() / 2) << when << ": the spec is most of a pod";
+    trimmed.pods.push_back(cut);
+  }
+  EXPECT_EQ(Describe(PlanFor(world.job, trimmed, world.now, world.settings)),
+            Describe(PlanFor(world.job, whole, world.now, world.settings)))
+      << when;
+}
+
+TEST(ObservedPodTest, TrimmedPodsPlanAsWholePodsDo) {
+  for (const Json& spec : {JobBuilder("wd").Ps(1, 4).Obj(), JobBuilder("wd").Collective(4).Obj()}) {
+    World world(spec);
+    ExpectTheSamePlanFromTrimmedPods(world, "no pods");
+    world.Step();
+    ExpectTheSamePlanFromTrimmedPods(world, "pods pending");
+    world.Settle();
+    ExpectTheSamePlanFromTrimmedPods(world, "running");
+    const std::string first = world.LivePodNames().front(), last = world.LivePodNames().back();
+    const std::vector<std::pair<std::string, std::function<void(PodBuilder&)>>> changes = {
+        {"not ready", [](PodBuilder& p) { p.Ready(false); }},
+        {"stalled", [](PodBuilder& p) { p.Progress(false, "rank 0: no step for 10m"); }},
+        {"unschedulable", [](PodBuilder& p) { p.Phase("Pending").Ip("").Unschedulable("0/3 nodes"); }},
+        {"unknown", [](PodBuilder& p) { p.Phase("Unknown"); }},
+        {"evicted", [](PodBuilder& p) { p.Evicted(); }},
+        {"terminating", [](PodBuilder& p) { p.Terminating(T0()); }},
+        {"succeeded", [](PodBuilder& p) { p.Succeeded(); }},
+        {"failed", [](PodBuilder& p) { p.Failed(137); }},
+    };
+    for (const auto& [when, change] : changes) {
+      World changed = world;
+      changed.Edit(first, change);
+      changed.Edit(last, change);
+      ExpectTheSamePlanFromTrimmedPods(changed, when);
+      changed.Advance(3600);
+      ExpectTheSamePlanFromTrimmedPods(changed, when + ", an hour later");
+    }
+  }
 }
 
 // A plan hands its wiring to the next (the controller keeps it per job): reused while the job's

@@ -18,7 +18,7 @@
 // new object only when some handler has on_update, a delete's only when some handler has on_delete.
 // Memory: the cache holds objects packed (see ObjectCache). A (re)list packs each page as it
 // arrives and drops its text, so a list costs one page of text plus the packed objects (which
-// become the cache); the new objects replace the cached ones only when the whole list is in (a
+// become the cache, after the transform when there is one); the new objects replace the cached ones only when the whole list is in (a
 // failed list changes nothing), so a relist briefly holds two packed copies. Freed heap is handed
 // back to the OS (malloc_trim on glibc) after a list and every 8,192 watch events.
 #pragma once
@@ -150,6 +150,17 @@ struct InformerOptions {
   // A watch that ends without any event sooner than this counts as a failure (backoff), so a
   // server that closes watches at once is not hammered.
   std::chrono::milliseconds min_watch_duration{1000};
+  // Applied to every object of a list (first or re-list) and of a watch's ADDED, MODIFIED and
+  // DELETED events before it is cached and handed to handlers, as client-go's
+  // SharedIndexInformer.SetTransform: an informer whose readers need a few fields keeps only those
+  // (a pod's spec is most of its bytes). It must keep metadata.name, namespace, resourceVersion,
+  // labels and ownerReferences (the cache's key and indexes). Costs one more unpack and pack of
+  // each object (a pod: ~20 us, about what a handler's materializing of the whole pod cost).
+  std::function<void(Json& object)> transform;
+  // Top-level members dropped from every object (the same objects) before the transform, from the
+  // packed bytes, without unpacking them (a pod's "spec"): what the transform then unpacks is
+  // only the rest. With no transform, dropping them is the whole shaping.
+  std::vector<std::string> drop_members;
 };
 
 class Informer {
@@ -193,6 +204,10 @@ class Informer {
   // Stores a packed object (*owned, when given, holds the same bytes and may be moved into the
   // cache) and dispatches the add or update to the handlers that want objects.
   void UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta);
+  bool Shapes() const { return options_.transform || !options_.drop_members.empty(); }
+  // A packed object as the cache keeps it: options_.drop_members dropped, then options_.transform
+  // applied.
+  std::string Shaped(std::string_view packed) const;
   void SetLastResourceVersion(const Json& object);
   void SetLastResourceVersion(const std::string& resource_version);
   // Sleeps unless Stop() comes first; false when stopping.

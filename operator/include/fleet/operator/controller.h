@@ -55,6 +55,11 @@ struct ControllerOptions {
 
 class ControllerMetrics;
 
+// The pod informer's shaping: pods are read only through their ObservedPod (built by the
+// informer's handler), so its cache keeps what that reads (ObservedPod::Trim), the spec dropped
+// before a pod is unpacked.
+void KeepWhatTheOperatorReadsOfPods(kube::InformerOptions& options);
+
 class Controller {
  public:
   // `registry` may be null (no metrics).

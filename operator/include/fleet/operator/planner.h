@@ -89,6 +89,10 @@ struct ObservedPod {
   std::optional<std::string> stalled;
 
   static ObservedPod Read(const Json& pod);
+  // `pod` cut down to what Read and the controller's pod informer read (its key, indexes and job
+  // label; the fields above): the pod informer's transform, so that its cache holds no spec.
+  // Read(Trim(pod)) is Read(pod).
+  static Json Trim(const Json& pod);
 };
 
 // A job's pods as observed: shared, immutable snapshots, so that a plan reads a 10,000-pod job
