@@ -17,6 +17,7 @@ Run as root after scripts/build.sh and scripts/images.sh (as the container tests
 
 import argparse
 import datetime
+import json
 import os
 import re
 import statistics
@@ -52,7 +53,16 @@ class RecoveryBenchmark(ElasticInContainersTest):
         def check():
             times = [self.started("%s-%s" % (job, p), size, after) for p in pods]
             return max(times) if all(times) else None
-        return wait_for("%s: %s past a rendezvous of %d" % (job, pods, size), check, timeout=timeout, poll=0.5) - after
+        try:
+            return wait_for("%s: %s past a rendezvous of %d" % (job, pods, size), check, timeout=timeout,
+                            poll=0.5) - after
+        except AssertionError:
+            print(json.dumps((self.job(job) or {}).get("status"), indent=1))
+            print(self.cluster.kubectl("get", "pods", "-o", "wide", check=False))
+            for p in pods:
+                print("--- %s-%s:\n%s" % (job, p, self.cluster.kubectl("logs", "%s-%s" % (job, p), "-c", "trainer",
+                                                                         check=False)[-3000:]))
+            raise
 
     def elastic_round(self, i):
         job = "elastic-%d" % i
@@ -67,7 +77,8 @@ class RecoveryBenchmark(ElasticInContainersTest):
 
     def restart_round(self, i):
         job = "restart-%d" % i
-        self.cluster.apply(elastic_job(job, 3, None, steps=10 ** 8))
+        # OnFailure: the survivors' trainers fail as their peer goes (exit 1), and the job restarts.
+        self.cluster.apply(elastic_job(job, 3, None, steps=10 ** 8, restart_policy="OnFailure"))
         self.all_started(job, NAMES, 3, 0)
         run = self.job(job)["status"]["run"]
         t0 = time.time()

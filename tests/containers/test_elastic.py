@@ -47,11 +47,12 @@ TOOLS_UID = 65532   # the tools image's user and group
 
 
 def elastic_job(name, replicas, etcd, steps, checkpoints=None, min_replicas=2, max_replicas=4,
-                timeout_seconds=60, labels=None, **pod_spec):
+                timeout_seconds=60, labels=None, restart_policy="ExitCode", **pod_spec):
     """A collective FleetJob of `replicas` workers, each running fleetrun on the elastic example,
     `steps` steps paced by STEP_SECONDS; with `checkpoints` (a directory of this machine) its pods
     checkpoint to and resume from it. Without `etcd` it is the same job, not elastic (the
-    benchmark's whole-job restart)."""
+    benchmark's whole-job restart, with restart_policy OnFailure: its pods run fleetrun, which
+    runs the script once with the operator's per-process env)."""
     env = [{"name": "FLEET_EXAMPLE_STEPS", "value": str(steps)},
            {"name": "FLEET_EXAMPLE_LOG_EVERY", "value": str(steps)},
            {"name": "FLEET_EXAMPLE_STEP_SECONDS", "value": str(STEP_SECONDS)}]
@@ -69,7 +70,7 @@ def elastic_job(name, replicas, etcd, steps, checkpoints=None, min_replicas=2, m
     if etcd:
         spec["elastic"] = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "etcdEndpoint": etcd,
                            "timeoutSeconds": timeout_seconds}
-    return fleetjob(name, "collective", worker={"replicas": replicas, "restartPolicy": "ExitCode",
+    return fleetjob(name, "collective", worker={"replicas": replicas, "restartPolicy": restart_policy,
                                                 "template": template}, **spec)
 
 
