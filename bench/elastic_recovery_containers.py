@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Recovery after a lost worker pod, in real containers (issue 18, FleetJob side).
 
-The same collective job (3 workers, fleetrun running examples/collective_gloo/train.py) twice,
+The same collective job (3 workers, fleetrun running examples/elastic/train.py, paced) twice,
 in one cluster (tests/containers: the podman kubelet, the operator from its image, the chart's
 etcd in a pod), and worker 1's pod deleted mid-run (as an eviction does):
   - elastic (spec.elastic 2..4): the two survivors re-rendezvous without it, then all three again
     once the operator's replacement pod joins; the same run throughout;
-  - not elastic: the operator restarts the whole job (a new run, three new pods).
+  - not elastic, restartPolicy OnFailure: the operator restarts the whole job (a new run, three
+    new pods).
 Measured from the delete request to the moment the trainers of the new membership have all
 started and passed their collective rendezvous (their "rank R/N" line, by the container log's own
 timestamp); the median of --repeat rounds, the two jobs taking turns.

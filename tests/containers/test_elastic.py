@@ -192,8 +192,8 @@ class ElasticInContainersTest(OperatorInContainers):
         train together again, and the job succeeds with no whole-job restart."""
         c = self.cluster
         checkpoints = self.checkpoint_dir("lost")
-        # 600 paced steps: 30 s at least, of which the replacement's start takes about 10 s.
-        c.apply(elastic_job("lost", 3, self.etcd, steps=600, checkpoints=checkpoints))
+        # 500 paced steps: 25 s at least, of which the replacement's start takes 2-10 s.
+        c.apply(elastic_job("lost", 3, self.etcd, steps=500, checkpoints=checkpoints))
         names = ["lost-worker-0", "lost-worker-1", "lost-worker-2"]
         before = self.wait_generation("lost", names)
         status = self.wait_members("lost", names)
@@ -232,7 +232,7 @@ class ElasticInContainersTest(OperatorInContainers):
         """2 workers (2..4), then `kubectl patch` to 3: a third pod joins, all three train together,
         and the first two keep their pods and run."""
         c = self.cluster
-        # 400 paced steps: 20 s at least, of which the new pod's start takes about 10 s.
+        # 400 paced steps: 20 s at least, of which the new pod's start takes 2-10 s.
         c.apply(elastic_job("grow", 2, self.etcd, steps=400))
         before = self.wait_generation("grow", ["grow-worker-0", "grow-worker-1"])
         status = self.wait_members("grow", ["grow-worker-0", "grow-worker-1"])
