@@ -74,9 +74,9 @@ def elastic_job(name, replicas, etcd, steps, checkpoints=None, min_replicas=2, m
                                                 "template": template}, **spec)
 
 
-def start_etcd(cluster):
+def apply_etcd(cluster):
     """The chart's etcd (etcd.enabled), its StatefulSet's pod template run as one pod (the test
-    control plane stores StatefulSets without a controller); returns its client address."""
+    control plane stores StatefulSets without a controller)."""
     rendered = subprocess.run([HELM, "template", "fleetjob", os.path.join(ROOT, "charts", "fleetjob"),
                                "--namespace", OPERATOR_NS, "--set", "etcd.enabled=true",
                                "--show-only", "templates/etcd.yaml"],
@@ -85,6 +85,10 @@ def start_etcd(cluster):
     template = sts["spec"]["template"]
     cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": dict(template["metadata"], name=ETCD_POD),
                    "spec": template["spec"]}, OPERATOR_NS)
+
+
+def etcd_address(cluster):
+    """The client address of the etcd apply_etcd started, once it is ready."""
     pod = wait_for("etcd ready", lambda: (lambda p: p if p and any(
         k["type"] == "Ready" and k["status"] == "True" for k in p["status"].get("conditions", [])) else None)(
         cluster.get("pod", ETCD_POD, OPERATOR_NS)), timeout=90)
@@ -99,11 +103,14 @@ class ElasticInContainersTest(OperatorInContainers):
         require([ETCD_IMAGE])
         super().setUpClass()
         cls.checkpoint_root = tempfile.mkdtemp(prefix="fleetjob-checkpoints-")
-        try:
-            cls.etcd = start_etcd(cls.cluster)
-        except BaseException:
-            cls.tearDownClass()
-            raise
+
+    @classmethod
+    def start_operator(cls):
+        """The operator, and the chart's etcd starting meanwhile."""
+        cls.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}})
+        apply_etcd(cls.cluster)
+        super().start_operator()
+        cls.etcd = etcd_address(cls.cluster)
 
     @classmethod
     def tearDownClass(cls):
@@ -192,8 +199,8 @@ class ElasticInContainersTest(OperatorInContainers):
         train together again, and the job succeeds with no whole-job restart."""
         c = self.cluster
         checkpoints = self.checkpoint_dir("lost")
-        # 500 paced steps: 25 s at least, of which the replacement's start takes 2-10 s.
-        c.apply(elastic_job("lost", 3, self.etcd, steps=500, checkpoints=checkpoints))
+        # 400 paced steps: 20 s at least, of which the replacement's start takes 2-10 s.
+        c.apply(elastic_job("lost", 3, self.etcd, steps=400, checkpoints=checkpoints))
         names = ["lost-worker-0", "lost-worker-1", "lost-worker-2"]
         before = self.wait_generation("lost", names)
         status = self.wait_members("lost", names)
