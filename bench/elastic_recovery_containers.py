@@ -1,12 +1,13 @@
 #!/usr/bin/python3
 """Recovery after a lost worker pod, in real containers (issue 18, FleetJob side).
 
-The same collective job (3 workers, fleetrun running examples/collective_gloo/train.py) twice,
+The same collective job (3 workers, fleetrun running examples/elastic/train.py, paced) twice,
 in one cluster (tests/containers: the podman kubelet, the operator from its image, the chart's
 etcd in a pod), and worker 1's pod deleted mid-run (as an eviction does):
   - elastic (spec.elastic 2..4): the two survivors re-rendezvous without it, then all three again
     once the operator's replacement pod joins; the same run throughout;
-  - not elastic: the operator restarts the whole job (a new run, three new pods).
+  - not elastic, restartPolicy OnFailure: the operator restarts the whole job (a new run, three
+    new pods).
 Measured from the delete request to the moment the trainers of the new membership have all
 started and passed their collective rendezvous (their "rank R/N" line, by the container log's own
 timestamp); the median of --repeat rounds, the two jobs taking turns.
@@ -17,6 +18,7 @@ Run as root after scripts/build.sh and scripts/images.sh (as the container tests
 
 import argparse
 import datetime
+import json
 import os
 import re
 import statistics
@@ -52,7 +54,16 @@ class RecoveryBenchmark(ElasticInContainersTest):
         def check():
             times = [self.started("%s-%s" % (job, p), size, after) for p in pods]
             return max(times) if all(times) else None
-        return wait_for("%s: %s past a rendezvous of %d" % (job, pods, size), check, timeout=timeout, poll=0.5) - after
+        try:
+            return wait_for("%s: %s past a rendezvous of %d" % (job, pods, size), check, timeout=timeout,
+                            poll=0.5) - after
+        except AssertionError:
+            print(json.dumps((self.job(job) or {}).get("status"), indent=1))
+            print(self.cluster.kubectl("get", "pods", "-o", "wide", check=False))
+            for p in pods:
+                print("--- %s-%s:\n%s" % (job, p, self.cluster.kubectl("logs", "%s-%s" % (job, p), "-c", "trainer",
+                                                                         check=False)[-3000:]))
+            raise
 
     def elastic_round(self, i):
         job = "elastic-%d" % i
@@ -67,7 +78,8 @@ class RecoveryBenchmark(ElasticInContainersTest):
 
     def restart_round(self, i):
         job = "restart-%d" % i
-        self.cluster.apply(elastic_job(job, 3, None, steps=10 ** 8))
+        # OnFailure: the survivors' trainers fail as their peer goes (exit 1), and the job restarts.
+        self.cluster.apply(elastic_job(job, 3, None, steps=10 ** 8, restart_policy="OnFailure"))
         self.all_started(job, NAMES, 3, 0)
         run = self.job(job)["status"]["run"]
         t0 = time.time()

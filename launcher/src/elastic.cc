@@ -115,6 +115,8 @@ class ElasticNode {
   // Supervise's status; *trainer_failed says whether a local trainer's failure ended it.
   int RunGeneration(const std::vector<Endpoint>& members, bool* trainer_failed);
   int AfterTrainerFailure(const std::vector<Endpoint>& members, int status);
+  // The job's published endpoints (node 0 writes them as it starts a generation); "" when unknown.
+  std::string PublishedEndpoints();
   void Leave(bool completed);
   void Say(const std::string& message) { std::cerr << "fleetrun: " << message << std::endl; }
   // Says an etcd failure once, until etcd answers again.
@@ -134,6 +136,7 @@ class ElasticNode {
   Clock::time_point next_keepalive_;
   bool etcd_trouble_ = false;
   int generation_ = 0;
+  std::string published_at_start_;   // PublishedEndpoints() once this node's generation started
   int interrupted_by_ = 0;   // the signal that ended registration
 };
 
@@ -284,6 +287,7 @@ int ElasticNode::RunGeneration(const std::vector<Endpoint>& members, bool* train
       EtcdTrouble(put.error());
     }
   }
+  published_at_start_ = PublishedEndpoints();
 
   SupervisorOptions supervisor;
   supervisor.grace_period_seconds = options_.grace_period_seconds;
@@ -311,11 +315,21 @@ int ElasticNode::RunGeneration(const std::vector<Endpoint>& members, bool* train
   return Supervise(*plan, host_.env, supervisor);
 }
 
+std::string ElasticNode::PublishedEndpoints() {
+  auto value = etcd_->Get(job_key_ + "/endpoints");
+  if (!value) EtcdTrouble(value.error());
+  return value && *value ? **value : "";
+}
+
 // A local trainer failed with `status`. When another node is lost, the collectives of this node's
 // trainers fail at once (their peer's sockets close), up to a TTL before the lost node's lease
-// expires and the nodes change. So wait up to one TTL (and a second for etcd to expire the lease)
-// for the nodes to change: then this node rendezvouses again (kStoppedForChange); else the failure
-// is the trainer's own, and its status is fleetrun's.
+// expires and the nodes change. And the nodes see a change at different moments: a node that saw
+// it first starts its trainers while node 0's trainers still serve the old generation's
+// rendezvous, which refuses them (another endpoint list); node 0 then starts the new generation
+// and publishes its endpoints. So wait up to one TTL (and a second for etcd to expire the lease)
+// for the nodes to change or node 0 to start a generation after this node's: then this node
+// rendezvouses again (kStoppedForChange); else the failure is the trainer's own, and its status is
+// fleetrun's.
 int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int status) {
   const int wait_seconds = settings_.ttl_seconds + 1;
   Say("elastic: waiting up to " + std::to_string(wait_seconds) +
@@ -337,6 +351,11 @@ int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int s
     if (seen->members != members) {
       Say("elastic: the job's nodes changed from " + Hosts(members) + " to " + Hosts(seen->members) +
           ": the trainer failed with its lost peer; rendezvous again.");
+      return kStoppedForChange;
+    }
+    if (const std::string published = PublishedEndpoints(); !published.empty() && published != published_at_start_) {
+      Say("elastic: node 0 started a generation after this node's (" + published +
+          "): the trainer failed meeting the older one; rendezvous again.");
       return kStoppedForChange;
     }
   }

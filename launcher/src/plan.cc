@@ -425,25 +425,43 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
   plan.log_dir = options.log_dir;
   const std::vector<std::string> command = ScriptCommand(program, options);
 
-  // Paddle's PS path on a managed cluster: the platform set the role env already.
-  const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
-                              FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
-  if (mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+  // Runs the script once, as `role`, with the env the platform set (fleetrun plans nothing).
+  auto direct_start = [&](Role role, std::string note) {
     plan.direct_start = true;
     plan.topology.mode = mode;
     LocalProcess only;
     only.argv = command;
-    const std::string* role = FindEnv(host, "TRAINING_ROLE");
-    only.process.role = *role == "PSERVER" ? Role::kServer
-                        : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer;
+    only.process.role = role;
     if (const std::string* id = FindEnv(host, "PADDLE_TRAINER_ID")) {
       if (auto rank = ParseNonNegativeInt(*id, "PADDLE_TRAINER_ID")) only.process.rank = *rank;
     }
     only.log_file = LogPrefix(only.process.role) + "0";
     only.echo_to_terminal = true;
     plan.processes.push_back(std::move(only));
-    plan.notes.push_back("managed parameter-server cluster: running the script once with the platform's env");
+    plan.notes.push_back(std::move(note));
     return plan;
+  };
+
+  // Paddle's PS path on a managed cluster: the platform set the role env already.
+  const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
+                              FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
+  if (mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+    const std::string* role = FindEnv(host, "TRAINING_ROLE");
+    return direct_start(*role == "PSERVER" ? Role::kServer
+                        : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer,
+                        "managed parameter-server cluster: running the script once with the platform's env");
+  }
+  // A collective trainer's own env from the platform (a FleetJob pod with processesPerPod 1 runs
+  // its command with rank R of N's env), without the cluster inputs a node's fleetrun plans from:
+  // planned as a one-node job on 127.0.0.1, every pod would train alone, as rank 0 of 1. The
+  // platform planned this process already: it runs once with that env.
+  const std::string* trainers = FindEnv(host, "PADDLE_TRAINERS_NUM");
+  if (mode == JobMode::kCollective && !cluster_inputs && trainers && *trainers != "1" &&
+      FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "PADDLE_TRAINER_ENDPOINTS") &&
+      FindEnv(host, "PADDLE_CURRENT_ENDPOINT")) {
+    return direct_start(Role::kTrainer, "managed collective cluster: the platform set this trainer's env (rank " +
+                                            *FindEnv(host, "PADDLE_TRAINER_ID") + " of " + *trainers +
+                                            "): running the script once with it");
   }
 
   FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)

@@ -5,60 +5,78 @@ The etcd is the chart's own (`etcd.enabled`): its StatefulSet's pod template, re
 at its pod address: this cluster has no DNS and no Services, and the chart's etcd listens on its
 pod's address, so `spec.elastic.etcdEndpoint` is `<its podIP>:2379` (on a real cluster the Service
 name). Each worker pod runs fleetrun in PaddleCloud style with the operator's elastic env, and
-fleetrun runs examples/collective_gloo/train.py: fleet_runtime's Gloo all-reduce over the pods'
-addresses, restarted by fleetrun with new ranks on every change of members.
+fleetrun runs examples/elastic/train.py: fleet_runtime's Gloo all-reduce over the pods' addresses,
+restarted by fleetrun with new ranks on every change of members, resuming from its newest
+checkpoint. The checkpoints go to a directory all the job's pods mount: a hostPath directory of
+this machine stands in for the ReadWriteMany claim of examples/k8s/elastic.yaml (every node of this
+cluster is this machine).
 
-Two nodes: the starvation test places workers one per node (required pod anti-affinity) and takes
-a node away from them.
+One cluster, operator and etcd for all the tests (setUpClass). Two nodes: the starvation test
+places workers one per node (required pod anti-affinity) and takes a node away from them.
 
 Run (ctest does):  FLEET_BUILD_DIR=build /usr/bin/python3 -m unittest -v test_elastic
 The recovery benchmark: bench/elastic_recovery_containers.py (docs/benchmarks.md).
 """
 
+import glob
 import json
 import os
 import re
+import shutil
 import subprocess
+import tempfile
 import time
 import unittest
 
 import yaml
 
-from cluster import BASE_IMAGE, IMAGES, ROOT, VERSION, require, wait_for
-from test_fleetjob import HELM, JOB_LABEL, OPERATOR_NS, OperatorInContainers, fleetjob, trainer
+from cluster import BASE_IMAGE, ROOT, VERSION, require, wait_for
+from test_fleetjob import HELM, OPERATOR_NS, OperatorInContainers, fleetjob, trainer
 
 ETCD_IMAGE = "fleetjob/etcd:%s" % VERSION
 ETCD_POD = "fleetjob-etcd-0"
 GENERATION = re.compile(r"elastic: starting generation (\d+) with \d+ nodes \(([^)]*)\)")
-TRAIN = "/opt/fleetjob/examples/collective_gloo/train.py"
-# Steps of one generation: each change of members starts the script again, and the last
-# generation runs them all. Long enough that a change lands mid-run on a loaded machine
-# (a replacement pod took about 10 s to join on a loaded 2-core machine; 10000 steps are about
-# 30 s for 2 workers there).
-STEPS = int(os.environ.get("FLEET_ELASTIC_TEST_STEPS", "10000"))
+RESUMED = re.compile(r"rank \d+: resumed from step (\d+)")
+TRAIN = "/opt/fleetjob/examples/elastic/train.py"
+CHECKPOINT_EVERY = 10
+# The steps are paced (FLEET_EXAMPLE_STEP_SECONDS) so that a job lasts at least steps x pace
+# however fast the machine: a change of members lands mid-run, and the training after it outlasts
+# a replacement pod's start (a few seconds here; 10 s on a loaded 2-core machine).
+STEP_SECONDS = float(os.environ.get("FLEET_ELASTIC_TEST_STEP_SECONDS", "0.05"))
+TOOLS_UID = 65532   # the tools image's user and group
 
 
-def elastic_job(name, replicas, etcd, steps=STEPS, min_replicas=2, max_replicas=4, timeout_seconds=60,
-                labels=None, **pod_spec):
-    """A collective FleetJob of `replicas` workers, each running fleetrun on the Gloo example.
-    Without `etcd` it is the same job, not elastic (the benchmark's whole-job restart)."""
+def elastic_job(name, replicas, etcd, steps, checkpoints=None, min_replicas=2, max_replicas=4,
+                timeout_seconds=60, labels=None, restart_policy="ExitCode", **pod_spec):
+    """A collective FleetJob of `replicas` workers, each running fleetrun on the elastic example,
+    `steps` steps paced by STEP_SECONDS; with `checkpoints` (a directory of this machine) its pods
+    checkpoint to and resume from it. Without `etcd` it is the same job, not elastic (the
+    benchmark's whole-job restart, with restart_policy OnFailure: its pods run fleetrun, which
+    runs the script once with the operator's per-process env)."""
     env = [{"name": "FLEET_EXAMPLE_STEPS", "value": str(steps)},
-           {"name": "FLEET_EXAMPLE_LOG_EVERY", "value": str(steps)}]
-    template = {"spec": dict({"containers": [trainer(["fleetrun", "--grace_period=2", TRAIN], env=env)]},
-                             **pod_spec)}
+           {"name": "FLEET_EXAMPLE_LOG_EVERY", "value": str(steps)},
+           {"name": "FLEET_EXAMPLE_STEP_SECONDS", "value": str(STEP_SECONDS)}]
+    container = trainer(["fleetrun", "--grace_period=2", TRAIN], env=env)
+    if checkpoints:
+        env += [{"name": "FLEET_EXAMPLE_CHECKPOINT_DIR", "value": "/checkpoints"},
+                {"name": "FLEET_EXAMPLE_CHECKPOINT_EVERY", "value": str(CHECKPOINT_EVERY)}]
+        container["volumeMounts"] = [{"name": "checkpoints", "mountPath": "/checkpoints"}]
+        pod_spec = dict(pod_spec, securityContext={"fsGroup": TOOLS_UID},
+                        volumes=[{"name": "checkpoints", "hostPath": {"path": checkpoints, "type": "Directory"}}])
+    template = {"spec": dict({"containers": [container]}, **pod_spec)}
     if labels:
         template["metadata"] = {"labels": labels}
     spec = {"runPolicy": {"backoffLimit": 3}}
     if etcd:
         spec["elastic"] = {"minReplicas": min_replicas, "maxReplicas": max_replicas, "etcdEndpoint": etcd,
                            "timeoutSeconds": timeout_seconds}
-    return fleetjob(name, "collective", worker={"replicas": replicas, "restartPolicy": "ExitCode",
+    return fleetjob(name, "collective", worker={"replicas": replicas, "restartPolicy": restart_policy,
                                                 "template": template}, **spec)
 
 
-def start_etcd(cluster):
+def apply_etcd(cluster):
     """The chart's etcd (etcd.enabled), its StatefulSet's pod template run as one pod (the test
-    control plane stores StatefulSets without a controller); returns its client address."""
+    control plane stores StatefulSets without a controller)."""
     rendered = subprocess.run([HELM, "template", "fleetjob", os.path.join(ROOT, "charts", "fleetjob"),
                                "--namespace", OPERATOR_NS, "--set", "etcd.enabled=true",
                                "--show-only", "templates/etcd.yaml"],
@@ -67,6 +85,10 @@ def start_etcd(cluster):
     template = sts["spec"]["template"]
     cluster.apply({"apiVersion": "v1", "kind": "Pod", "metadata": dict(template["metadata"], name=ETCD_POD),
                    "spec": template["spec"]}, OPERATOR_NS)
+
+
+def etcd_address(cluster):
+    """The client address of the etcd apply_etcd started, once it is ready."""
     pod = wait_for("etcd ready", lambda: (lambda p: p if p and any(
         k["type"] == "Ready" and k["status"] == "True" for k in p["status"].get("conditions", [])) else None)(
         cluster.get("pod", ETCD_POD, OPERATOR_NS)), timeout=90)
@@ -80,11 +102,20 @@ class ElasticInContainersTest(OperatorInContainers):
     def setUpClass(cls):
         require([ETCD_IMAGE])
         super().setUpClass()
-        try:
-            cls.etcd = start_etcd(cls.cluster)
-        except BaseException:
-            cls.cluster.close()
-            raise
+        cls.checkpoint_root = tempfile.mkdtemp(prefix="fleetjob-checkpoints-")
+
+    @classmethod
+    def start_operator(cls):
+        """The operator, and the chart's etcd starting meanwhile."""
+        cls.cluster.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NS}})
+        apply_etcd(cls.cluster)
+        super().start_operator()
+        cls.etcd = etcd_address(cls.cluster)
+
+    @classmethod
+    def tearDownClass(cls):
+        super().tearDownClass()
+        shutil.rmtree(cls.checkpoint_root, ignore_errors=True)
 
     # ---- helpers ------------------------------------------------------------------------
     def workers(self, job):
@@ -114,6 +145,31 @@ class ElasticInContainersTest(OperatorInContainers):
                 print("--- %s:\n%s" % (n, self.cluster.kubectl("logs", n, "-c", "trainer", check=False)[-3000:]))
             raise
 
+    def checkpoint_dir(self, job):
+        """A new directory for `job`'s checkpoints, writable by the pods' user. (A real kubelet
+        applies fsGroup to a claim's volume, not to a hostPath one: the owner is set here.)"""
+        path = os.path.join(self.checkpoint_root, job)
+        os.mkdir(path)
+        os.chown(path, TOOLS_UID, TOOLS_UID)
+        return path
+
+    def resumed_step(self, pod, hosts):
+        """The step the trainer in `pod` resumed from in the first generation of `hosts` (or a later
+        one), None before it logged it."""
+        log = self.cluster.kubectl("logs", pod, "-c", "trainer", check=False)
+        start = next((m.end() for m in GENERATION.finditer(log) if set(m.group(2).split(",")) == hosts), None)
+        resumed = RESUMED.search(log, start) if start is not None else None
+        return int(resumed.group(1)) if resumed else None
+
+    def wait_succeeded(self, name):
+        """The job once Succeeded; its workers' logs are printed when it failed."""
+        job = self.wait_job(name)
+        if job["status"]["phase"] != "Succeeded":
+            for pod in self.workers(name):
+                print("--- %s:\n%s" % (pod, self.cluster.kubectl("logs", pod, "-c", "trainer", check=False)[-3000:]))
+        self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"], indent=1))
+        return job
+
     def wait_members(self, job, names):
         """The job's status once it lists `names` as its members (the operator follows the pods)."""
         return wait_for("%s: status.elastic.members %s" % (job, names), lambda: (lambda st: st if st.get(
@@ -137,33 +193,42 @@ class ElasticInContainersTest(OperatorInContainers):
 
     # ---- the tests ----------------------------------------------------------------------
     def test_a_lost_worker_pod_is_replaced_alone_and_the_job_succeeds_in_its_run(self):
-        """3 workers (2..4); worker 1 is deleted mid-run (as an eviction does: SIGTERM, then gone).
-        The two others re-rendezvous without it, the operator creates it again in the same run, all
-        three train together again, and the job succeeds with no whole-job restart."""
+        """3 workers (2..4) checkpointing to a volume they share; worker 1 is deleted mid-run (as an
+        eviction does: SIGTERM, then gone) after a checkpoint. The two others re-rendezvous without
+        it and resume from the checkpoint, the operator creates it again in the same run, all three
+        train together again, and the job succeeds with no whole-job restart."""
         c = self.cluster
-        c.apply(elastic_job("lost", 3, self.etcd))
+        checkpoints = self.checkpoint_dir("lost")
+        # 400 paced steps: 20 s at least, of which the replacement's start takes 2-10 s.
+        c.apply(elastic_job("lost", 3, self.etcd, steps=400, checkpoints=checkpoints))
         names = ["lost-worker-0", "lost-worker-1", "lost-worker-2"]
         before = self.wait_generation("lost", names)
         status = self.wait_members("lost", names)
         run, rendezvous = status["run"], status["elastic"]["rendezvous"]
+        wait_for("lost: a checkpoint in %s" % checkpoints,
+                 lambda: glob.glob(os.path.join(checkpoints, "ckpt-*.json")), timeout=60)
 
         t0 = time.monotonic()
         c.kubectl("delete", "pod", "lost-worker-1", "--wait=false")
         survivors = ["lost-worker-0", "lost-worker-2"]
-        self.wait_generation("lost", survivors)
+        pods = self.wait_generation("lost", survivors)
         t_survivors = time.monotonic() - t0
+        hosts = {pods[n]["status"]["podIP"] for n in survivors}
+        resumed = {n: wait_for("%s resumed after the loss" % n, lambda n=n: self.resumed_step(n, hosts), timeout=60)
+                   for n in survivors}
+        self.assertTrue(all(step > 0 for step in resumed.values()), resumed)
         pods = wait_for("lost-worker-1 replaced", lambda: (lambda ps: ps if "lost-worker-1" in ps and ps[
             "lost-worker-1"]["metadata"]["uid"] != before["lost-worker-1"]["metadata"]["uid"] else None)(
             self.workers("lost")), timeout=60)
         self.wait_generation("lost", names)
-        print("\nlost: worker 1 deleted -> the survivors' fleetrun restarted as 2 in %.1f s, all 3 again in %.1f s"
-              " (seen by polling the logs)" % (t_survivors, time.monotonic() - t0))
+        print("\nlost: worker 1 deleted -> the survivors' fleetrun restarted as 2 in %.1f s (resumed from steps %s),"
+              " all 3 again in %.1f s (seen by polling the logs)"
+              % (t_survivors, sorted(resumed.values()), time.monotonic() - t0))
         status = self.wait_members("lost", names)
         self.assertEqual(status["phase"], "Running")
         self.assertGreaterEqual(status["elastic"]["rendezvous"], rendezvous + 2, "without it, then with it again")
 
-        job = self.wait_job("lost")
-        self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"], indent=1))
+        job = self.wait_succeeded("lost")
         self.assert_kept_their_run(job, before, survivors, run)
         self.assertNotEqual(pods["lost-worker-1"]["status"].get("podIP"), before["lost-worker-1"]["status"]["podIP"])
         changes = self.events("lost", "MembershipChanged")
@@ -174,7 +239,8 @@ class ElasticInContainersTest(OperatorInContainers):
         """2 workers (2..4), then `kubectl patch` to 3: a third pod joins, all three train together,
         and the first two keep their pods and run."""
         c = self.cluster
-        c.apply(elastic_job("grow", 2, self.etcd))
+        # 400 paced steps: 20 s at least, of which the new pod's start takes 2-10 s.
+        c.apply(elastic_job("grow", 2, self.etcd, steps=400))
         before = self.wait_generation("grow", ["grow-worker-0", "grow-worker-1"])
         status = self.wait_members("grow", ["grow-worker-0", "grow-worker-1"])
         run, rendezvous = status["run"], status["elastic"]["rendezvous"]
@@ -185,8 +251,7 @@ class ElasticInContainersTest(OperatorInContainers):
         status = self.wait_members("grow", names)
         self.assertGreater(status["elastic"]["rendezvous"], rendezvous)
 
-        job = self.wait_job("grow")
-        self.assertEqual(job["status"]["phase"], "Succeeded", json.dumps(job["status"], indent=1))
+        job = self.wait_succeeded("grow")
         self.assert_kept_their_run(job, before, names[:2], run)
         self.assertTrue(any("2 -> 3" in m for m in self.events("grow", "Scaling")), self.events("grow", "Scaling"))
         c.kubectl("delete", "fleetjob", "grow", "--wait=true", timeout=120)
@@ -200,7 +265,7 @@ class ElasticInContainersTest(OperatorInContainers):
         one_per_node = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": labels}, "topologyKey": "kubernetes.io/hostname"}]}}
         timeout = 6
-        c.apply(elastic_job("starved", 2, self.etcd, steps=1000000, max_replicas=3, timeout_seconds=timeout,
+        c.apply(elastic_job("starved", 2, self.etcd, steps=10 ** 6, max_replicas=3, timeout_seconds=timeout,
                             labels=labels, affinity=one_per_node))
         before = self.wait_generation("starved", ["starved-worker-0", "starved-worker-1"])
         node = before["starved-worker-1"]["spec"]["nodeName"]

@@ -246,6 +246,25 @@ TEST_F(FleetrunElastic, ATrainersOwnFailureEndsItsNodeWithItsStatus) {
   EXPECT_TRUE(left->empty());
 }
 
+// The nodes see a change at different moments: a node that saw it first starts its trainer while
+// node 0's trainers still serve the old generation's rendezvous, which refuses it (another
+// endpoint list), so its trainer fails. Once node 0 starts the new generation (it publishes the
+// job's endpoints; here the test publishes them), the node rendezvouses again: no failure.
+TEST_F(FleetrunElastic, ATrainerRefusedByNode0sOlderGenerationRendezvousesAgain) {
+  const fs::path marker = root_ / "failed-once";
+  WriteFile(root_ / "fails-once.sh", "#!/bin/sh\n[ -e " + marker.string() + " ] && exit 0\ntouch " + marker.string() +
+                                         "\nexit 1\n", 0755);
+  ASSERT_TRUE(StartNode(2, "late", "1:2", {}, (root_ / "fails-once.sh").string()));
+  ASSERT_TRUE(WaitUntil([&] { return Output(2).find("waiting up to") != std::string::npos; }, 10)) << Output(2);
+  ASSERT_TRUE(etcd_->Put("/paddle/late/endpoints", Host(3) + ":" + std::to_string(kPort) + "," + Host(2) + ":" +
+                                                       std::to_string(kPort) + "|" + Host(3) + "," + Host(2)).ok());
+  EXPECT_EQ(WaitForNode(2, kTtlSeconds + 5), 0) << Output(2);
+  EXPECT_THAT(Output(2), HasSubstr("node 0 started a generation after this node's"));
+  auto left = etcd_->GetPrefix("/paddle/late");
+  ASSERT_TRUE(left.ok()) << left.error();
+  EXPECT_TRUE(left->empty());
+}
+
 TEST_F(FleetrunElastic, DuplicateHostIsRefusedAfterOneTtl) {
   ASSERT_TRUE(StartNode(2, "dup", "1:2"));
   const fs::path dir = root_ / "node-dup";

@@ -518,6 +518,27 @@ std::vector<PlanCase> PlanCases() {
     cases.push_back(c);
   }
   {
+    // A FleetJob pod with processesPerPod 1 gives its command rank 1 of 3's own env: fleetrun
+    // runs the script once with it (not as a one-node job on 127.0.0.1, rank 0 of 1).
+    PlanCase c{"collective_trainer_env_from_the_platform_starts_directly",
+               {"train.py"},
+               Host({{"PADDLE_TRAINER_ID", "1"},
+                     {"PADDLE_TRAINERS_NUM", "3"},
+                     {"PADDLE_TRAINER_ENDPOINTS", "10.1.0.1:6170,10.1.0.2:6170,10.1.0.3:6170"},
+                     {"PADDLE_CURRENT_ENDPOINT", "10.1.0.2:6170"},
+                     {"FLAGS_selected_gpus", "0"},
+                     {"POD_IP", "10.1.0.2"}})};
+    c.direct_start = true;
+    c.note = "the platform set this trainer's env (rank 1 of 3)";
+    Want only;
+    only.role = Role::kTrainer;
+    only.rank = 1;
+    only.log_file = "workerlog.0";
+    only.echo = true;
+    c.local = {only};
+    cases.push_back(c);
+  }
+  {
     PlanCase c{"ps_managed_cluster_trainer_by_run_mode", {"--run_mode=ps", "train.py"},
                Host({{"PADDLE_TRAINERS", "10.1.0.1,10.1.0.2"},
                      {"POD_IP", "10.1.0.2"},
