@@ -26,6 +26,7 @@
 
 #include "fake_apiserver_fixture.h"
 #include "fleet/kube/client.h"
+#include "proc.h"
 
 namespace {
 
@@ -47,27 +48,6 @@ Json PodNamed(const std::string& name) {
                              {"env", {{{"name", "PADDLE_TRAINERS_NUM"}, {"value", "32"}}}}}}}}}};
 }
 
-// CPU seconds (user + system) of a process, from /proc/PID/stat.
-double ProcessCpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const size_t paren = stat.rfind(')');
-  if (paren == std::string::npos) return 0;
-  std::vector<std::string> fields;
-  std::string field;
-  for (size_t i = paren + 2; i <= stat.size(); ++i) {
-    if (i == stat.size() || stat[i] == ' ') {
-      fields.push_back(field);
-      field.clear();
-    } else {
-      field.push_back(stat[i]);
-    }
-  }
-  if (fields.size() < 13) return 0;  // utime, stime are fields 14 and 15 of the whole line
-  return static_cast<double>(std::stoll(fields[11]) + std::stoll(fields[12])) /
-         static_cast<double>(sysconf(_SC_CLK_TCK));
-}
-
 struct Phase {
   double seconds = 0;
   double fake_cpu = 0;
@@ -80,8 +60,8 @@ struct Phase {
 void RunPhase(int count, int threads, pid_t fake_pid, const std::function<bool(int, int)>& create, Phase* phase) {
   std::atomic<int> next{0};
   std::atomic<int> failures{0};
-  const double fake_before = ProcessCpuSeconds(fake_pid);
-  const double self_before = ProcessCpuSeconds(getpid());
+  const double fake_before = fleet::bench::ProcessCpuSeconds(fake_pid);
+  const double self_before = fleet::bench::ProcessCpuSeconds(getpid());
   const auto start = Clock::now();
   std::vector<std::thread> pool;
   for (int t = 0; t < threads; ++t) {
@@ -93,8 +73,8 @@ void RunPhase(int count, int threads, pid_t fake_pid, const std::function<bool(i
   }
   for (std::thread& t : pool) t.join();
   phase->seconds += std::chrono::duration<double>(Clock::now() - start).count();
-  phase->fake_cpu += ProcessCpuSeconds(fake_pid) - fake_before;
-  phase->self_cpu += ProcessCpuSeconds(getpid()) - self_before;
+  phase->fake_cpu += fleet::bench::ProcessCpuSeconds(fake_pid) - fake_before;
+  phase->self_cpu += fleet::bench::ProcessCpuSeconds(getpid()) - self_before;
   phase->done += count;
   phase->failures += failures.load();
 }

@@ -49,6 +49,7 @@
 #include "fake_apiserver_fixture.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/informer.h"
+#include "proc.h"
 
 namespace {
 
@@ -60,15 +61,8 @@ using fleet::kube::WatchEvent;
 using fleet::kube::WatchEventType;
 using Clock = std::chrono::steady_clock;
 
-long StatusKib(const char* field) {
-  std::ifstream status("/proc/self/status");
-  std::string line;
-  const std::string prefix = std::string(field) + ":";
-  while (std::getline(status, line)) {
-    if (line.rfind(prefix, 0) == 0) return std::strtol(line.c_str() + prefix.size(), nullptr, 10);
-  }
-  return -1;
-}
+// A line of this process's /proc/self/status, in KiB.
+long StatusKib(const char* field) { return fleet::bench::ProcStatusKib(::getpid(), field); }
 
 double ThreadCpuSeconds() {
   timespec t{};

@@ -18,6 +18,8 @@
 #include <string>
 #include <vector>
 
+#include "proc.h"
+
 namespace {
 
 long long NowNs() {
@@ -38,16 +40,6 @@ std::vector<long long> ReadMarks(const std::string& dir) {
   }
   ::closedir(d);
   return marks;
-}
-
-// fleetrun's resident set (VmHWM: its peak so far) in KiB, read while it holds all children.
-long PeakRssKib(pid_t pid) {
-  std::ifstream status("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(status, line)) {
-    if (line.rfind("VmHWM:", 0) == 0) return std::strtol(line.c_str() + 6, nullptr, 10);
-  }
-  return -1;
 }
 
 struct Sample {
@@ -86,7 +78,7 @@ Sample RunOnce(const std::vector<std::string>& args, int n, const std::string& d
   }
   Sample sample;
   sample.ms = static_cast<double>(*std::max_element(marks.begin(), marks.end()) - start) / 1e6;
-  sample.rss_kib = PeakRssKib(pid);
+  sample.rss_kib = fleet::bench::ProcStatusKib(pid, "VmHWM");   // its peak while it holds all children
   std::ofstream(dir + "/release") << "go\n";
   int status = 0;
   ::waitpid(pid, &status, 0);

@@ -1,6 +1,6 @@
 // What the operator benchmarks share: the FleetJob CRD and a job object for the fake API server,
-// a kubeconfig for the real fleet-operator binary, starting and stopping it, and a child
-// process's /proc/<pid>/status.
+// a kubeconfig for the real fleet-operator binary, starting and stopping it; and what proc.h reads
+// of a process.
 #pragma once
 
 #include <signal.h>
@@ -17,6 +17,7 @@
 #include "fake_apiserver_fixture.h"
 #include "fleet/kube/client.h"
 #include "harness.h"
+#include "proc.h"
 
 namespace fleet::bench {
 
@@ -32,19 +33,6 @@ inline Json FleetJobObject(const std::string& ns, const std::string& name, int s
   if (servers > 0) spec["server"] = {{"replicas", servers}, {"template", tmpl}};
   return {{"apiVersion", "fleet.paddlepaddle.org/v1alpha1"}, {"kind", "FleetJob"},
           {"metadata", {{"name", name}, {"namespace", ns}}}, {"spec", spec}};
-}
-
-inline std::string ReadProcStatus(pid_t pid, const std::string& field) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  std::string line;
-  while (std::getline(in, line)) {
-    if (line.rfind(field + ":", 0) == 0) {
-      std::string v = line.substr(field.size() + 1);
-      v.erase(0, v.find_first_not_of(" \t"));
-      return v;
-    }
-  }
-  return "?";
 }
 
 inline void CreateCrd(kube::Client& client) {

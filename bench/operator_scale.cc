@@ -71,7 +71,8 @@ using fleet::kube::testing::TempDir;
 using Clock = std::chrono::steady_clock;
 using fleet::bench::CreateCrd;
 using fleet::bench::FleetJobObject;
-using fleet::bench::ReadProcStatus;
+using fleet::bench::ProcessCpuSeconds;
+using fleet::bench::ProcStatus;
 using fleet::bench::WriteKubeconfig;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
@@ -231,19 +232,6 @@ double SecondsUntilRunning(Client& client, const std::string& ns, const std::str
   }
 }
 
-// A process's CPU time so far (user + system), from /proc/<pid>/stat.
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(stat.substr(stat.rfind(')') + 2));   // from field 3 (state) on
-  std::string field;
-  double ticks = 0;
-  for (int i = 3; i <= 15 && fields >> field; ++i) {
-    if (i >= 14) ticks += std::stod(field);   // utime, stime
-  }
-  return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 // The in-process controller's reconciles so far: their count by result and their total seconds.
 std::string Reconciles(prometheus::Registry& registry) {
   std::string out;
@@ -285,17 +273,17 @@ void BringUpWithBinary(FakeApiServer& fake, const std::shared_ptr<Client>& clien
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  const double cpu0 = CpuSeconds(op.pid());
+  const double cpu0 = ProcessCpuSeconds(op.pid());
   const auto t0 = Clock::now();
   const auto [first_pod, published] =
       CreateJobUntilPublished(*client, ns, FleetJobObject(ns, "big", servers, workers), total, t0);
   const double running = SecondsUntilRunning(*client, ns, "big", t0);
-  const double cpu = CpuSeconds(op.pid()) - cpu0;
+  const double cpu = ProcessCpuSeconds(op.pid()) - cpu0;
   std::printf("  fleet-operator binary %s (default flags): first pod after %.3f s, lists published after %.2f s, job Running after %.2f s "
               "(%.2f x the plain client, target <= 1.2 / 1.5 at 10,000); CPU %.2f s = %.2f ms per pod (target <= 1 ms); "
               "VmHWM %s (target <= 128 MiB)\n",
               binary.c_str(), first_pod, published, running, running / by_hand_running, cpu,
-              cpu * 1000 / static_cast<double>(total), ReadProcStatus(op.pid(), "VmHWM").c_str());
+              cpu * 1000 / static_cast<double>(total), ProcStatus(op.pid(), "VmHWM").c_str());
 }
 
 // What the operator's pod cache holds per pod, packed: the namespace's pods whole, and as the
@@ -484,7 +472,7 @@ void Memory(int jobs, int pods_per_job) {
   }
   std::this_thread::sleep_for(std::chrono::seconds(2));
   std::printf("memory: fleet-operator with %d jobs x %d pods cached (%zu pods): VmRSS %s, VmHWM (peak) %s (target <= 128 MiB)\n",
-              jobs, pods_per_job, total, ReadProcStatus(pid, "VmRSS").c_str(), ReadProcStatus(pid, "VmHWM").c_str());
+              jobs, pods_per_job, total, ProcStatus(pid, "VmRSS").c_str(), ProcStatus(pid, "VmHWM").c_str());
   fleet::bench::StopOperator(pid);
 }
 

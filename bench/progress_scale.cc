@@ -48,6 +48,7 @@ namespace {
 namespace asio = boost::asio;
 namespace beast = boost::beast;
 namespace http = beast::http;
+using fleet::bench::ProcessCpuSeconds;
 using fleet::kube::Client;
 using fleet::kube::Json;
 using fleet::kube::Resource;
@@ -135,22 +136,6 @@ class StandInSidecars {
   std::thread thread_;
 };
 
-double CpuSeconds(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  std::istringstream fields(text.substr(text.rfind(')') + 2));
-  std::string field;
-  double utime = 0, stime = 0;
-  for (int i = 3; fields >> field; ++i) {
-    if (i == 14) utime = std::atof(field.c_str());
-    if (i == 15) {
-      stime = std::atof(field.c_str());
-      break;
-    }
-  }
-  return (utime + stime) / static_cast<double>(::sysconf(_SC_CLK_TCK));
-}
-
 std::string MetricLine(int port, const std::string& name) {
   std::string out;
   fleet::op::e2e::RunCommand("curl -s http://127.0.0.1:" + std::to_string(port) + "/metrics", &out);
@@ -228,7 +213,7 @@ int main(int argc, char** argv) {
   }
   const double first_seen = Since(sidecars.start());
   fake.ClearRequests();
-  const double cpu0 = CpuSeconds(pid);
+  const double cpu0 = ProcessCpuSeconds(pid);
   const auto w0 = Clock::now();
   std::string last_update;
   std::vector<double> latencies;   // per update: the mean wait of the steps it shows first
@@ -255,7 +240,7 @@ int main(int argc, char** argv) {
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const double window = Since(w0);
-  const double cpu = CpuSeconds(pid) - cpu0;
+  const double cpu = ProcessCpuSeconds(pid) - cpu0;
   int writes = 0, other = 0;
   for (const Json& r : fake.Requests()) {
     const std::string path = r.value("path", "");

@@ -49,6 +49,7 @@
 
 #include "fake_apiserver_fixture.h"
 #include "fleet/sidecar/step_parser.h"
+#include "proc.h"
 
 #ifndef FLEET_SIDECAR_BINARY
 #error "FLEET_SIDECAR_BINARY must name the fleet-sidecar executable"
@@ -112,30 +113,8 @@ struct Child {
     }
     return -1;
   }
-  // utime + stime, seconds.
-  double CpuSeconds() const {
-    std::string stat = ReadText("/proc/" + std::to_string(pid) + "/stat");
-    const size_t close = stat.rfind(')');
-    std::istringstream fields(stat.substr(close + 2));
-    std::string f;
-    double ticks = 0;
-    for (int i = 3; i <= 15 && fields >> f; ++i) {
-      if (i == 14 || i == 15) ticks += std::stod(f);
-    }
-    return ticks / static_cast<double>(::sysconf(_SC_CLK_TCK));
-  }
-  std::string Status(const std::string& key) const {
-    std::istringstream lines(ReadText("/proc/" + std::to_string(pid) + "/status"));
-    std::string line;
-    while (std::getline(lines, line)) {
-      if (line.rfind(key + ":", 0) == 0) {
-        std::string value = line.substr(key.size() + 1);
-        value.erase(0, value.find_first_not_of(" \t"));
-        return value;
-      }
-    }
-    return "?";
-  }
+  double CpuSeconds() const { return fleet::bench::ProcessCpuSeconds(pid); }
+  std::string Status(const std::string& key) const { return fleet::bench::ProcStatus(pid, key); }
   // The `top` mappings holding the most RSS ("libcrypto.so.3 1460 kB, ..."), from smaps: files by
   // name, anonymous memory as [anon]; only those whose names contain one of `only`, when given.
   std::string RssByMapping(size_t top, const std::vector<std::string>& only = {}) const {
