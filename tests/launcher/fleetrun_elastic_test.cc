@@ -25,7 +25,6 @@ using test::FinalLoss;
 
 constexpr int kTtlSeconds = 2;
 constexpr double kRestartSlack = 3.0;   // poll (0.25 s) + stop (SIGTERM) + start, with room for a loaded machine
-constexpr int kPort = ElasticCluster::kPort;
 
 class FleetrunElastic : public ::testing::Test, protected ElasticCluster {
  protected:
