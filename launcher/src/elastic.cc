@@ -359,7 +359,8 @@ int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int s
       return kStoppedForChange;
     }
   }
-  Say("elastic: the job's nodes did not change; the trainer's failure is its own.");
+  Say("ABORT: the job's nodes did not change in " + std::to_string(wait_seconds) +
+      " s: the trainer's failure is its own.");
   return status;
 }
 

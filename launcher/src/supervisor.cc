@@ -281,8 +281,10 @@ void Supervisor::OnExit(Child& child, int status) {
       BeginStop(kStoppedForChange, false);
       return;
     }
-    Say("ABORT: " + who + " " + DescribeStatus(status) + "; its log is " + LogPath(spec) +
-        ". Stopping all local processes.");
+    // An elastic node decides after the stop whether the failure ends it (on_process_failure's
+    // owner says ABORT then), so only a node that gives up here says it.
+    Say(std::string(options_.on_process_failure ? "" : "ABORT: ") + who + " " + DescribeStatus(status) +
+        "; its log is " + LogPath(spec) + ". Stopping all local processes.");
     if (options_.on_process_failure) options_.on_process_failure();
     BeginStop(ExitCodeOf(status), false);
     return;

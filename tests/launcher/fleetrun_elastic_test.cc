@@ -239,6 +239,7 @@ TEST_F(FleetrunElastic, ATrainersOwnFailureEndsItsNodeWithItsStatus) {
   WriteFile(root_ / "fail.sh", "#!/bin/sh\nexit 3\n", 0755);
   ASSERT_TRUE(StartNode(2, "fails", "1:2", {}, (root_ / "fail.sh").string()));
   EXPECT_EQ(WaitForNode(2, kTtlSeconds + 5), 3) << Output(2);
+  EXPECT_THAT(Output(2), HasSubstr("ABORT: the job's nodes did not change in"));
   EXPECT_THAT(Output(2), HasSubstr("the trainer's failure is its own"));
   auto left = etcd_->GetPrefix("/paddle/fails");
   ASSERT_TRUE(left.ok()) << left.error();
@@ -259,6 +260,7 @@ TEST_F(FleetrunElastic, ATrainerRefusedByNode0sOlderGenerationRendezvousesAgain)
                                                        std::to_string(kPort) + "|" + Host(3) + "," + Host(2)).ok());
   EXPECT_EQ(WaitForNode(2, kTtlSeconds + 5), 0) << Output(2);
   EXPECT_THAT(Output(2), HasSubstr("node 0 started a generation after this node's"));
+  EXPECT_THAT(Output(2), Not(HasSubstr("ABORT"))) << "a node that rendezvouses again did not give up";
   auto left = etcd_->GetPrefix("/paddle/late");
   ASSERT_TRUE(left.ok()) << left.error();
   EXPECT_TRUE(left->empty());

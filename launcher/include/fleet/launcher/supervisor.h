@@ -43,7 +43,8 @@ struct SupervisorOptions {
   // new rendezvous.
   std::function<bool()> stop_for_change;
   // Called when a local process failed (the job then stops as above), not for a signal to fleetrun:
-  // elastic jobs look whether the loss of another node caused it.
+  // elastic jobs look whether the loss of another node caused it. With it set, the failure's
+  // message is not an ABORT: the caller says ABORT if the failure ends the node.
   std::function<void()> on_process_failure;
   // Called once when SIGINT/SIGTERM/SIGHUP/SIGQUIT starts the stop, before any process is signalled.
   std::function<void()> leaving;
