@@ -1,6 +1,7 @@
 #include "fleet/operator/wiring.h"
 
 #include <algorithm>
+#include <set>
 
 #include "fleet/base/strings.h"
 
@@ -14,6 +15,11 @@ namespace {
 // files of the mounted ConfigMap instead, for the env loader to put into Python's os.environ.
 constexpr size_t kMaxEnvList = 96 * 1024;
 constexpr size_t kMaxEnvLists = 384 * 1024;
+// A value the whole job shares and longer than this (PADDLE_WORLD_DEVICE_IDS: an entry per
+// process) is published once in the ConfigMap rather than copied into every pod: inline, each of
+// 10,000 pods would carry 10 KiB of it, which the API server stores and every watcher receives
+// with each of the pod's updates. A reference to a key costs ~100 bytes.
+constexpr size_t kMaxInlineValue = 512;
 // A ConfigMap (like any object) is limited to about 1 MiB by etcd.
 constexpr size_t kMaxConfigMapBytes = 1000 * 1000;
 
@@ -205,11 +211,22 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
       if (samples.size() < 2) samples.push_back(slot.ordinal);
       else samples.back() = slot.ordinal;
     }
+    std::set<std::string> varies;   // long hole-free values the samples disagree on: each pod's own
     for (int ordinal : samples) {
       for (const auto& [var, value] : w.SymbolicEnv(ordinal)) {
-        // A value too long for the env (PADDLE_WORLD_DEVICE_IDS of a big GPU job) is job-wide too.
-        if (NamesOthers(ParseTemplate(value), ordinal) || value.size() > kMaxEnvList) by_var[var][role.name] = value;
+        const HostTemplate t = ParseTemplate(value);
+        if (NamesOthers(t, ordinal)) {
+          by_var[var][role.name] = value;
+        } else if (t.holes.empty() && value.size() > kMaxInlineValue) {
+          // The same in the role's first and last pod: job-wide (see kMaxInlineValue).
+          auto [it, added] = by_var[var].emplace(role.name, value);
+          if (!added && it->second != value) varies.insert(var);
+        }
       }
+    }
+    for (const std::string& var : varies) {
+      by_var[var].erase(role.name);
+      if (by_var[var].empty()) by_var.erase(var);
     }
   }
   for (const auto& [var, per_role] : by_var) {

@@ -233,6 +233,22 @@ TEST(EnvFilesTest, SmallListsTravelByEnvAsBefore) {
   }
 }
 
+// A value the whole job shares is published once, not copied into every pod: PADDLE_WORLD_DEVICE_IDS
+// has an entry per process (inline, 10 KiB in each of 10,000 pods, sent with each of their updates
+// to every watcher), so a pod would grow with its job. What the pods then see is checked by the
+// contract tests above, at 10,000.
+TEST(EnvFilesTest, PodsDoNotGrowWithTheirJob) {
+  auto first_worker = [](int workers) {
+    World world(JobBuilder("big").Collective(workers).Obj());
+    world.Step();
+    return world.Pod("big-worker-1");
+  };
+  const Json small = first_worker(8), large = first_worker(1000), larger = first_worker(3000);
+  EXPECT_TRUE(EnvEntry(small["spec"]["containers"][0], "PADDLE_WORLD_DEVICE_IDS").contains("value")) << "a short value stays inline";
+  EXPECT_TRUE(EnvEntry(large["spec"]["containers"][0], "PADDLE_WORLD_DEVICE_IDS").contains("valueFrom"));
+  EXPECT_LE(larger.dump().size(), large.dump().size() + 8) << "only the numbers' digits may grow";
+}
+
 // Pods whose entry point is not Python cannot load files: such a job is still refused.
 TEST(EnvFilesTest, FleetrunPodsWithListsTooLongForTheEnvAreRefused) {
   const ReconcilePlan plan = PlanFor(JobBuilder("big").Collective(7000).ProcessesPerPod(2).Obj(), Observed{}, T0());
