@@ -113,6 +113,9 @@ std::string ApiStatus::ToString() const {
 
 ApiStatus StatusFromResponse(int http_status, const std::string& body,
                              std::optional<std::chrono::seconds> retry_after) {
+  // Success whatever the body says (CodeForHttp): a created pod or a written job is not parsed
+  // here as well as by the caller.
+  if (http_status >= 200 && http_status < 300) return ApiStatus();
   ParsedStatus parsed;
   try {
     parsed = ParseStatusBody(body);
