@@ -222,11 +222,12 @@ class ApiClient final : public Client {
   }
 
   StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) override {
-    const Json& meta = Metadata(object);
-    const bool generated = !meta.contains("name") && meta.contains("generateName");
-    HttpRequest request{"POST", CollectionPath(r, Namespace(ns, object)), Dump(object)};
-    request.repeat = generated ? Repeat::kOnlyRejected : Repeat::kAlways;
-    return CallForObject(std::move(request));
+    return CallForObject(CreateRequest(r, ns, object));
+  }
+
+  ApiStatus CreateDiscardingReply(const Resource& r, const std::string& ns, const Json& object) override {
+    auto reply = Call(CreateRequest(r, ns, object));
+    return reply.ok() ? ApiStatus() : reply.status();
   }
 
   StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) override {
@@ -377,6 +378,14 @@ class ApiClient final : public Client {
     std::string path = r.ApiPrefix();
     if (r.namespaced && !ns.empty()) path += "/namespaces/" + Escape(ns);
     return path + "/" + r.plural;
+  }
+
+  HttpRequest CreateRequest(const Resource& r, const std::string& ns, const Json& object) const {
+    const Json& meta = Metadata(object);
+    const bool generated = !meta.contains("name") && meta.contains("generateName");
+    HttpRequest request{"POST", CollectionPath(r, Namespace(ns, object)), Dump(object)};
+    request.repeat = generated ? Repeat::kOnlyRejected : Repeat::kAlways;
+    return request;
   }
 
   static std::string ObjectPath(const Resource& r, const std::string& ns, const std::string& name) {
@@ -599,6 +608,11 @@ ApiStatus Client::FollowLog(const std::string& ns, const std::string& pod, const
   if (!log.ok()) return log.status();
   on_text(*log);
   return ApiStatus();
+}
+
+ApiStatus Client::CreateDiscardingReply(const Resource& r, const std::string& ns, const Json& object) {
+  auto created = Create(r, ns, object);
+  return created.ok() ? ApiStatus() : created.status();
 }
 
 StatusOr<Json> Client::GetPath(const std::string& path) {

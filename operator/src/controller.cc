@@ -417,10 +417,10 @@ ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action
                                       : ResourceOf(action.kind);
   switch (action.verb) {
     case Verb::kCreate: {
-      auto created = client_->Create(resource, job.ns, action.Object());   // a pod is rendered here
+      // A pod is rendered here. Nothing reads the object the server answers with.
+      ApiStatus created = client_->CreateDiscardingReply(resource, job.ns, action.Object());
       // Deterministic names: AlreadyExists means an earlier attempt (or another replica) made it.
-      if (created.ok() || created.status().code() == Code::kAlreadyExists) return ApiStatus();
-      return created.status();
+      return created.code() == Code::kAlreadyExists ? ApiStatus() : created;
     }
     case Verb::kUpdate: {
       auto updated = client_->Update(resource, job.ns, action.Object());

@@ -122,6 +122,11 @@ class InstrumentedClient final : public kube::Client {
   kube::StatusOr<kube::Json> Create(const kube::Resource& r, const std::string& ns, const kube::Json& object) override {
     return Count("create", inner_->Create(r, ns, object));
   }
+  kube::ApiStatus CreateDiscardingReply(const kube::Resource& r, const std::string& ns, const kube::Json& object) override {
+    kube::ApiStatus status = inner_->CreateDiscardingReply(r, ns, object);
+    Add("create", status);
+    return status;
+  }
   kube::StatusOr<kube::Json> Update(const kube::Resource& r, const std::string& ns, const kube::Json& object) override {
     return Count("update", inner_->Update(r, ns, object));
   }

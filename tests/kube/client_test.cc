@@ -197,6 +197,23 @@ TEST_P(ClientTest, CreatingTwiceIsAlreadyExists) {
   EXPECT_EQ(again.status().http_status(), 409);
 }
 
+// The same request as Create, and its errors, without the created object.
+TEST_P(ClientTest, CreateDiscardingReplyCreatesAndFailsAsCreateDoes) {
+  auto client = NewClient();
+  ASSERT_TRUE(client->CreateDiscardingReply(Resource::Pods(), "default", Pod("quiet-0")).ok());
+  auto got = client->Get(Resource::Pods(), "default", "quiet-0");
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_FALSE((*got)["metadata"]["uid"].get<std::string>().empty());
+  EXPECT_EQ(client->CreateDiscardingReply(Resource::Pods(), "default", Pod("quiet-0")).code(), Code::kAlreadyExists);
+  Json bad = Pod("quiet-bad");
+  bad["spec"]["containers"] = Json::array();
+  const ApiStatus invalid = client->CreateDiscardingReply(Resource::Pods(), "default", bad);
+  ASSERT_EQ(invalid.code(), Code::kInvalid) << invalid.ToString();
+  ASSERT_FALSE(invalid.causes().empty());
+  EXPECT_EQ(invalid.causes()[0].field, "spec.containers");
+  EXPECT_EQ(Count("POST", "/api/v1/namespaces/default/pods"), 3u);
+}
+
 TEST_P(ClientTest, MissingObjectIsNotFoundWithTheServersMessage) {
   auto client = NewClient();
   auto missing = client->Get(Resource::Pods(), "default", "ghost");

@@ -130,6 +130,11 @@ class Client {
   // All pages; the returned list's metadata.resourceVersion is the one to watch from.
   virtual StatusOr<Json> List(const Resource& r, const std::string& ns, const ListOptions& options = {}) = 0;
   virtual StatusOr<Json> Create(const Resource& r, const std::string& ns, const Json& object) = 0;
+  // Create for callers that only need to know whether the object was made: the server's answer
+  // (the object as created) is not decoded. Errors as Create. The operator's pod creates use it:
+  // decoding each created pod was ~9% of its CPU in a 10,000-pod bring-up. The default calls
+  // Create; a decorator should forward it.
+  virtual ApiStatus CreateDiscardingReply(const Resource& r, const std::string& ns, const Json& object);
   virtual StatusOr<Json> Update(const Resource& r, const std::string& ns, const Json& object) = 0;
   virtual StatusOr<Json> UpdateStatus(const Resource& r, const std::string& ns, const Json& object) = 0;
   // RFC 7386 JSON merge patch; subresource "" or "status".
