@@ -166,18 +166,17 @@ void MountLogFileVolumes(const std::vector<std::string>& files, const Json& cont
 // entries, also from a ConfigMap or Secret) goes on after the loader's directory, renamed so that
 // PYTHONPATH can name it: the kubelet expands $(VAR) only for variables defined before.
 void AddEnvLoader(Json& container) {
-  Json env = Json::array();
+  Json& env = container["env"];
+  if (!env.is_array()) env = Json::array();
   bool users = false;
-  for (Json e : container.value("env", Json::array())) {
+  for (Json& e : env) {
     if (e.value("name", "") == "PYTHONPATH") {
       e["name"] = "FLEET_USER_PYTHONPATH";
       users = true;
     }
-    env.push_back(std::move(e));
   }
   const std::string path = std::string(kEnvLoaderMountPath) + (users ? ":$(FLEET_USER_PYTHONPATH)" : "");
   env.push_back({{"name", "PYTHONPATH"}, {"value", path}});
-  container["env"] = env;
   container["volumeMounts"].push_back({{"name", kEnvLoaderVolume}, {"mountPath", kEnvLoaderMountPath}, {"readOnly", true}});
 }
 
@@ -215,9 +214,9 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   if (!job.spec.scheduling.priority_class_name.empty()) {
     spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
   }
-  pod["metadata"] = {{"name", slot.name}, {"namespace", job.ns}, {"labels", labels},
+  pod["metadata"] = {{"name", slot.name}, {"namespace", job.ns}, {"labels", std::move(labels)},
                      {"ownerReferences", Json::array({OwnerReference(job)})}};
-  if (!annotations.empty()) pod["metadata"]["annotations"] = annotations;
+  if (!annotations.empty()) pod["metadata"]["annotations"] = std::move(annotations);
 
   spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
   if (job.spec.network == Network::kService) {
@@ -262,12 +261,14 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json& containers = spec["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {
     Json& c = containers[i];
-    Json merged = env;
-    for (const Json& e : c.value("env", Json::array())) merged.push_back(e);  // the user's last: they win
-    c["env"] = merged;
-    Json mounts = c.value("volumeMounts", Json::array());
+    Json merged = i + 1 < containers.size() ? env : std::move(env);   // the last container takes it
+    if (auto user = c.find("env"); user != c.end() && user->is_array()) {
+      for (Json& e : *user) merged.push_back(std::move(e));   // the user's last: they win
+    }
+    c["env"] = std::move(merged);
+    Json& mounts = c["volumeMounts"];
+    if (!mounts.is_array()) mounts = Json::array();
     mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
-    c["volumeMounts"] = mounts;
     if (!env_files.empty()) AddEnvLoader(c);
     if (i == 0) {
       Json ports = c.value("ports", Json::array());
@@ -276,7 +277,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
         if (job.spec.network == Network::kHostNetwork) entry["hostPort"] = port + p;
         ports.push_back(entry);
       }
-      c["ports"] = ports;
+      c["ports"] = std::move(ports);
     }
   }
   Json volumes = spec.value("volumes", Json::array());
@@ -294,13 +295,13 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
     spec["automountServiceAccountToken"] = false;
     volumes.push_back(TokenVolume(settings));
   }
-  spec["volumes"] = volumes;
+  spec["volumes"] = std::move(volumes);
   Json init = spec.value("initContainers", Json::array());
   Json sidecar = SidecarContainer(job, slot, wiring.SidecarPort(slot), run, settings, own_token);
   MountLogFileVolumes(job.spec.sidecar.log_files, spec["containers"], sidecar);
-  init.insert(init.begin(), sidecar);
-  spec["initContainers"] = init;
-  pod["spec"] = spec;
+  init.insert(init.begin(), std::move(sidecar));
+  spec["initContainers"] = std::move(init);
+  pod["spec"] = std::move(spec);
   return pod;
 }
 
