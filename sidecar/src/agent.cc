@@ -615,9 +615,9 @@ void Agent::PeerLoop() {
 
 // ---- readiness and HTTP ----
 
-std::string Agent::NotReadyLocked() const {
+std::string Agent::NotReadyLocked(bool gate_open) const {
   std::vector<std::string> why;
-  if (!gate_open_) why.push_back("the startup gate is not open");
+  if (!gate_open_ && !gate_open) why.push_back("the startup gate is not open");
   if (!unreachable_.empty()) why.push_back("peers unreachable: " + JoinStrings(unreachable_, ", "));
   if (main_observed_ && !main_running_) why.push_back("the main process is not running");
   if (!stalled_.empty()) {
@@ -629,9 +629,9 @@ std::string Agent::NotReadyLocked() const {
   return JoinStrings(why, "; ");
 }
 
-std::string Agent::NotReady() const {
+std::string Agent::NotReady(bool gate_open) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return NotReadyLocked();
+  return NotReadyLocked(gate_open);
 }
 
 httpd::Response Agent::ApplyReports(const std::vector<StepRecord>& records) {

@@ -112,7 +112,8 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
   std::vector<fleet::httpd::Route> routes;
   if (gate) {
     if (agent) {
-      routes = gate->Routes([a = agent.get()] { return a->NotReady(); },
+      // The gate asks the agent only once it is open (the agent may not have heard yet).
+      routes = gate->Routes([a = agent.get()] { return a->NotReady(/*gate_open=*/true); },
                             [a = agent.get()](std::string* out) { a->metrics().AppendExposition(out); });
     } else {
       routes = gate->Routes();

@@ -78,7 +78,9 @@ class Agent {
   // True when every thread ended within `timeout`.
   bool Stop(std::chrono::milliseconds timeout);
 
-  std::string NotReady() const;                // "" when ready, else why not
+  // "" when ready, else why not. `gate_open`: the caller knows the gate is open, which the agent
+  // hears a moment later (the main loop tells it): /readyz asks the gate first and passes it.
+  std::string NotReady(bool gate_open = false) const;
   httpd::Route ReportRoute();                // POST /v1/report (JSON, or text protocol lines)
   httpd::Route StatusRoute();                // GET /status: the agent's state as JSON
   int udp_port() const { return udp_port_; }   // the bound UDP port (0: none)
@@ -100,7 +102,7 @@ class Agent {
   void ApplyBatch(Source source, bool timed);
   httpd::Response ApplyReports(const std::vector<StepRecord>& records);
   PodCondition ConditionLocked(const std::vector<RankProgress>& progress) const;
-  std::string NotReadyLocked() const;
+  std::string NotReadyLocked(bool gate_open = false) const;
   std::string RankName(int rank) const;
 
   AgentConfig config_;
