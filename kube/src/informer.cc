@@ -581,13 +581,18 @@ ApiStatus Informer::ApplyLine(std::string_view line) {
     return error_status.ok() ? ApiStatus(Code::kMalformed, "watch ERROR event without an error code: " + Excerpt(body))
                              : error_status;
   }
-  if (Shapes() && type != WatchEventType::kBookmark) line_packed_ = Shaped(line_packed_);
-  ApplyPackedLocked(type, line_packed_, internal::ReadPackedMeta(line_packed_));
+  Json transformed;   // the transform's result: the handlers take it as it is
+  Json* object = nullptr;
+  if (Shapes() && type != WatchEventType::kBookmark) {
+    line_packed_ = Shaped(line_packed_, &transformed);
+    if (options_.transform) object = &transformed;
+  }
+  ApplyPackedLocked(type, line_packed_, internal::ReadPackedMeta(line_packed_), object);
   if (line_packed_.capacity() > (1u << 20)) std::string().swap(line_packed_);   // after a huge object
   return ApiStatus();
 }
 
-void Informer::UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta) {
+void Informer::UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta, Json* object) {
   std::string key = KeyOf(meta);
   // Objects are materialized only for the handlers that will look at them, before the cache
   // stores the new one (over the old one's bytes, when they have room). Writers are serialized
@@ -600,7 +605,7 @@ void Informer::UpsertLocked(std::string_view packed, std::string* owned, interna
     deliver = update ? needs_old_ || needs_modify_ : needs_added_;
     if (deliver && update && needs_old_) old_object = internal::UnpackJson(*current);
   }   // (our reference to the stored bytes is gone: the cache may write over them)
-  if (deliver) new_object = internal::UnpackJson(packed);
+  if (deliver) new_object = object ? std::move(*object) : internal::UnpackJson(packed);
   cache_.PutPacked(std::move(key), packed, owned, std::move(meta));
   if (!deliver) return;
   if (update) {
@@ -610,16 +615,17 @@ void Informer::UpsertLocked(std::string_view packed, std::string* owned, interna
   }
 }
 
-void Informer::ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta) {
+void Informer::ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta,
+                                 Json* object) {
   const std::string rv = meta.resource_version;
   switch (type) {
     case WatchEventType::kAdded:
     case WatchEventType::kModified:
-      UpsertLocked(packed, nullptr, std::move(meta));
+      UpsertLocked(packed, nullptr, std::move(meta), object);
       break;
     case WatchEventType::kDeleted: {
       Json last_known;
-      if (needs_deleted_) last_known = internal::UnpackJson(packed);
+      if (needs_deleted_) last_known = object ? std::move(*object) : internal::UnpackJson(packed);
       cache_.Erase(KeyOf(meta));
       if (needs_deleted_) DispatchDelete(last_known);
       break;
@@ -649,13 +655,15 @@ void Informer::Apply(const WatchEvent& event) {
   ApplyLocked(shaped);
 }
 
-std::string Informer::Shaped(std::string_view packed) const {
+std::string Informer::Shaped(std::string_view packed, Json* transformed) const {
   std::string kept = options_.drop_members.empty() ? std::string(packed)
                                                    : internal::WithoutMembers(packed, options_.drop_members);
   if (!options_.transform) return kept;
   Json object = internal::UnpackJson(kept);
   options_.transform(object);
-  return internal::PackJson(object);
+  std::string packed_object = internal::PackJson(object);
+  if (transformed) *transformed = std::move(object);
+  return packed_object;
 }
 
 void Informer::ApplyLocked(const WatchEvent& event) {

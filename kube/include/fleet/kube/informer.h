@@ -155,7 +155,7 @@ struct InformerOptions {
   // SharedIndexInformer.SetTransform: an informer whose readers need a few fields keeps only those
   // (a pod's spec is most of its bytes). It must keep metadata.name, namespace, resourceVersion,
   // labels and ownerReferences (the cache's key and indexes). Costs one more unpack and pack of
-  // each object (a pod: ~20 us, about what a handler's materializing of the whole pod cost).
+  // each object (a pod: ~20 us); a watch event's handlers take the transform's result as it is.
   std::function<void(Json& object)> transform;
   // Top-level members dropped from every object (the same objects) before the transform, from the
   // packed bytes, without unpacking them (a pod's "spec"): what the transform then unpacks is
@@ -200,14 +200,17 @@ class Informer {
   void Replace(std::vector<ListedObject> objects, const std::string& resource_version);
   ApiStatus WatchFromLast(int64_t* events);   // counts the events it applied
   void ApplyLocked(const WatchEvent& event);
-  void ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta);
+  // `object`, when given, is `packed` already unpacked (the transform's result): the handlers take
+  // it instead of unpacking the bytes again.
+  void ApplyPackedLocked(WatchEventType type, std::string_view packed, internal::PackedMeta&& meta,
+                         Json* object = nullptr);
   // Stores a packed object (*owned, when given, holds the same bytes and may be moved into the
   // cache) and dispatches the add or update to the handlers that want objects.
-  void UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta);
+  void UpsertLocked(std::string_view packed, std::string* owned, internal::PackedMeta&& meta, Json* object = nullptr);
   bool Shapes() const { return options_.transform || !options_.drop_members.empty(); }
   // A packed object as the cache keeps it: options_.drop_members dropped, then options_.transform
-  // applied.
-  std::string Shaped(std::string_view packed) const;
+  // applied; *transformed, when given and there is a transform, gets its result unpacked.
+  std::string Shaped(std::string_view packed, Json* transformed = nullptr) const;
   void SetLastResourceVersion(const Json& object);
   void SetLastResourceVersion(const std::string& resource_version);
   // Sleeps unless Stop() comes first; false when stopping.
