@@ -1,0 +1,280 @@
+// The new launcher across a job: each node's rendezvous at its master, the ranks it hands out and
+// the env of every process (controllers/collective.py, controllers/master.py).
+#include <algorithm>
+#include <set>
+
+#include "common.h"
+
+namespace fleet::paddle_model {
+namespace {
+
+using detail::AtLeast;
+using detail::Join;
+
+std::string Port(const NewLauncherNode& node) {
+  if (!node.master) return std::to_string(kFreePortBase);  // lazy_init: a free port of its own
+  return detail::Split(*node.master, ':').back();
+}
+
+// The node a host names: by its own address, the address it resolves to, or a DNS name.
+std::optional<std::size_t> NodeNamed(const std::string& host, const std::vector<Node>& nodes,
+                                     const std::vector<NewLauncherNode>& models) {
+  for (std::size_t j = 0; j < nodes.size(); ++j) {
+    const auto& names = nodes[j].names;
+    if (host == models[j].own_ip || host == nodes[j].hostname_ip ||
+        std::find(names.begin(), names.end(), host) != names.end()) {
+      return j;
+    }
+  }
+  return std::nullopt;
+}
+
+// Which rendezvous a node joins: "http://ip:port/job" of the node serving it, "etcd://host:port/job",
+// or nullopt with the reason it waits forever (HTTPMaster.sync_peers: "master not ready").
+std::optional<std::string> Rendezvous(std::size_t i, const std::vector<Node>& nodes,
+                                      const std::vector<NewLauncherNode>& models, std::string& why) {
+  const NewLauncherNode& node = models[i];
+  if (node.etcd) {
+    // The host after the literal "etcd://" is the one meant; strip() may have eaten into it.
+    const std::string meant = detail::HostOf(node.master->substr(std::string("etcd://").size()));
+    if (node.etcd_host != meant) {
+      why = "node " + std::to_string(i) + " connects to etcd host '" + node.etcd_host + "', not '" + meant + "'";
+      return std::nullopt;
+    }
+    return "etcd://" + node.etcd_host + ":" + node.etcd_port + "/" + node.job_id;
+  }
+  if (node.serves_master) return "http://" + node.own_ip + ":" + Port(node) + "/" + node.job_id;
+  const std::string host = detail::HostOf(*node.master);
+  const auto server = NodeNamed(host, nodes, models);
+  if (!server || !models[*server].serves_master || Port(models[*server]) != Port(node)) {
+    why = "node " + std::to_string(i) + ": master " + *node.master + " is served by no node (master not ready)";
+    return std::nullopt;
+  }
+  return "http://" + models[*server].own_ip + ":" + Port(node) + "/" + node.job_id;
+}
+
+struct Group {
+  std::vector<std::size_t> members;  // node indexes, in the job's order
+};
+
+// master.py sync_peers: the peer list in rank order, or the reason the group fails.
+// Every rank set: slot = rank (a gap or a rank past the end raises). None set: keys sorted by pod
+// name, the HTTP master's own key being 'aaaaaa' (first); with etcd all follow the random names.
+// 2.6+ sort_ip: by the candidate's IPv4 address.
+std::optional<std::string> Order(const Group& group, const std::vector<NewLauncherNode>& models,
+                                 std::vector<std::size_t>& order, std::vector<bool>& fixed) {
+  const std::size_t size = group.members.size();
+  std::size_t ranked = 0;
+  for (std::size_t m : group.members) ranked += models[m].rank >= 0 ? 1 : 0;
+  order.assign(size, SIZE_MAX);
+  fixed.assign(size, true);
+  if (models[group.members[0]].sort_ip) {
+    order = group.members;
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return models[a].own_ip < models[b].own_ip; });
+    return std::nullopt;  // lexical, not numeric, order of addresses: close enough for same-length IPs
+  }
+  if (ranked == size) {
+    for (std::size_t m : group.members) {
+      const auto rank = static_cast<std::size_t>(models[m].rank);
+      if (rank >= size) return "IndexError: node rank " + std::to_string(rank) + " in a job of " + std::to_string(size) + " nodes";
+      if (order[rank] != SIZE_MAX) return "TypeError: two nodes have rank " + std::to_string(rank) + " (a peer slot stays None)";
+      order[rank] = m;
+    }
+    return std::nullopt;
+  }
+  if (ranked > 0) return "some nodes have a rank and some do not: they build different peer lists";
+  order.clear();
+  for (std::size_t m : group.members) {
+    if (models[m].serves_master && !models[m].etcd) order.insert(order.begin(), m);
+    else order.push_back(m);
+  }
+  const std::size_t first_random = (!models[order[0]].etcd && models[order[0]].serves_master) ? 1 : 0;
+  for (std::size_t k = first_random; k < size; ++k) fixed[k] = size - first_random <= 1;
+  return std::nullopt;
+}
+
+// collective.py _build_pod_with_master: the env of each process of each node, in rank order.
+void ProcessEnvs(const std::vector<std::size_t>& order, const std::vector<NewLauncherNode>& models,
+                 std::vector<std::vector<Env>>& per_node) {
+  int global_size = 0;
+  std::vector<std::string> node_endpoints;
+  for (std::size_t m : order) {
+    global_size += models[m].nproc;
+    std::vector<std::string> endpoints;
+    for (int i = 0; i < models[m].nproc; ++i) endpoints.push_back(models[m].own_ip + ":" + std::to_string(kFreePortBase + 1 + i));
+    node_endpoints.push_back(Join(endpoints, ","));
+  }
+  const std::string master = models[order[0]].own_ip + ":" + std::to_string(kFreePortBase);
+  int offset = 0;
+  for (std::size_t m : order) {
+    const NewLauncherNode& node = models[m];
+    for (int i = 0; i < node.nproc; ++i) {
+      Env env = node.base_env;
+      env["POD_NAME"] = "<random>";
+      env["PADDLE_MASTER"] = master;
+      env["PADDLE_GLOBAL_SIZE"] = std::to_string(global_size);
+      env["PADDLE_LOCAL_SIZE"] = std::to_string(node.nproc);
+      env["PADDLE_GLOBAL_RANK"] = env["PADDLE_TRAINER_ID"] = std::to_string(offset + i);
+      env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
+      env["PADDLE_NNODES"] = std::to_string(order.size());
+      env["PADDLE_TRAINER_ENDPOINTS"] = Join(node_endpoints, ",");
+      env["PADDLE_CURRENT_ENDPOINT"] = node.own_ip + ":" + std::to_string(kFreePortBase + 1 + i);
+      env["PADDLE_TRAINERS_NUM"] = std::to_string(global_size);
+      if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
+      else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
+      per_node[m].push_back(std::move(env));
+    }
+    offset += node.nproc;
+  }
+}
+
+// collective.py _build_pod_with_args (2.5+): no rendezvous; the node's rank is its own address's
+// index in --ips, or 0 when absent. 3.0 also sets PADDLE_MASTER to the first endpoint.
+void ArgsJob(Version version, const std::vector<NewLauncherNode>& models, JobOutcome& job,
+             std::vector<std::vector<Env>>& per_node) {
+  std::set<int> seen;
+  for (std::size_t n = 0; n < models.size(); ++n) {
+    const NewLauncherNode& node = models[n];
+    std::vector<std::string> endpoints;
+    for (const auto& ip : node.ips) {
+      for (int p = 0; p < node.nproc; ++p) endpoints.push_back(ip + ":" + std::to_string(node.start_port + p));
+    }
+    const auto at = std::find(node.ips.begin(), node.ips.end(), node.own_ip);
+    const int index = at == node.ips.end() ? 0 : static_cast<int>(at - node.ips.begin());
+    job.node_rank.push_back(index);
+    if (!seen.insert(index).second) job.why = "two nodes take node rank " + std::to_string(index) + " (own address not in --ips)";
+    if (node.ips.size() < 2) job.trains_alone = true;
+    for (int i = 0; i < node.nproc; ++i) {
+      const auto rank = static_cast<std::size_t>(index * node.nproc + i);
+      Env env = node.base_env;
+      env["POD_NAME"] = "<random>";
+      if (AtLeast(version, Version::k3_0)) env["PADDLE_MASTER"] = endpoints[0];
+      env["PADDLE_GLOBAL_SIZE"] = env["PADDLE_TRAINERS_NUM"] = std::to_string(endpoints.size());
+      env["PADDLE_LOCAL_SIZE"] = std::to_string(node.nproc);
+      env["PADDLE_GLOBAL_RANK"] = env["PADDLE_TRAINER_ID"] = std::to_string(rank);
+      env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
+      env["PADDLE_NNODES"] = std::to_string(node.ips.size());
+      env["PADDLE_TRAINER_ENDPOINTS"] = Join(endpoints, ",");
+      env["PADDLE_CURRENT_ENDPOINT"] = rank < endpoints.size() ? endpoints[rank] : "";
+      if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
+      else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
+      per_node[n].push_back(std::move(env));
+    }
+  }
+  if (!job.why.empty()) job.hangs = true;
+  job.deterministic = !job.hangs;
+}
+
+void Fail(JobOutcome& job, bool hang, const std::string& why) {
+  if (hang) job.hangs = true;
+  else job.crash = why;
+  if (job.why.empty()) job.why = why;
+}
+
+// Parameter-server jobs from endpoint lists: every listed endpoint must be run by exactly one node.
+// The master-based PS rendezvous is not modelled (reported as a crash of the model).
+void PsJob(const std::vector<NewLauncherNode>& models, JobOutcome& job) {
+  std::map<std::string, int> runs;
+  for (const auto& model : models) {
+    if (model.ps_servers.empty() && model.ps_trainers.empty()) {
+      Fail(job, false, "the model does not model a parameter-server job without --servers and --trainers");
+      return;
+    }
+    for (const auto* list : {&model.ps_servers, &model.ps_trainers}) {
+      for (const auto& endpoint : *list) ++runs[endpoint];
+    }
+  }
+  for (const auto& [endpoint, count] : runs) {
+    if (count > 1) Fail(job, true, std::to_string(count) + " nodes run " + endpoint + " (endpoints picked by string prefix)");
+  }
+  job.deterministic = !job.hangs;
+}
+
+// Join nodes into rendezvous groups and check each is complete and agrees on its size.
+std::map<std::string, Group> Groups(const std::vector<Node>& nodes, const std::vector<NewLauncherNode>& models, JobOutcome& job) {
+  std::map<std::string, Group> groups;
+  for (std::size_t i = 0; i < nodes.size(); ++i) {
+    if (models[i].replicas < 2) {  // sync_peers returns at once: a one-node job
+      job.trains_alone = true;
+      if (job.why.empty()) job.why = "node " + std::to_string(i) + " counts " + models[i].nnodes + " node(s) and trains alone";
+      continue;
+    }
+    std::string why;
+    const auto key = Rendezvous(i, nodes, models, why);
+    if (!key) Fail(job, true, why);
+    else groups[*key].members.push_back(i);
+  }
+  for (auto& [key, group] : groups) {
+    for (std::size_t m : group.members) {
+      const NewLauncherNode& node = models[m];
+      const auto count = static_cast<int>(group.members.size());
+      // etcd wait_peer_ready: between MIN and MAX nodes start the job; HTTP waits for exactly N.
+      const bool enough = node.etcd ? count >= node.replicas_min && count <= node.replicas : count == node.replicas;
+      if (!enough) {
+        Fail(job, true, "node " + std::to_string(m) + " waits for " + node.nnodes + " nodes at " + key + ", " +
+                             std::to_string(count) + " come");
+      }
+    }
+  }
+  return groups;
+}
+
+}  // namespace
+
+JobOutcome SimulateNewLauncherJob(Version version, const std::vector<Node>& nodes) {
+  JobOutcome job;
+  std::vector<NewLauncherNode> models;
+  for (const Node& node : nodes) models.push_back(ModelNewLauncher(version, node));
+  std::size_t legacy = 0;
+  for (std::size_t i = 0; i < models.size(); ++i) {
+    if (models[i].crash) {
+      Fail(job, false, "node " + std::to_string(i) + ": " + *models[i].crash);
+      return job;
+    }
+    legacy += models[i].legacy_fallback ? 1 : 0;
+  }
+  if (legacy == nodes.size() && !nodes.empty()) {
+    bool gpu = false;
+    for (const Node& node : nodes) gpu = gpu || node.visible_gpus > 0;
+    return SimulateLegacyJob(version, nodes, gpu);
+  }
+  if (legacy > 0) {
+    Fail(job, true, "some nodes fall back to the legacy launcher, others do not");
+    return job;
+  }
+  if (std::any_of(models.begin(), models.end(), [](const NewLauncherNode& m) { return m.ps_mode; })) {
+    PsJob(models, job);
+    return job;
+  }
+  std::vector<std::vector<Env>> per_node(nodes.size());
+  if (std::all_of(models.begin(), models.end(), [](const NewLauncherNode& m) { return m.with_args; })) {
+    ArgsJob(version, models, job, per_node);
+  } else {
+    job.node_rank.assign(nodes.size(), 0);
+    job.deterministic = true;
+    const auto groups = Groups(nodes, models, job);
+    if (groups.size() > 1) Fail(job, true, "the nodes form " + std::to_string(groups.size()) + " separate rendezvous");
+    for (const auto& [key, group] : groups) {
+      std::vector<std::size_t> order;
+      std::vector<bool> fixed;
+      if (auto error = Order(group, models, order, fixed)) {
+        Fail(job, false, *error);
+        continue;
+      }
+      for (std::size_t k = 0; k < order.size(); ++k) {
+        job.node_rank[order[k]] = fixed[k] ? static_cast<int>(k) : -1;
+        job.deterministic = job.deterministic && fixed[k];
+      }
+      ProcessEnvs(order, models, per_node);
+    }
+    for (std::size_t i = 0; i < nodes.size(); ++i) {  // one-node jobs: rank 0, their own env
+      if (models[i].replicas < 2) ProcessEnvs({i}, models, per_node);
+    }
+  }
+  for (auto& envs : per_node) {
+    for (auto& env : envs) job.process_env.push_back(std::move(env));
+  }
+  return job;
+}
+
+}  // namespace fleet::paddle_model
