@@ -312,7 +312,8 @@ std::vector<Node> PaddleFormersJob(int n, const Env& extra) {
 
 TEST(PaddleFormersTest, NoMasterAddrTrainsEveryPodAloneOnLocalhost) {
   const auto nodes = PaddleFormersJob(3, {});
-  EXPECT_THAT(nodes[1].args, ElementsAre("--master", "127.0.0.1:8080", "--nnodes", "1", "train.py"));
+  EXPECT_THAT(nodes[1].args, ElementsAre("--log_dir", "paddleformers_dist_log", "--gpus", "0", "--master", "127.0.0.1:8080",
+                                         "--nnodes", "1", "paddleformers/cli/launcher.py", "train.py"));
   EXPECT_EQ(nodes[1].env.count("PADDLE_TRAINER_ENDPOINTS"), 0u);
   const JobOutcome job = SimulateNewLauncherJob(Version::k2_6, nodes);
   EXPECT_TRUE(job.trains_alone);
@@ -336,6 +337,32 @@ TEST(PaddleFormersTest, RanksAreRandomUnlessPaddleRankIsSet) {
   EXPECT_THAT(SimulateNewLauncherJob(Version::k2_6, ranked).node_rank, ElementsAre(0, 1, 2));
 }
 
+TEST(PaddleFormersTest, CpuPodsCrashAndPaddle23FallsBackToLegacy) {
+  const Env master = {{"MASTER_ADDR", Ip(0)}, {"NNODES", "2"}};
+  auto cpu = PaddleFormersJob(2, master);
+  for (auto& node : cpu) node = PaddleFormersCli([&] { Node bare = node; bare.visible_gpus = 0; bare.args = {"train"}; return bare; }());
+  EXPECT_THAT(SimulateNewLauncherJob(Version::k2_6, cpu).crash.value_or(""), HasSubstr("--gpus"));
+  // 2.3 has no --gpus flag: unknown, so the legacy launcher, which finds no PaddleCloud env left.
+  const JobOutcome legacy = SimulateNewLauncherJob(Version::k2_3, PaddleFormersJob(2, master));
+  EXPECT_TRUE(legacy.trains_alone);
+}
+
+TEST(NewLauncherJobTest, From26EachProcessGetsItsLogDirAndLongEndpointListsLeaveTheEnv) {
+  auto nodes = OperatorTodayJob(2);
+  for (auto& node : nodes) {
+    node.workdir = "/work";
+    node.env["PADDLE_ENV_LIMIT_LEN"] = "20";  // the two endpoints, 33 characters, reach it
+  }
+  const JobOutcome job = SimulateNewLauncherJob(Version::k2_6, nodes);
+  ASSERT_EQ(job.process_env.size(), 2u);
+  EXPECT_EQ(job.process_env[1].at("PADDLE_LOG_DIR"), "/work/log");
+  EXPECT_EQ(job.process_env[1].at("PADDLE_BACKUP_ENV_PATH"), "/work/log/backup_env.1.json");
+  EXPECT_EQ(job.process_env[1].count("PADDLE_TRAINER_ENDPOINTS"), 0u);
+  const JobOutcome old = SimulateNewLauncherJob(Version::k2_5, nodes);
+  EXPECT_EQ(old.process_env[1].count("PADDLE_LOG_DIR"), 0u);
+  EXPECT_EQ(old.process_env[1].count("PADDLE_TRAINER_ENDPOINTS"), 1u);
+}
+
 TEST(LegacyLauncherTest, PaddleCloudEnvTrainsWithNodeRanksFromTrainerId) {
   const JobOutcome job = SimulateLegacyJob(Version::k2_2, OperatorTodayJob(3), true);
   ASSERT_TRUE(job.Trains()) << job.why;
@@ -343,6 +370,21 @@ TEST(LegacyLauncherTest, PaddleCloudEnvTrainsWithNodeRanksFromTrainerId) {
   EXPECT_EQ(job.process_env[2].at("PADDLE_TRAINER_ID"), "2");
   EXPECT_EQ(job.process_env[2].at("PADDLE_CURRENT_ENDPOINT"), Ip(2) + ":6170");
   EXPECT_EQ(job.process_env[2].at("PADDLE_TRAINER_ENDPOINTS"), Joined(3, "6170"));
+}
+
+TEST(LegacyLauncherTest, Paddle22AddsRankInNodeAndDeviceIds) {
+  auto nodes = OperatorTodayJob(2);
+  for (auto& node : nodes) node.visible_gpus = 2;
+  for (auto& node : nodes) node.env["TRAINER_PORTS_NUM"] = "2";
+  const JobOutcome job = SimulateLegacyJob(Version::k2_2, nodes, true);
+  ASSERT_TRUE(job.Trains()) << job.why;
+  ASSERT_EQ(job.process_env.size(), 4u);
+  EXPECT_EQ(job.process_env[3].at("PADDLE_TRAINER_ID"), "3");
+  EXPECT_EQ(job.process_env[3].at("PADDLE_RANK_IN_NODE"), "1");
+  EXPECT_EQ(job.process_env[3].at("FLAGS_selected_gpus"), "1");
+  EXPECT_EQ(job.process_env[3].at("PADDLE_WORLD_DEVICE_IDS"), "0,1,0,1");
+  EXPECT_EQ(job.process_env[3].at("PADDLE_CURRENT_ENDPOINT"), Ip(1) + ":6171");
+  EXPECT_EQ(SimulateLegacyJob(Version::k2_0, nodes, true).process_env[3].count("PADDLE_RANK_IN_NODE"), 0u);
 }
 
 TEST(LegacyLauncherTest, TrainersNumUnsetTrainsEveryPodAlone) {

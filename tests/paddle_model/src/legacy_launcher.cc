@@ -141,6 +141,14 @@ LegacyNode ModelLegacyLauncher(Version version, const Node& node, bool gpu_build
   LegacyNode out;
   const LegacyArgs args = ParseLegacyArgs(node.args);
   out.ps_mode = PsMode(version, args, gpu_build);
+  // elastic/__init__.py enable_elastic (2.2+): a server, a job id and a node count, from args or
+  // PADDLE_ELASTIC_SERVER / PADDLE_ELASTIC_JOB_ID / PADDLE_ELASTIC_NP, run launch_elastic.
+  const auto given = [&](const char* flag, const char* env) { return args.values.count(flag) > 0 || node.env.count(env) > 0; };
+  if (AtLeast(version, Version::k2_2) && !out.ps_mode && given("--elastic_server", "PADDLE_ELASTIC_SERVER") &&
+      given("--job_id", "PADDLE_ELASTIC_JOB_ID") && given("--np", "PADDLE_ELASTIC_NP")) {
+    out.crash = "the legacy launcher's elastic mode (launch_elastic) is not modelled";
+    return out;
+  }
   bool paddlecloud = true;
   for (const char* name : {"PADDLE_TRAINERS", "POD_IP", "PADDLE_TRAINER_ID", "TRAINER_PORTS_NUM"}) {
     paddlecloud = paddlecloud && node.env.count(name) > 0;
@@ -195,17 +203,33 @@ LegacyNode ModelLegacyLauncher(Version version, const Node& node, bool gpu_build
   for (const auto& chunk : endpoints) all.insert(all.end(), chunk.begin(), chunk.begin() + static_cast<long>(per_proc.size()));
   out.node_endpoints.assign(endpoints[static_cast<std::size_t>(out.node_rank)].begin(),
                             endpoints[static_cast<std::size_t>(out.node_rank)].begin() + static_cast<long>(per_proc.size()));
+  // launch.py launch_collective's global env, then launch_utils.py start_local_trainers per process.
+  // 2.2 added PADDLE_RANK_IN_NODE, the device id lists, FLAGS_selected_accelerators and
+  // PADDLE_DISTRI_BACKEND (args.backend: nccl on a GPU build, gloo otherwise). The world's device
+  // ids assume every node has this node's devices.
+  std::vector<std::string> world;
+  for (std::size_t n = 0; n < ips.size(); ++n) {
+    for (const auto& devices : per_proc) world.push_back(detail::Join(Split(devices, ','), ":"));
+  }
   for (std::size_t i = 0; i < per_proc.size(); ++i) {
     Env env = node.env;
     env.erase("http_proxy");
     env.erase("https_proxy");
+    env["PADDLE_WITH_GLOO"] = Lookup(node.env, "PADDLE_WITH_GLOO").value_or("0");
+    env["PADDLE_GLOO_RENDEZVOUS"] = "3";
+    env["PADDLE_GLOO_FS_PATH"] = "<tmpdir>";
     env["PADDLE_TRAINER_ID"] = std::to_string(static_cast<std::size_t>(out.node_rank) * per_proc.size() + i);
     env["PADDLE_CURRENT_ENDPOINT"] = out.node_endpoints[i];
     env["PADDLE_TRAINERS_NUM"] = std::to_string(all.size());
     env["PADDLE_TRAINER_ENDPOINTS"] = Join(all, ",");
-    env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
     if (!per_proc[i].empty()) env["FLAGS_selected_gpus"] = per_proc[i];
-    env["PADDLE_DISTRI_BACKEND"] = gpu_build ? "nccl" : "gloo";
+    if (AtLeast(version, Version::k2_2)) {
+      env["PADDLE_DISTRI_BACKEND"] = gpu_build ? "nccl" : "gloo";
+      env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
+      env["PADDLE_LOCAL_DEVICE_IDS"] = per_proc[i];
+      env["PADDLE_WORLD_DEVICE_IDS"] = Join(world, ",");
+      if (!per_proc[i].empty()) env["FLAGS_selected_accelerators"] = per_proc[i];
+    }
     out.process_env.push_back(std::move(env));
   }
   return out;
@@ -249,9 +273,11 @@ JobOutcome SimulateLegacyJob(Version version, const std::vector<Node>& nodes, bo
   return job;
 }
 
-// PaddleFormers paddleformers/cli/cli.py (as summarised in docs/paddle-launchers.md; the CLI's
-// source was not found in the corpus): NNODES, MASTER_ADDR (127.0.0.1), MASTER_PORT (8080); it
-// deletes the Paddle env below and runs the new launcher with --master and --nnodes.
+// PaddleFormers paddleformers/cli/cli.py main (PaddlePaddle/PaddleFormers 12fd5765), GPU pods:
+// NNODES (1), MASTER_ADDR (127.0.0.1), MASTER_PORT (8080); it deletes the cluster env below, sets a
+// few flags, and runs `python -m paddle.distributed.launch --log_dir $PADDLEFORMERS_DIST_LOG
+// --gpus <CUDA_VISIBLE_DEVICES or every GPU> --master ADDR:PORT --nnodes N <its launcher.py> <CLI
+// args>` through shlex.split, so an empty GPU list drops out and --gpus takes "--master" as its value.
 Node PaddleFormersCli(const Node& node) {
   Node launched = node;
   for (const char* name : {"PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ID", "PADDLE_WORKERS_IP_PORT_LIST",
@@ -260,9 +286,20 @@ Node PaddleFormersCli(const Node& node) {
                            "PADDLE_ELASTIC_TIMEOUT"}) {
     launched.env.erase(name);
   }
-  const std::string master = Lookup(node.env, "MASTER_ADDR").value_or("127.0.0.1") + ":" +
-                             Lookup(node.env, "MASTER_PORT").value_or("8080");
-  launched.args = {"--master", master, "--nnodes", Lookup(node.env, "NNODES").value_or("1")};
+  launched.env["FLAGS_set_to_1d"] = "False";
+  launched.env["NVIDIA_TF32_OVERRIDE"] = "0";
+  launched.env["FLAGS_dataloader_use_file_descriptor"] = "False";
+  std::vector<std::string> every_gpu;
+  for (int i = 0; i < node.visible_gpus; ++i) every_gpu.push_back(std::to_string(i));
+  const std::string cards = Lookup(node.env, "CUDA_VISIBLE_DEVICES").value_or(Join(every_gpu, ","));
+  launched.args = {"--log_dir", Lookup(node.env, "PADDLEFORMERS_DIST_LOG").value_or("paddleformers_dist_log"), "--gpus"};
+  if (!cards.empty()) launched.args.push_back(cards);
+  for (const std::string& arg : {std::string("--master"),
+                                 Lookup(node.env, "MASTER_ADDR").value_or("127.0.0.1") + ":" + Lookup(node.env, "MASTER_PORT").value_or("8080"),
+                                 std::string("--nnodes"), Lookup(node.env, "NNODES").value_or("1"),
+                                 std::string("paddleformers/cli/launcher.py")}) {
+    launched.args.push_back(arg);
+  }
   launched.args.insert(launched.args.end(), node.args.begin(), node.args.end());
   return launched;
 }

@@ -53,6 +53,23 @@ std::optional<std::string> Rendezvous(std::size_t i, const std::vector<Node>& no
   return "http://" + models[*server].own_ip + ":" + Port(node) + "/" + node.job_id;
 }
 
+// What 2.6+ adds as each process starts: controller.py add_container sets PADDLE_LOG_DIR (the log
+// dir made absolute); utils/process_context.py writes the whole env to backup_env.<rank>.json,
+// names it in PADDLE_BACKUP_ENV_PATH, and leaves PADDLE_TRAINER_ENDPOINTS and TRAINER_IP_PORT_LIST
+// out of the env when they reach PADDLE_ENV_LIMIT_LEN (48000) characters.
+void StartProcess(Version version, const NewLauncherNode& node, Env& env) {
+  if (!AtLeast(version, Version::k2_6)) return;
+  const std::string& dir = node.log_dir;
+  const std::string base = node.workdir.empty() || node.workdir.back() == '/' ? node.workdir : node.workdir + "/";
+  env["PADDLE_LOG_DIR"] = !dir.empty() && dir[0] == '/' ? dir : base + dir;
+  env["PADDLE_BACKUP_ENV_PATH"] = env["PADDLE_LOG_DIR"] + "/backup_env." + env["PADDLE_TRAINER_ID"] + ".json";
+  const auto limit = detail::PyInt(detail::Lookup(node.base_env, "PADDLE_ENV_LIMIT_LEN").value_or("48000")).value_or(48000);
+  for (const char* name : {"PADDLE_TRAINER_ENDPOINTS", "TRAINER_IP_PORT_LIST"}) {
+    const auto it = env.find(name);
+    if (it != env.end() && static_cast<long long>(it->second.size()) >= limit) env.erase(it);
+  }
+}
+
 struct Group {
   std::vector<std::size_t> members;  // node indexes, in the job's order
 };
@@ -94,7 +111,7 @@ std::optional<std::string> Order(const Group& group, const std::vector<NewLaunch
 }
 
 // collective.py _build_pod_with_master: the env of each process of each node, in rank order.
-void ProcessEnvs(const std::vector<std::size_t>& order, const std::vector<NewLauncherNode>& models,
+void ProcessEnvs(Version version, const std::vector<std::size_t>& order, const std::vector<NewLauncherNode>& models,
                  std::vector<std::vector<Env>>& per_node) {
   int global_size = 0;
   std::vector<std::string> node_endpoints;
@@ -122,6 +139,7 @@ void ProcessEnvs(const std::vector<std::size_t>& order, const std::vector<NewLau
       env["PADDLE_TRAINERS_NUM"] = std::to_string(global_size);
       if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
       else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
+      StartProcess(version, node, env);
       per_node[m].push_back(std::move(env));
     }
     offset += node.nproc;
@@ -158,6 +176,7 @@ void ArgsJob(Version version, const std::vector<NewLauncherNode>& models, JobOut
       env["PADDLE_CURRENT_ENDPOINT"] = rank < endpoints.size() ? endpoints[rank] : "";
       if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
       else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
+      StartProcess(version, node, env);
       per_node[n].push_back(std::move(env));
     }
   }
@@ -265,10 +284,10 @@ JobOutcome SimulateNewLauncherJob(Version version, const std::vector<Node>& node
         job.node_rank[order[k]] = fixed[k] ? static_cast<int>(k) : -1;
         job.deterministic = job.deterministic && fixed[k];
       }
-      ProcessEnvs(order, models, per_node);
+      ProcessEnvs(version, order, models, per_node);
     }
     for (std::size_t i = 0; i < nodes.size(); ++i) {  // one-node jobs: rank 0, their own env
-      if (models[i].replicas < 2) ProcessEnvs({i}, models, per_node);
+      if (models[i].replicas < 2) ProcessEnvs(version, {i}, models, per_node);
     }
   }
   for (auto& envs : per_node) {

@@ -81,7 +81,7 @@ std::optional<std::string> ParseArgs(Version version, const std::vector<std::str
     }
     if (eq != std::string::npos) {
       args.values[flag->second] = token.substr(eq + 1);
-    } else if (i + 1 < argv.size()) {
+    } else if (i + 1 < argv.size() && argv[i + 1].rfind("--", 0) != 0) {
       args.values[flag->second] = argv[++i];
     } else {
       return Crash("argument " + token + ": expected one argument");
@@ -305,6 +305,7 @@ std::optional<std::string> PsPod(Version version, const Args& args, NewLauncherN
 std::optional<std::string> Controller(Version version, const Node& node, const Args& args, NewLauncherNode& out) {
   if (auto crash = Replicas(args.Get("nnodes", "1"), out)) return crash;
   out.job_id = args.Get("job_id", "default");
+  out.log_dir = args.Get("log_dir", "log");
   if (auto crash = Processes(version, node, args, out)) return crash;
   const std::string rank = args.Get("rank", "-1");
   const auto rank_number = PyInt(rank);
@@ -403,6 +404,7 @@ NewLauncherNode ModelNewLauncher(Version version, const Node& node) {
   out.base_env = node.env;
   out.base_env.erase("http_proxy");
   out.base_env.erase("https_proxy");
+  out.workdir = node.workdir;
   out.crash = Controller(version, node, args, out);
   return out;
 }

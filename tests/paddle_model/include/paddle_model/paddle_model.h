@@ -36,6 +36,7 @@ struct Node {
   std::string hostname_ip;          // what gethostbyname(getfqdn()) gives in the pod ("" = fails: 127.0.0.1)
   std::vector<std::string> names;   // DNS names that reach this pod (hostname, a Service's name)
   int visible_gpus = 0;             // GPUs the pod sees (0: CPU only)
+  std::string workdir = "/";        // the container's working directory (relative log dirs)
 };
 
 // The new launcher (python -m paddle.distributed.launch, 2.3+) on one node.
@@ -52,6 +53,7 @@ struct NewLauncherNode {
   int replicas_min = 1;
   int rank = -1;                     // -1: decided at the rendezvous
   std::string job_id = "default";
+  std::string log_dir = "log";
   int nproc = 1;                     // processes it starts (pod_replicas)
   bool ps_mode = false;              // PSController chosen
   std::vector<std::string> ps_servers, ps_trainers;  // PS from lists: the endpoints this node runs
@@ -61,6 +63,7 @@ struct NewLauncherNode {
   int start_port = 6070;             // with_args: the first port
   std::vector<std::string> selected_devices;  // FLAGS_selected_gpus per process ("" = gloo)
   Env base_env;                      // the env every process inherits (proxies dropped)
+  std::string workdir = "/";
 };
 NewLauncherNode ModelNewLauncher(Version version, const Node& node);
 
