@@ -141,6 +141,18 @@ TEST(NewLauncherJobTest, WithTwoNodesTheRankOfTheOneNotServingIsForced) {
   EXPECT_TRUE(job.deterministic);
 }
 
+TEST(NewLauncherJobTest, SortIpOrdersNodesByAddressFrom26) {
+  auto nodes = KubeflowJob(3);
+  nodes[0].env["POD_IP"] = nodes[0].hostname_ip = "10.0.0.30";  // the master's node sorts last
+  nodes[0].env["PADDLE_MASTER"] = "10.0.0.30:36543";
+  for (auto& node : nodes) node.env["PADDLE_SORT_IP"] = "1";
+  const JobOutcome job = SimulateNewLauncherJob(Version::k2_6, nodes);
+  ASSERT_TRUE(job.Trains()) << job.why;
+  EXPECT_THAT(job.node_rank, ElementsAre(2, 0, 1));
+  EXPECT_TRUE(job.deterministic);
+  EXPECT_THAT(SimulateNewLauncherJob(Version::k2_5, nodes).node_rank, ElementsAre(0, -1, -1));
+}
+
 TEST(NewLauncherJobTest, MasterNamedByAHostNoNodeSeesAsItsOwnHangs) {
   // Every pod names the master by a Service: the pod behind it does not see the name as its own.
   auto nodes = KubeflowJob(3);

@@ -45,6 +45,18 @@ std::string PyStrip(std::string_view text, std::string_view chars) {
   return std::string(text.substr(first, last - first + 1));
 }
 
+std::optional<bool> PyStrToBool(std::string_view text) {
+  std::string lower(text);
+  for (char& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (const char* yes : {"y", "yes", "t", "true", "on", "1"}) {
+    if (lower == yes) return true;
+  }
+  for (const char* no : {"n", "no", "f", "false", "off", "0"}) {
+    if (lower == no) return false;
+  }
+  return std::nullopt;
+}
+
 std::optional<std::string> Lookup(const Env& env, const std::string& name) {
   const auto it = env.find(name);
   if (it == env.end()) return std::nullopt;

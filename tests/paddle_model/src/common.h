@@ -24,6 +24,9 @@ std::optional<long long> PyInt(std::string_view text);
 // str.strip(chars): drops any of those characters (not that prefix) from both ends.
 std::string PyStrip(std::string_view text, std::string_view chars);
 
+// distutils strtobool: y/yes/t/true/on/1 and n/no/f/false/off/0, any case; nullopt where it raises.
+std::optional<bool> PyStrToBool(std::string_view text);
+
 std::optional<std::string> Lookup(const Env& env, const std::string& name);
 
 // The host part of "host:port" (all of it without a colon).

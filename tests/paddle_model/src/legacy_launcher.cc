@@ -76,6 +76,16 @@ std::optional<std::string> DevicesPerProc(const Node& node, const LegacyArgs& ar
   return std::nullopt;
 }
 
+// Every node the same nproc ports from `start`.
+std::vector<std::vector<std::string>> SamePorts(const std::vector<std::string>& ips, long long start, std::size_t nproc) {
+  std::vector<std::vector<std::string>> endpoints;
+  for (const auto& ip : ips) {
+    endpoints.emplace_back();
+    for (std::size_t p = 0; p < nproc; ++p) endpoints.back().push_back(ip + ":" + std::to_string(start + static_cast<long long>(p)));
+  }
+  return endpoints;
+}
+
 // cloud_utils.py get_cloud_cluster: the node list, this node's rank and every node's endpoints.
 std::optional<std::string> CloudCluster(const Env& env, std::size_t nproc, std::vector<std::string>& ips,
                                         std::vector<std::vector<std::string>>& endpoints, LegacyNode& out) {
@@ -101,11 +111,7 @@ std::optional<std::string> CloudCluster(const Env& env, std::size_t nproc, std::
     if (paddle_port && *ports_num >= static_cast<long long>(nproc) && (flags_port || *paddle_port != 6170)) start = paddle_port;
   }
   if (!start) return "TypeError: FLAGS_START_PORT without a usable PADDLE_PORT: range() of a str";
-  for (const auto& ip : ips) {
-    std::vector<std::string> ports;
-    for (std::size_t p = 0; p < nproc; ++p) ports.push_back(ip + ":" + std::to_string(*start + static_cast<long long>(p)));
-    endpoints.push_back(ports);
-  }
+  endpoints = SamePorts(ips, *start, nproc);
   return std::nullopt;
 }
 
@@ -125,11 +131,7 @@ std::optional<std::string> ArgsCluster(const Node& node, const LegacyArgs& args,
   if (index == ips.size()) return "AssertionError: Can't find your local ip " + own + " in node_ips";
   out.node_rank = static_cast<int>(index);
   const long long start = PyInt(Lookup(node.env, "FLAGS_START_PORT").value_or("6070")).value_or(6070);
-  for (const auto& ip : ips) {
-    std::vector<std::string> ports;
-    for (std::size_t p = 0; p < nproc; ++p) ports.push_back(ip + ":" + std::to_string(start + static_cast<long long>(p)));
-    endpoints.push_back(ports);
-  }
+  endpoints = SamePorts(ips, start, nproc);
   return std::nullopt;
 }
 

@@ -70,6 +70,19 @@ void StartProcess(Version version, const NewLauncherNode& node, Env& env) {
   }
 }
 
+// ipaddress.IPv4Address as an integer (master.py _cmp_by_ip, 2.6+).
+std::optional<unsigned long long> IPv4(const std::string& address) {
+  const auto octets = detail::Split(address, '.');
+  if (octets.size() != 4) return std::nullopt;
+  unsigned long long value = 0;
+  for (const auto& octet : octets) {
+    const auto number = detail::PyInt(octet);
+    if (!number || *number < 0 || *number > 255 || octet.empty() || octet.size() > 3) return std::nullopt;
+    value = value * 256 + static_cast<unsigned long long>(*number);
+  }
+  return value;
+}
+
 struct Group {
   std::vector<std::size_t> members;  // node indexes, in the job's order
 };
@@ -86,9 +99,15 @@ std::optional<std::string> Order(const Group& group, const std::vector<NewLaunch
   order.assign(size, SIZE_MAX);
   fixed.assign(size, true);
   if (models[group.members[0]].sort_ip) {
-    order = group.members;
-    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return models[a].own_ip < models[b].own_ip; });
-    return std::nullopt;  // lexical, not numeric, order of addresses: close enough for same-length IPs
+    std::vector<std::pair<unsigned long long, std::size_t>> by_ip;
+    for (std::size_t m : group.members) {
+      const auto ip = IPv4(models[m].own_ip);
+      if (!ip) return "AddressValueError: " + models[m].own_ip + " is not an IPv4 address (sort_ip)";
+      by_ip.emplace_back(*ip, m);
+    }
+    std::sort(by_ip.begin(), by_ip.end());
+    for (std::size_t k = 0; k < size; ++k) order[k] = by_ip[k].second;
+    return std::nullopt;
   }
   if (ranked == size) {
     for (std::size_t m : group.members) {
@@ -110,39 +129,57 @@ std::optional<std::string> Order(const Group& group, const std::vector<NewLaunch
   return std::nullopt;
 }
 
-// collective.py _build_pod_with_master: the env of each process of each node, in rank order.
+// Where a node's processes sit in the job, as collective.py's two pod builders work it out.
+struct Placement {
+  std::optional<std::string> master;      // PADDLE_MASTER
+  std::size_t global_size = 0;
+  std::size_t nnodes = 0;
+  std::size_t first_rank = 0;             // the node's rank offset
+  std::string job_endpoints;              // PADDLE_TRAINER_ENDPOINTS
+  std::vector<std::string> own_endpoints; // PADDLE_CURRENT_ENDPOINT per local process
+};
+
+// The env of each of a node's processes: the node's env with collective.py's keys on top.
+void AddProcesses(Version version, const NewLauncherNode& node, const Placement& at, std::vector<Env>& out) {
+  for (int i = 0; i < node.nproc; ++i) {
+    const auto local = static_cast<std::size_t>(i);
+    Env env = node.base_env;
+    env["POD_NAME"] = "<random>";
+    if (at.master) env["PADDLE_MASTER"] = *at.master;
+    env["PADDLE_GLOBAL_SIZE"] = env["PADDLE_TRAINERS_NUM"] = std::to_string(at.global_size);
+    env["PADDLE_LOCAL_SIZE"] = std::to_string(node.nproc);
+    env["PADDLE_GLOBAL_RANK"] = env["PADDLE_TRAINER_ID"] = std::to_string(at.first_rank + local);
+    env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
+    env["PADDLE_NNODES"] = std::to_string(at.nnodes);
+    env["PADDLE_TRAINER_ENDPOINTS"] = at.job_endpoints;
+    env["PADDLE_CURRENT_ENDPOINT"] = local < at.own_endpoints.size() ? at.own_endpoints[local] : "";
+    if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
+    else env["FLAGS_selected_gpus"] = node.selected_devices[local];
+    StartProcess(version, node, env);
+    out.push_back(std::move(env));
+  }
+}
+
+// collective.py _build_pod_with_master: after sync_peers, in rank order. The master is rank 0's
+// candidate; each node lists its own processes' endpoints (free ports).
 void ProcessEnvs(Version version, const std::vector<std::size_t>& order, const std::vector<NewLauncherNode>& models,
                  std::vector<std::vector<Env>>& per_node) {
-  int global_size = 0;
-  std::vector<std::string> node_endpoints;
+  std::vector<std::vector<std::string>> endpoints;
+  std::vector<std::string> node_lists;
+  Placement at;
   for (std::size_t m : order) {
-    global_size += models[m].nproc;
-    std::vector<std::string> endpoints;
-    for (int i = 0; i < models[m].nproc; ++i) endpoints.push_back(models[m].own_ip + ":" + std::to_string(kFreePortBase + 1 + i));
-    node_endpoints.push_back(Join(endpoints, ","));
+    endpoints.emplace_back();
+    for (int i = 0; i < models[m].nproc; ++i) endpoints.back().push_back(models[m].own_ip + ":" + std::to_string(kFreePortBase + 1 + i));
+    node_lists.push_back(Join(endpoints.back(), ","));
+    at.global_size += static_cast<std::size_t>(models[m].nproc);
   }
-  const std::string master = models[order[0]].own_ip + ":" + std::to_string(kFreePortBase);
-  int offset = 0;
-  for (std::size_t m : order) {
-    const NewLauncherNode& node = models[m];
-    for (int i = 0; i < node.nproc; ++i) {
-      Env env = node.base_env;
-      env["POD_NAME"] = "<random>";
-      env["PADDLE_MASTER"] = master;
-      env["PADDLE_GLOBAL_SIZE"] = std::to_string(global_size);
-      env["PADDLE_LOCAL_SIZE"] = std::to_string(node.nproc);
-      env["PADDLE_GLOBAL_RANK"] = env["PADDLE_TRAINER_ID"] = std::to_string(offset + i);
-      env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
-      env["PADDLE_NNODES"] = std::to_string(order.size());
-      env["PADDLE_TRAINER_ENDPOINTS"] = Join(node_endpoints, ",");
-      env["PADDLE_CURRENT_ENDPOINT"] = node.own_ip + ":" + std::to_string(kFreePortBase + 1 + i);
-      env["PADDLE_TRAINERS_NUM"] = std::to_string(global_size);
-      if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
-      else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
-      StartProcess(version, node, env);
-      per_node[m].push_back(std::move(env));
-    }
-    offset += node.nproc;
+  at.master = models[order[0]].own_ip + ":" + std::to_string(kFreePortBase);
+  at.nnodes = order.size();
+  at.job_endpoints = Join(node_lists, ",");
+  for (std::size_t k = 0; k < order.size(); ++k) {
+    at.own_endpoints = endpoints[k];
+    AddProcesses(version, models[order[k]], at, per_node[order[k]]);
+    at.first_rank += static_cast<std::size_t>(models[order[k]].nproc);
   }
 }
 
@@ -157,28 +194,20 @@ void ArgsJob(Version version, const std::vector<NewLauncherNode>& models, JobOut
     for (const auto& ip : node.ips) {
       for (int p = 0; p < node.nproc; ++p) endpoints.push_back(ip + ":" + std::to_string(node.start_port + p));
     }
-    const auto at = std::find(node.ips.begin(), node.ips.end(), node.own_ip);
-    const int index = at == node.ips.end() ? 0 : static_cast<int>(at - node.ips.begin());
+    const auto found = std::find(node.ips.begin(), node.ips.end(), node.own_ip);
+    const int index = found == node.ips.end() ? 0 : static_cast<int>(found - node.ips.begin());
     job.node_rank.push_back(index);
     if (!seen.insert(index).second) job.why = "two nodes take node rank " + std::to_string(index) + " (own address not in --ips)";
     if (node.ips.size() < 2) job.trains_alone = true;
-    for (int i = 0; i < node.nproc; ++i) {
-      const auto rank = static_cast<std::size_t>(index * node.nproc + i);
-      Env env = node.base_env;
-      env["POD_NAME"] = "<random>";
-      if (AtLeast(version, Version::k3_0)) env["PADDLE_MASTER"] = endpoints[0];
-      env["PADDLE_GLOBAL_SIZE"] = env["PADDLE_TRAINERS_NUM"] = std::to_string(endpoints.size());
-      env["PADDLE_LOCAL_SIZE"] = std::to_string(node.nproc);
-      env["PADDLE_GLOBAL_RANK"] = env["PADDLE_TRAINER_ID"] = std::to_string(rank);
-      env["PADDLE_LOCAL_RANK"] = env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
-      env["PADDLE_NNODES"] = std::to_string(node.ips.size());
-      env["PADDLE_TRAINER_ENDPOINTS"] = Join(endpoints, ",");
-      env["PADDLE_CURRENT_ENDPOINT"] = rank < endpoints.size() ? endpoints[rank] : "";
-      if (node.selected_devices.empty()) env["PADDLE_DISTRI_BACKEND"] = "gloo";
-      else env["FLAGS_selected_gpus"] = node.selected_devices[static_cast<std::size_t>(i)];
-      StartProcess(version, node, env);
-      per_node[n].push_back(std::move(env));
-    }
+    Placement at;
+    if (AtLeast(version, Version::k3_0)) at.master = endpoints[0];
+    at.global_size = endpoints.size();
+    at.nnodes = node.ips.size();
+    at.first_rank = static_cast<std::size_t>(index * node.nproc);
+    at.job_endpoints = Join(endpoints, ",");
+    const auto first = endpoints.begin() + static_cast<long>(std::min(at.first_rank, endpoints.size()));
+    at.own_endpoints.assign(first, endpoints.end());
+    AddProcesses(version, node, at, per_node[n]);
   }
   if (!job.why.empty()) job.hangs = true;
   job.deterministic = !job.hangs;

@@ -186,8 +186,7 @@ std::optional<std::string> CollectiveCompatible(Version version, const Env& env,
 // master keeps the new launcher, else unknown flags select the legacy one. (The docs' 2.3
 // PADDLE_DISTRI_BACKEND is not in v2.3.0's list: not modelled.)
 bool IsLegacyMode(Version version, const Env& env, const Args& args) {
-  const auto legacy_flag = args.Get("legacy", "0");
-  if (legacy_flag == "1" || legacy_flag == "true" || legacy_flag == "True" || legacy_flag == "yes") return true;
+  if (detail::PyStrToBool(args.Get("legacy", "0")).value_or(false)) return true;
   if (!AtLeast(version, Version::k2_4)) {
     if (!args.unknown.empty()) return true;
     for (const char* name : {"DISTRIBUTED_TRAINER_ENDPOINTS", "PADDLE_ELASTIC_JOB_ID", "FLAGS_START_PORT"}) {
@@ -316,7 +315,9 @@ std::optional<std::string> Controller(Version version, const Node& node, const A
     return Crash("TypeError: '<' not supported between instances of 'str' and 'int' (PADDLE_RANK=" + rank + ")");
   }
   out.rank = static_cast<int>(*rank_number);
-  out.sort_ip = AtLeast(version, Version::k2_6) && (args.Get("sort_ip") == "1" || args.Get("sort_ip") == "true");
+  const auto sort_ip = detail::PyStrToBool(args.Get("sort_ip", "0"));
+  if (!sort_ip) return Crash("ValueError: invalid truth value for sort_ip: " + args.Get("sort_ip"));
+  out.sort_ip = AtLeast(version, Version::k2_6) && *sort_ip;
   if (args.Has("master")) out.master = args.Get("master");
   // controllers/ps.py PSController.enable: run_mode ps, server_num, servers, trainer_num or trainers.
   out.ps_mode = args.Get("run_mode") == "ps" || args.Truthy("server_num") || !args.Get("servers").empty() ||
