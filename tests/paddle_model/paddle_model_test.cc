@@ -435,6 +435,17 @@ TEST(LegacyLauncherTest, DistributedEndpointsInAnotherOrderSwapNodes) {
   EXPECT_THAT(job.why, HasSubstr("another node's"));
 }
 
+TEST(LegacyLauncherTest, PaddlePortIsIgnoredWhenTrainerPortsNumIsBelowTheProcessCount) {
+  auto nodes = OperatorTodayJob(2);
+  for (auto& node : nodes) {
+    node.visible_gpus = 2;
+    node.env["PADDLE_PORT"] = "7000";
+  }
+  EXPECT_EQ(ModelLegacyLauncher(Version::k2_2, nodes[1], true).node_endpoints, (std::vector<std::string>{Ip(1) + ":6170", Ip(1) + ":6171"}));
+  nodes[1].env["TRAINER_PORTS_NUM"] = "2";
+  EXPECT_EQ(ModelLegacyLauncher(Version::k2_2, nodes[1], true).node_endpoints, (std::vector<std::string>{Ip(1) + ":7000", Ip(1) + ":7001"}));
+}
+
 TEST(LegacyLauncherTest, FlagsStartPortWithoutPaddlePortCrashes) {
   auto nodes = OperatorTodayJob(2);
   for (auto& node : nodes) {

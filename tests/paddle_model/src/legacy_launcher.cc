@@ -135,6 +135,44 @@ std::optional<std::string> ArgsCluster(const Node& node, const LegacyArgs& args,
   return std::nullopt;
 }
 
+// launch.py launch_collective's global env, then launch_utils.py start_local_trainers per process.
+// 2.2 added PADDLE_RANK_IN_NODE, the device id lists, FLAGS_selected_accelerators and
+// PADDLE_DISTRI_BACKEND (args.backend: nccl on a GPU build, gloo otherwise). The world's device
+// ids assume every node has this node's devices.
+void StartTrainers(Version version, const Node& node, bool gpu_build, const std::vector<std::string>& per_proc,
+                   const std::vector<std::vector<std::string>>& endpoints, LegacyNode& out) {
+  const auto nproc = static_cast<long>(per_proc.size());
+  std::vector<std::string> all;
+  std::vector<std::string> world;
+  for (const auto& chunk : endpoints) {
+    all.insert(all.end(), chunk.begin(), chunk.begin() + nproc);
+    for (const auto& devices : per_proc) world.push_back(Join(Split(devices, ','), ":"));
+  }
+  const auto& mine = endpoints[static_cast<std::size_t>(out.node_rank)];
+  out.node_endpoints.assign(mine.begin(), mine.begin() + nproc);
+  for (std::size_t i = 0; i < per_proc.size(); ++i) {
+    Env env = node.env;
+    env.erase("http_proxy");
+    env.erase("https_proxy");
+    env["PADDLE_WITH_GLOO"] = Lookup(node.env, "PADDLE_WITH_GLOO").value_or("0");
+    env["PADDLE_GLOO_RENDEZVOUS"] = "3";
+    env["PADDLE_GLOO_FS_PATH"] = "<tmpdir>";
+    env["PADDLE_TRAINER_ID"] = std::to_string(static_cast<std::size_t>(out.node_rank) * per_proc.size() + i);
+    env["PADDLE_CURRENT_ENDPOINT"] = out.node_endpoints[i];
+    env["PADDLE_TRAINERS_NUM"] = std::to_string(all.size());
+    env["PADDLE_TRAINER_ENDPOINTS"] = Join(all, ",");
+    if (!per_proc[i].empty()) env["FLAGS_selected_gpus"] = per_proc[i];
+    if (AtLeast(version, Version::k2_2)) {
+      env["PADDLE_DISTRI_BACKEND"] = gpu_build ? "nccl" : "gloo";
+      env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
+      env["PADDLE_LOCAL_DEVICE_IDS"] = per_proc[i];
+      env["PADDLE_WORLD_DEVICE_IDS"] = Join(world, ",");
+      if (!per_proc[i].empty()) env["FLAGS_selected_accelerators"] = per_proc[i];
+    }
+    out.process_env.push_back(std::move(env));
+  }
+}
+
 }  // namespace
 
 // launch.py launch -> launch_collective (or launch_ps); cloud_utils.py use_paddlecloud and
@@ -201,39 +239,7 @@ LegacyNode ModelLegacyLauncher(Version version, const Node& node, bool gpu_build
     out.crash = "IndexError: PADDLE_TRAINER_ID " + std::to_string(out.node_rank) + " with " + std::to_string(ips.size()) + " nodes";
     return out;
   }
-  std::vector<std::string> all;
-  for (const auto& chunk : endpoints) all.insert(all.end(), chunk.begin(), chunk.begin() + static_cast<long>(per_proc.size()));
-  out.node_endpoints.assign(endpoints[static_cast<std::size_t>(out.node_rank)].begin(),
-                            endpoints[static_cast<std::size_t>(out.node_rank)].begin() + static_cast<long>(per_proc.size()));
-  // launch.py launch_collective's global env, then launch_utils.py start_local_trainers per process.
-  // 2.2 added PADDLE_RANK_IN_NODE, the device id lists, FLAGS_selected_accelerators and
-  // PADDLE_DISTRI_BACKEND (args.backend: nccl on a GPU build, gloo otherwise). The world's device
-  // ids assume every node has this node's devices.
-  std::vector<std::string> world;
-  for (std::size_t n = 0; n < ips.size(); ++n) {
-    for (const auto& devices : per_proc) world.push_back(detail::Join(Split(devices, ','), ":"));
-  }
-  for (std::size_t i = 0; i < per_proc.size(); ++i) {
-    Env env = node.env;
-    env.erase("http_proxy");
-    env.erase("https_proxy");
-    env["PADDLE_WITH_GLOO"] = Lookup(node.env, "PADDLE_WITH_GLOO").value_or("0");
-    env["PADDLE_GLOO_RENDEZVOUS"] = "3";
-    env["PADDLE_GLOO_FS_PATH"] = "<tmpdir>";
-    env["PADDLE_TRAINER_ID"] = std::to_string(static_cast<std::size_t>(out.node_rank) * per_proc.size() + i);
-    env["PADDLE_CURRENT_ENDPOINT"] = out.node_endpoints[i];
-    env["PADDLE_TRAINERS_NUM"] = std::to_string(all.size());
-    env["PADDLE_TRAINER_ENDPOINTS"] = Join(all, ",");
-    if (!per_proc[i].empty()) env["FLAGS_selected_gpus"] = per_proc[i];
-    if (AtLeast(version, Version::k2_2)) {
-      env["PADDLE_DISTRI_BACKEND"] = gpu_build ? "nccl" : "gloo";
-      env["PADDLE_RANK_IN_NODE"] = std::to_string(i);
-      env["PADDLE_LOCAL_DEVICE_IDS"] = per_proc[i];
-      env["PADDLE_WORLD_DEVICE_IDS"] = Join(world, ",");
-      if (!per_proc[i].empty()) env["FLAGS_selected_accelerators"] = per_proc[i];
-    }
-    out.process_env.push_back(std::move(env));
-  }
+  StartTrainers(version, node, gpu_build, per_proc, endpoints, out);
   return out;
 }
 
