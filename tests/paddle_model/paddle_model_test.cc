@@ -208,6 +208,13 @@ TEST(NewLauncherJobTest, MaxRestartFromEnvCrashesEtcdUpTo25) {
   EXPECT_TRUE(SimulateNewLauncherJob(Version::k2_6, nodes).Trains());
 }
 
+TEST(NewLauncherJobTest, ElasticTimeoutFromEnvCrashesEtcdOn23Only) {
+  auto nodes = EtcdJob(2, "etcd://10.0.9.9:2379", "2");
+  for (auto& node : nodes) node.env["PADDLE_ELASTIC_TIMEOUT"] = "60";
+  EXPECT_THAT(SimulateNewLauncherJob(Version::k2_3, nodes).crash.value_or(""), HasSubstr("PADDLE_ELASTIC_TIMEOUT"));
+  EXPECT_TRUE(SimulateNewLauncherJob(Version::k2_5, nodes).Trains());
+}
+
 TEST(NewLauncherJobTest, PaddleRankCrashes23AndFixesRanksOn25) {
   auto nodes = KubeflowJob(3);
   for (int i = 0; i < 3; ++i) nodes[static_cast<std::size_t>(i)].env["PADDLE_RANK"] = std::to_string(i);

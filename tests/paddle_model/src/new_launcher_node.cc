@@ -329,6 +329,10 @@ std::optional<std::string> Controller(Version version, const Node& node, const A
     if (!AtLeast(version, Version::k2_6) && args.kept_as_string.count("max_restart")) {
       return Crash("TypeError: '<=' not supported between instances of 'int' and 'str' (PADDLE_MAX_RESTART)");
     }
+    // 2.3 passes args.elastic_timeout on unconverted; master.py wait_peer_ready compares it with 1.
+    if (!AtLeast(version, Version::k2_4) && args.kept_as_string.count("elastic_timeout")) {
+      return Crash("TypeError: '>' not supported between instances of 'str' and 'int' (PADDLE_ELASTIC_TIMEOUT)");
+    }
     return std::nullopt;
   }
   if (out.ps_mode) return PsPod(version, args, out);
