@@ -311,6 +311,12 @@ TEST(NewLauncherJobTest, PsEndpointsArePickedByStringPrefix) {
   EXPECT_TRUE(SimulateNewLauncherJob(Version::k2_6, nodes).hangs);
 }
 
+TEST(NewLauncherNodeTest, ServerNumZeroFromEnvSelectsPsModeUpTo25) {
+  const Node node = Pod(0, {{"PADDLE_SERVER_NUM", "0"}});
+  EXPECT_TRUE(ModelNewLauncher(Version::k2_5, node).ps_mode);  // "0" is a true string
+  EXPECT_FALSE(ModelNewLauncher(Version::k2_6, node).ps_mode);
+}
+
 TEST(NewLauncherNodeTest, PsCountsFromEnvCrashUpTo25) {
   const Node node = Pod(0, {{"PADDLE_SERVER_NUM", "1"}, {"PADDLE_TRAINER_NUM", "1"}});
   EXPECT_TRUE(ModelNewLauncher(Version::k2_5, node).crash.has_value());

@@ -78,6 +78,8 @@ struct JobOutcome {
   bool trains_alone = false;         // some node runs as a one-node job
   bool Trains() const { return !crash && !hangs && !trains_alone; }
 };
+// Nodes that all fall back to the legacy launcher (2.3) are simulated by SimulateLegacyJob, as a
+// GPU build when any node has a GPU.
 JobOutcome SimulateNewLauncherJob(Version version, const std::vector<Node>& nodes);
 
 // The legacy launcher (Paddle 2.x fleetrun = python -m paddle.distributed.fleet.launch) on a node.
