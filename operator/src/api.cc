@@ -1,9 +1,11 @@
 #include "fleet/operator/api.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <set>
 
 #include "fleet/base/dns.h"
+#include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
 #include "fleet/sidecar/step_parser.h"
 
@@ -192,6 +194,107 @@ Result<ElasticSpec> ParseElastic(const Json& json, const FleetJobSpec& spec) {
                  "; scale within the range, or change the range (which restarts every pod)"};
   }
   return e;
+}
+
+std::string RolePath(const RoleSpec& role) {
+  if (role.kind == RoleKind::kHeter) return "spec.heter[" + std::to_string(role.stage - 2) + "]";
+  return "spec." + std::string(RoleKindName(role.kind));
+}
+
+// spec.launcher and spec.paddleVersion: each role's launcher (given, or read from its command).
+Status ReadLaunchers(const Json& spec_json, FleetJobSpec& s) {
+  FieldReader r(spec_json, "spec");
+  std::optional<Launcher> given;
+  r.Enum("launcher", {{"Auto", std::optional<Launcher>()}, {"Script", std::optional(Launcher::kScript)},
+                      {"PaddleLaunch", std::optional(Launcher::kPaddleLaunch)},
+                      {"Fleetrun", std::optional(Launcher::kFleetrun)},
+                      {"PaddleFormers", std::optional(Launcher::kPaddleFormers)}}, given);
+  std::string version;
+  r.String("paddleVersion", version);
+  if (!r.error().empty()) return Error{r.error()};
+  s.launcher = given;
+  if (!version.empty()) {
+    s.paddle_version = ParsePaddleVersion(version);
+    if (!s.paddle_version) {
+      return Error{"spec.paddleVersion: must be a Paddle release as major.minor (e.g. 2.6 or 3.0.0), got " + Quote(version)};
+    }
+  } else {
+    s.paddle_version = ImagePaddleVersion(s.Find(RoleKind::kWorker)->template_);
+  }
+  for (RoleSpec& role : s.roles) {
+    if (s.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) continue;   // fleet-ps-server
+    if (given) {
+      role.launcher = *given;
+    } else if (auto detected = DetectLauncher(role.template_)) {
+      role.launcher = *detected;
+      role.launcher_detected = true;
+    }
+    // Before 2.3, paddle.distributed.launch was the legacy launcher under another name.
+    if (role.launcher == Launcher::kPaddleLaunch && s.paddle_version && s.paddle_version->Before(2, 3)) {
+      role.launcher = Launcher::kFleetrun;
+    }
+  }
+  return OkStatus();
+}
+
+// The field a role's launcher came from, for messages.
+std::string LauncherField(const FleetJobSpec& s, const RoleSpec& role) {
+  return s.launcher ? "spec.launcher" : RolePath(role) + ".template.spec.containers";
+}
+
+// The launcher in a role's pods can run the job: what they start and what the env can tell them.
+Status CheckLauncher(const FleetJobSpec& s, const RoleSpec& role) {
+  const std::string field = LauncherField(s, role);
+  const std::string who = std::string(LauncherCommand(role.launcher));
+  if (role.launcher == Launcher::kPaddleFormers && s.mode != JobMode::kCollective) {
+    return Error{field + ": " + who + " runs collective training only; use mode collective, or run the PS script bare"};
+  }
+  if (role.launcher == Launcher::kPaddleFormers && TemplateGpus(role.template_) == 0) {
+    return Error{field + ": " + who + " passes the pod's GPUs to Paddle's launcher as --gpus, and with none "
+                 "(no nvidia.com/gpu limit in " + RolePath(role) + ".template) that flag swallows --master; give the "
+                 "pods GPUs, or run python -m paddle.distributed.launch"};
+  }
+  if (role.launcher == Launcher::kPaddleLaunch && s.mode == JobMode::kHeterParameterServer) {
+    return Error{field + ": " + who + " takes no heter stages from the env; run the heter job's script bare or under fleetrun"};
+  }
+  if (role.launcher == Launcher::kPaddleLaunch && s.mode == JobMode::kParameterServer && s.network != Network::kService) {
+    return Error{"spec.network: " + who + " in PS mode (" + field + ") picks a pod's servers and trainers from the lists "
+                 "by string prefix of its address, so the pod at 10.0.0.2 would also start 10.0.0.21's; use network "
+                 "Service, whose stable names are no prefix of one another"};
+  }
+  if (IsPaddleLaunchFamily(role.launcher) && !s.elastic && s.paddle_version && !s.paddle_version->Before(2, 3) &&
+      s.paddle_version->Before(2, 4) && !PassesFlag(role.template_, "rank")) {
+    return Error{field + ": Paddle 2.3's launcher fails on PADDLE_RANK in the env, and without a rank the nodes after "
+                 "the master's take random ranks; pass --rank=$(FLEET_NODE_RANK) to it (the operator sets "
+                 "FLEET_NODE_RANK), use Paddle 2.4 or later, or correct spec.paddleVersion"};
+  }
+  if (s.mode != JobMode::kCollective || role.launcher == Launcher::kScript) return OkStatus();
+  const int gpus = TemplateGpus(role.template_);
+  if (gpus > 0 && s.processes_per_pod > gpus) {
+    return Error{"spec.processesPerPod: " + std::to_string(s.processes_per_pod) + " processes, but " + RolePath(role) +
+                 ".template asks for " + std::to_string(gpus) + " GPUs (nvidia.com/gpu) and " + who +
+                 " gives each process its own"};
+  }
+  if (role.launcher == Launcher::kFleetrun && gpus > 0 && s.processes_per_pod != gpus &&
+      !PassesFlag(role.template_, "gpus") && !PassesFlag(role.template_, "devices")) {
+    return Error{"spec.processesPerPod: " + std::to_string(s.processes_per_pod) + ", but fleetrun starts one process per "
+                 "visible GPU (" + std::to_string(gpus) + ": " + RolePath(role) + ".template's nvidia.com/gpu) unless "
+                 "given --gpus; pass --gpus, or leave processesPerPod unset"};
+  }
+  return OkStatus();
+}
+
+// Launchers start the processes, one per GPU unless told otherwise: processesPerPod follows, so
+// that ports, lists and the sidecar's ranks count what will run.
+Status ResolveLaunchers(const Json& spec_json, FleetJobSpec& s) {
+  FLEET_RETURN_IF_ERROR(ReadLaunchers(spec_json, s));
+  const RoleSpec& worker = *s.Find(RoleKind::kWorker);
+  const bool processes_given = spec_json.contains("processesPerPod");
+  if (s.mode == JobMode::kCollective && !processes_given && worker.launcher != Launcher::kScript) {
+    s.processes_per_pod = std::max(1, std::min(64, TemplateGpus(worker.template_)));
+  }
+  for (const RoleSpec& role : s.roles) FLEET_RETURN_IF_ERROR(CheckLauncher(s, role));
+  return OkStatus();
 }
 
 }  // namespace
@@ -397,6 +500,8 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   if (r.Has("elastic")) {
     FLEET_ASSIGN_OR_RETURN(s.elastic, ParseElastic(r.Get("elastic"), s));
   }
+  FLEET_RETURN_IF_ERROR(ResolveLaunchers(spec, s));
+  if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
   // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
   // gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).
   if (s.network != Network::kHostNetwork && s.sidecar.metrics_port >= s.port &&

@@ -70,6 +70,7 @@ constexpr const char* kObservedGeneration = "observedGeneration";
 constexpr const char* kMode = "mode";
 constexpr const char* kNetwork = "network";
 constexpr const char* kRuntime = "runtime";
+constexpr const char* kLauncher = "launcher";
 constexpr const char* kRun = "run";
 constexpr const char* kRestartCount = "restartCount";
 constexpr const char* kHostPortBase = "hostPortBase";
@@ -262,6 +263,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kMode, s.mode, AsString);
   r.Read(key::kNetwork, s.network, AsString);
   r.Read(key::kRuntime, s.runtime, AsString);
+  r.Read(key::kLauncher, s.launcher, AsString);
   r.Read(key::kRun, s.run, AsInt<int>);
   r.Read(key::kRestartCount, s.restart_count, AsInt<int>);
   r.Read(key::kHostPortBase, s.host_port_base, AsInt<int>);
@@ -304,6 +306,7 @@ Json FleetJobStatus::ToJson() const {
   if (!mode.empty()) out[key::kMode] = mode;
   if (!network.empty()) out[key::kNetwork] = network;
   if (!runtime.empty()) out[key::kRuntime] = runtime;
+  if (!launcher.empty()) out[key::kLauncher] = launcher;
   out[key::kRun] = run;
   out[key::kRestartCount] = restart_count;
   if (host_port_base) out[key::kHostPortBase] = *host_port_base;

@@ -150,6 +150,7 @@ class Planner {
   // The steps of a plan, in order. Those returning bool return whether they finished the plan.
   void FailInvalidSpec();
   bool ImmutableFieldChanged();
+  void RecordLauncher();
   void RecordHostPorts();
   bool FinishedAlready();
   bool WaitForHostPorts();
@@ -294,6 +295,7 @@ void Planner::Steps() {
   const bool new_generation = status().observed_generation != job().generation;
   status().observed_generation = job().generation;
   if (ImmutableFieldChanged()) return;
+  RecordLauncher();
   RecordHostPorts();
   if (FinishedAlready() || WaitForHostPorts()) return;
   // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
@@ -393,6 +395,20 @@ bool Planner::ImmutableFieldChanged() {
   }
   for (const auto& [field, recorded, value] : fields) *recorded = value;
   return false;
+}
+
+// How the pods start Paddle (status.launcher), said in an event when it is decided or changes,
+// with a warning for each thing about it that may not work as the user expects.
+void Planner::RecordLauncher() {
+  const FleetJobSpec& spec = job().spec;
+  const std::string launcher = LauncherSummary(spec);
+  if (status().launcher == launcher) return;
+  status().launcher = launcher;
+  // A bare script is what FleetJob always ran: only a launcher is worth an event.
+  const bool launched = std::any_of(spec.roles.begin(), spec.roles.end(),
+                                    [](const RoleSpec& role) { return role.launcher != Launcher::kScript; });
+  if (launched) Event("Normal", "Launcher", LauncherMessage(spec));
+  for (const std::string& caveat : LauncherCaveats(spec)) Event("Warning", "LauncherCaveat", caveat);
 }
 
 // The HostNetwork port block, recorded so that it survives operator restarts.

@@ -11,6 +11,7 @@ constexpr const char* kSidecarName = "fleet-sidecar";
 constexpr const char* kTokenVolume = "fleet-sidecar-token";
 constexpr const char* kEndpointsVolume = "fleet-endpoints";
 constexpr const char* kEnvLoaderVolume = "fleet-env-loader";
+constexpr const char* kLauncherLogVolume = "fleet-launcher-logs";
 constexpr const char* kServiceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount";
 
 // Injected containers carry requests and limits: namespaces with a ResourceQuota reject pods
@@ -26,6 +27,15 @@ Json RestrictedSecurityContext() {
           {"readOnlyRootFilesystem", true}, {"capabilities", {{"drop", Json::array({"ALL"})}}},
           // Pod Security "restricted" also requires a seccomp profile of every container.
           {"seccompProfile", {{"type", "RuntimeDefault"}}}};
+}
+
+// Pods whose Paddle 2.3+ launcher writes its processes' logs to PADDLE_LOG_DIR (LaunchEnv), an
+// emptyDir the sidecar follows: the job's progress with no change to the training code.
+bool WritesLauncherLogs(const FleetJob& job, const RoleSpec& role) {
+  const Discovery discovery = DiscoveryOf(job.spec, role);
+  return role.kind != RoleKind::kServer &&
+         (discovery == Discovery::kLaunchMaster || discovery == Discovery::kEtcdLaunch ||
+          discovery == Discovery::kPsLaunchLists);
 }
 
 std::string LoopbackReportAddress(int port) { return "127.0.0.1:" + std::to_string(port); }
@@ -64,7 +74,12 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int port, int ru
   for (const std::string& file : job.spec.sidecar.log_files) args.push_back("--log-file=" + file);
   for (const std::string& pattern : job.spec.sidecar.patterns) args.push_back("--pattern=" + pattern);
   if (own_token) {
-    c["volumeMounts"] = Json::array({{{"name", kTokenVolume}, {"mountPath", kServiceAccountMount}, {"readOnly", true}}});
+    c["volumeMounts"].push_back({{"name", kTokenVolume}, {"mountPath", kServiceAccountMount}, {"readOnly", true}});
+  }
+  if (WritesLauncherLogs(job, *slot.role)) {
+    // Paddle's launcher writes each local process's output to workerlog.<local rank> there.
+    args.push_back("--log-dir=" + std::string(kLauncherLogDir));
+    c["volumeMounts"].push_back({{"name", kLauncherLogVolume}, {"mountPath", kLauncherLogDir}, {"readOnly", true}});
   }
   if (settings.native_sidecar) {
     // A native sidecar (Kubernetes >= 1.29): main containers start once its startup probe passes,
@@ -225,8 +240,8 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   } else if (job.spec.network == Network::kHostNetwork) {
     spec["hostNetwork"] = true;
     spec["dnsPolicy"] = "ClusterFirstWithHostNet";
-    if (job.spec.processes_per_pod > 1) {
-      // fleetrun inside the pod takes the node's address as its node identity: one pod per node.
+    if (DiscoveryOf(job.spec, role) != Discovery::kProcessEnv) {
+      // A launcher inside the pod takes the node's address as its node identity: one pod per node.
       Json affinity = spec.value("affinity", Json::object());
       Json anti = affinity.value("podAntiAffinity", Json::object());
       Json required = anti.value("requiredDuringSchedulingIgnoredDuringExecution", Json::array());
@@ -246,9 +261,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).
   const std::string config_map = EndpointsConfigMapName(job.name);
   Json env = wiring.PodEnv(slot, config_map);
-  if (job.spec.elastic) {
-    for (const auto& [name, value] : ElasticEnv(job, run)) env.push_back({{"name", name}, {"value", value}});
-  }
+  for (const auto& [name, value] : RunEnv(job, role, run)) env.push_back({{"name", name}, {"value", value}});
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
                  {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
   const std::string env_files = wiring.EnvFiles(slot);
@@ -270,6 +283,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
     if (!mounts.is_array()) mounts = Json::array();
     mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
     if (!env_files.empty()) AddEnvLoader(c);
+    if (WritesLauncherLogs(job, role)) mounts.push_back({{"name", kLauncherLogVolume}, {"mountPath", kLauncherLogDir}});
     if (i == 0) {
       Json ports = c.value("ports", Json::array());
       for (int p = 0; p < job.spec.processes_per_pod; ++p) {
@@ -282,6 +296,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   }
   Json volumes = spec.value("volumes", Json::array());
   volumes.push_back({{"name", kEndpointsVolume}, {"configMap", {{"name", config_map}, {"optional", true}}}});
+  if (WritesLauncherLogs(job, role)) volumes.push_back({{"name", kLauncherLogVolume}, {"emptyDir", Json::object()}});
   if (!env_files.empty()) {
     // Not optional: the kubelet starts no container before the loader is there.
     volumes.push_back({{"name", kEnvLoaderVolume}, {"configMap", {{"name", EnvLoaderConfigMapName(job.name)}}}});

@@ -65,6 +65,29 @@ int GlooLevel(Gloo gloo) {
   return 0;
 }
 
+// The parameter-server job's layout: its pods' endpoints by role, with symbolic hosts.
+PsLayout PsLayoutOf(const FleetJob& job, const std::vector<PodSlot>& slots, int host_port_base) {
+  auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), PodPort(job, slot, host_port_base)}; };
+  PsLayout layout;
+  for (const PodSlot& slot : slots) {
+    switch (slot.role->kind) {
+      case RoleKind::kServer: layout.servers.push_back(endpoint(slot)); break;
+      case RoleKind::kWorker: layout.trainers.push_back(endpoint(slot)); break;
+      case RoleKind::kHeter:
+        if (layout.heter_stages.size() < static_cast<size_t>(slot.role->stage - 1)) {
+          layout.heter_stages.push_back(HeterStage{slot.role->device, {}});
+        }
+        layout.heter_stages.back().endpoints.push_back(endpoint(slot));
+        break;
+    }
+  }
+  // A pod owns its devices: a GPU trainer sees its GPU as device 0, nothing to remap.
+  if (TemplateGpus(job.spec.Find(RoleKind::kWorker)->template_) > 0) layout.trainer_device = DeviceKind::kGpu;
+  layout.gloo.with_gloo = GlooLevel(job.spec.gloo);
+  layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, GlooHttpPort(job, host_port_base)}.ToString();
+  return layout;
+}
+
 }  // namespace
 
 std::string HostTemplate::Fill(const std::vector<std::string>& hosts) const {
@@ -117,30 +140,26 @@ std::string SlotHost(const FleetJob& job, const PodSlot& slot, const std::string
   return pod_address;
 }
 
-int TemplateGpus(const Json& pod_template) {
-  const Json* containers = nullptr;
-  if (pod_template.contains("spec") && pod_template["spec"].contains("containers")) {
-    containers = &pod_template["spec"]["containers"];
+EnvMap RunEnv(const FleetJob& job, const RoleSpec& role, int run) {
+  const std::string job_id = job.name + "-" + std::to_string(run) + "-" + job.uid;
+  switch (DiscoveryOf(job.spec, role)) {
+    case Discovery::kEtcdLegacy: {
+      const ElasticSpec& elastic = *job.spec.elastic;
+      return {{"PADDLE_ELASTIC_SERVER", elastic.etcd_endpoint},
+              {"PADDLE_ELASTIC_JOB_ID", job_id},
+              {"PADDLE_ELASTIC_NP", std::to_string(elastic.min_replicas) + ":" + std::to_string(elastic.max_replicas)},
+              {"PADDLE_ELASTIC_TIMEOUT", std::to_string(elastic.timeout_seconds)},
+              {"FLAGS_START_PORT", std::to_string(job.spec.port)}};
+    }
+    case Discovery::kEtcdLaunch:
+    case Discovery::kLaunchMaster:
+    case Discovery::kPsLaunchLists:
+      return {{"PADDLE_JOB_ID", job_id}};
+    case Discovery::kProcessEnv:
+    case Discovery::kClusterEnv:
+      break;
   }
-  if (!containers || !containers->is_array() || containers->empty()) return 0;
-  const Json& limits = (*containers)[0].value("resources", Json::object()).value("limits", Json::object());
-  if (!limits.contains("nvidia.com/gpu")) return 0;
-  const Json& v = limits["nvidia.com/gpu"];
-  if (v.is_number_integer()) return std::max(0, v.get<int>());
-  if (v.is_string()) {
-    auto n = ParseNonNegativeInt(v.get<std::string>(), "nvidia.com/gpu");
-    return n ? *n : 0;
-  }
-  return 0;
-}
-
-EnvMap ElasticEnv(const FleetJob& job, int run) {
-  const ElasticSpec& elastic = *job.spec.elastic;
-  return {{"PADDLE_ELASTIC_SERVER", elastic.etcd_endpoint},
-          {"PADDLE_ELASTIC_JOB_ID", job.name + "-" + std::to_string(run) + "-" + job.uid},
-          {"PADDLE_ELASTIC_NP", std::to_string(elastic.min_replicas) + ":" + std::to_string(elastic.max_replicas)},
-          {"PADDLE_ELASTIC_TIMEOUT", std::to_string(elastic.timeout_seconds)},
-          {"FLAGS_START_PORT", std::to_string(job.spec.port)}};
+  return {};
 }
 
 Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, const std::string& cluster_domain) {
@@ -150,13 +169,13 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
   w.cluster_domain_ = cluster_domain;
   w.slots_ = PodSlots(job);
   const FleetJobSpec& spec = job.spec;
-  auto endpoint = [&](const PodSlot& slot) { return Endpoint{Symbol(slot.ordinal), op::PodPort(job, slot, host_port_base)}; };
 
-  if (spec.elastic) {
-    // Pods run fleetrun, which finds its peers in etcd: nothing to render, nothing shared.
-  } else if (spec.mode == JobMode::kCollective && spec.processes_per_pod > 1) {
-    // Pods run fleetrun, which reads the cluster env; there is no per-process topology here.
-  } else if (spec.mode == JobMode::kCollective) {
+  // Only pods given every process's lists need the job's topology; launchers that find their
+  // peers themselves (a master, etcd, PaddleCloud's node lists) are given less (SymbolicEnv).
+  if (spec.mode != JobMode::kCollective) {
+    FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(PsLayoutOf(job, w.slots_, host_port_base)));
+    w.topology_ = std::make_shared<Topology>(std::move(topology));
+  } else if (DiscoveryOf(spec, *spec.Find(RoleKind::kWorker)) == Discovery::kProcessEnv) {
     CollectiveLayout layout;
     for (const PodSlot& slot : w.slots_) {
       layout.nodes.push_back(Symbol(slot.ordinal));
@@ -169,26 +188,6 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     layout.device_groups = {devices};
     layout.gloo.with_gloo = GlooLevel(spec.gloo);
     FLEET_ASSIGN_OR_RETURN(auto topology, BuildCollectiveTopology(layout));
-    w.topology_ = std::make_shared<Topology>(std::move(topology));
-  } else {
-    PsLayout layout;
-    for (const PodSlot& slot : w.slots_) {
-      switch (slot.role->kind) {
-        case RoleKind::kServer: layout.servers.push_back(endpoint(slot)); break;
-        case RoleKind::kWorker: layout.trainers.push_back(endpoint(slot)); break;
-        case RoleKind::kHeter:
-          if (layout.heter_stages.size() < static_cast<size_t>(slot.role->stage - 1)) {
-            layout.heter_stages.push_back(HeterStage{slot.role->device, {}});
-          }
-          layout.heter_stages.back().endpoints.push_back(endpoint(slot));
-          break;
-      }
-    }
-    // A pod owns its devices: a GPU trainer sees its GPU as device 0, nothing to remap.
-    if (TemplateGpus(spec.Find(RoleKind::kWorker)->template_) > 0) layout.trainer_device = DeviceKind::kGpu;
-    layout.gloo.with_gloo = GlooLevel(spec.gloo);
-    layout.gloo.http_endpoint = Endpoint{layout.servers.front().host, GlooHttpPort(job, host_port_base)}.ToString();
-    FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(layout));
     w.topology_ = std::make_shared<Topology>(std::move(topology));
   }
   if (w.topology_) {
@@ -241,17 +240,21 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     }
   }
 
-  // Each key's size, with hosts at their longest for the network mode; then what travels as files.
-  const size_t host_bytes = spec.network == Network::kService
-                                ? ServiceHost(job, PodName(job, spec.roles.front(), 99999), cluster_domain).size()
-                                : std::string("255.255.255.255").size();
+  // Each key's size, with every pod's host at its longest (Service mode: its DNS name, known now;
+  // else a dotted IPv4 address at its longest); then what travels as files.
+  std::vector<size_t> host_bytes;
+  for (const PodSlot& slot : w.slots_) {
+    host_bytes.push_back(spec.network == Network::kService ? ServiceHost(job, slot.name, cluster_domain).size()
+                                                           : std::string("255.255.255.255").size());
+  }
   std::map<std::string, size_t> key_bytes;
   size_t total = 0;
   for (const auto& [key, t] : w.templates_) {
-    size_t bytes = t.holes.size() * host_bytes;
+    size_t bytes = 0;
+    for (int hole : t.holes) bytes += host_bytes[static_cast<size_t>(hole)];
     for (const std::string& l : t.literals) bytes += l.size();
     key_bytes[key] = bytes;
-    total += bytes;
+    total += key.size() + bytes;
   }
   if (total > kMaxConfigMapBytes) {
     return Error{"spec: the endpoint lists would take about " + std::to_string(total / 1024) +
@@ -297,24 +300,99 @@ Status JobWiring::ChooseFiles(const std::map<std::string, size_t>& key_bytes) {
 
 EnvMap JobWiring::SymbolicEnv(int ordinal) const {
   const PodSlot& slot = slots_.at(static_cast<size_t>(ordinal));
-  if (job_->spec.elastic) return {};   // BuildPod adds ElasticEnv
-  if (!topology_) {  // collective pods running fleetrun: the cluster inputs
-    ClusterEnv cluster;
-    cluster.ports_per_node = job_->spec.processes_per_pod;
-    for (const PodSlot& s : slots_) {
-      cluster.nodes.push_back(Symbol(s.ordinal));
-      std::vector<Endpoint> chunk;
-      for (int i = 0; i < cluster.ports_per_node; ++i) {
-        chunk.push_back(Endpoint{Symbol(s.ordinal), op::PodPort(*job_, s, host_port_base_) + i});
-      }
-      cluster.node_endpoints.push_back(std::move(chunk));
-    }
-    cluster.node_rank = slot.index;
-    cluster.pod_ip = Symbol(ordinal);
-    return RenderClusterEnv(cluster);
+  switch (DiscoveryOf(job_->spec, *slot.role)) {
+    case Discovery::kEtcdLegacy: return {};   // all of it changes per run: RunEnv
+    case Discovery::kEtcdLaunch:
+    case Discovery::kLaunchMaster: return LaunchEnv(slot);
+    case Discovery::kClusterEnv: return ClusterEnvOf(slot);
+    case Discovery::kPsLaunchLists: return PsLaunchEnv(slot);
+    case Discovery::kProcessEnv: break;
   }
-  const Process& process = topology_->processes.at(static_cast<size_t>(process_of_slot_.at(static_cast<size_t>(ordinal))));
-  return renderer_->Render(process);
+  return ProcessEnv(slot);
+}
+
+EnvMap JobWiring::ProcessEnv(const PodSlot& slot) const {
+  const size_t process = static_cast<size_t>(process_of_slot_.at(static_cast<size_t>(slot.ordinal)));
+  return renderer_->Render(topology_->processes.at(process));
+}
+
+// A legacy launcher in the pod: PaddleCloud's node-level inputs, one port per process it starts.
+EnvMap JobWiring::ClusterEnvOf(const PodSlot& slot) const {
+  ClusterEnv cluster;
+  cluster.ports_per_node = job_->spec.processes_per_pod;
+  for (const PodSlot& s : slots_) {
+    cluster.nodes.push_back(Symbol(s.ordinal));
+    std::vector<Endpoint> chunk;
+    for (int i = 0; i < cluster.ports_per_node; ++i) {
+      chunk.push_back(Endpoint{Symbol(s.ordinal), op::PodPort(*job_, s, host_port_base_) + i});
+    }
+    cluster.node_endpoints.push_back(std::move(chunk));
+  }
+  cluster.node_rank = slot.index;
+  cluster.pod_ip = Symbol(slot.ordinal);
+  return RenderClusterEnv(cluster);
+}
+
+// Paddle 2.3+'s launcher (and PaddleFormers' CLI over it) builds the lists itself, in a rendezvous
+// at its master: it is given the master, the node count and its node rank, never lists, which
+// would override the master (docs/launchers.md). Env beats the launcher's flags in Paddle, so what
+// is set here holds whatever the command line says.
+EnvMap JobWiring::LaunchEnv(const PodSlot& slot) const {
+  const FleetJobSpec& spec = job_->spec;
+  std::string master_host;
+  std::string master_port;
+  std::string nnodes;
+  EnvMap env;
+  if (spec.elastic) {
+    // Paddle's etcd master: every node registers there; the node count is a range.
+    const std::string master = PaddleEtcdMaster(spec.elastic->etcd_endpoint);
+    const size_t colon = master.rfind(':');
+    master_host = master.substr(0, colon);
+    master_port = master.substr(colon + 1);
+    const ElasticSpec& e = *spec.elastic;
+    nnodes = e.min_replicas == e.max_replicas ? std::to_string(e.max_replicas)
+                                               : std::to_string(e.min_replicas) + ":" + std::to_string(e.max_replicas);
+    // Paddle 2.3 keeps this env value a string and fails comparing it: its pods pass
+    // --elastic_timeout themselves.
+    if (!spec.paddle_version || !spec.paddle_version->Before(2, 4)) {
+      env["PADDLE_ELASTIC_TIMEOUT"] = std::to_string(e.timeout_seconds);
+    }
+  } else {
+    // The master is pod 0's, at its own address: the launcher starts the master only on the pod
+    // whose address (POD_IP) is the master's host, so pod 0 is given $(POD_IP) and sees itself.
+    const PodSlot& first = slots_.front();
+    master_host = Symbol(first.ordinal);
+    master_port = std::to_string(op::PodPort(*job_, first, host_port_base_));
+    nnodes = std::to_string(slot.role->replicas);
+    // Node ranks are the pods' indexes, on every version: without one they follow random names.
+    // Paddle 2.3 fails on PADDLE_RANK in the env: its pods pass --rank=$(FLEET_NODE_RANK).
+    env["FLEET_NODE_RANK"] = std::to_string(slot.index);
+    if (!spec.paddle_version || !spec.paddle_version->Before(2, 4)) env["PADDLE_RANK"] = std::to_string(slot.index);
+  }
+  env["PADDLE_MASTER"] = master_host + ":" + master_port;
+  env["PADDLE_NNODES"] = nnodes;
+  env["PADDLE_NPROC_PER_NODE"] = std::to_string(spec.processes_per_pod);
+  env["PADDLE_LOG_DIR"] = kLauncherLogDir;
+  if (slot.role->launcher == Launcher::kPaddleFormers) {
+    // paddleformers-cli runs `paddle.distributed.launch --master $MASTER_ADDR:$MASTER_PORT --nnodes $NNODES`.
+    env["MASTER_ADDR"] = master_host;
+    env["MASTER_PORT"] = master_port;
+    env["NNODES"] = nnodes;
+  }
+  return env;
+}
+
+// Paddle 2.3+'s launcher in PS mode: a pod runs the servers and trainers of the lists whose host
+// is its own (POD_IP), ranked by their place in the lists.
+EnvMap JobWiring::PsLaunchEnv(const PodSlot& slot) const {
+  EnvMap process = ProcessEnv(slot);
+  EnvMap env = {{"PADDLE_RUN_MODE", "ps"},
+                {"PADDLE_SERVERS_ENDPOINTS", process["PADDLE_PSERVERS_IP_PORT_LIST"]},
+                {"PADDLE_TRAINERS_ENDPOINTS", process["PADDLE_TRAINER_ENDPOINTS"]},
+                {"PADDLE_GLOO_PORT", std::to_string(GlooHttpPort(*job_, host_port_base_))},
+                {"PADDLE_LOG_DIR", kLauncherLogDir}};
+  if (job_->spec.gloo != Gloo::kNone) env["PADDLE_WITH_GLOO"] = std::to_string(GlooLevel(job_->spec.gloo));
+  return env;
 }
 
 Json JobWiring::PodEnv(const PodSlot& slot, const std::string& config_map) const {

@@ -237,11 +237,7 @@ std::string Describe(const ReconcilePlan& plan) {
 
 // ---- the kubelet's view of a pod ----
 
-namespace {
-
-// Kubernetes' $(VAR) expansion: references to variables defined earlier are replaced, $$ is a
-// literal $, and an unknown reference stays as written.
-std::string Expand(const std::string& value, const EnvMap& defined) {
+std::string ExpandVars(const std::string& value, const EnvMap& defined) {
   std::string out;
   for (size_t i = 0; i < value.size(); ++i) {
     if (value[i] == '$' && i + 1 < value.size() && value[i + 1] == '$') {
@@ -266,6 +262,8 @@ std::string Expand(const std::string& value, const EnvMap& defined) {
   return out;
 }
 
+namespace {
+
 Result<std::string> FieldRef(const Json& pod, const std::string& path) {
   const Json status = pod.value("status", Json::object());
   const Json meta = pod.value("metadata", Json::object());
@@ -285,7 +283,7 @@ Result<EnvMap> ResolveEnv(const Json& pod, const std::optional<Json>& config_map
   for (const Json& e : containers[container].value("env", Json::array())) {
     const std::string name = e.at("name").get<std::string>();
     if (e.contains("value")) {
-      env[name] = Expand(e["value"].get<std::string>(), env);
+      env[name] = ExpandVars(e["value"].get<std::string>(), env);
       continue;
     }
     const Json& from = e.at("valueFrom");

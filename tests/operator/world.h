@@ -105,6 +105,9 @@ std::string Describe(const ReconcilePlan& plan);
 // entries before them, fieldRefs read from the pod, configMapKeyRefs from `config_map`. A reference
 // to a missing ConfigMap or key is an error, as the kubelet refuses to start such a container.
 Result<EnvMap> ResolveEnv(const Json& pod, const std::optional<Json>& config_map, size_t container = 0);
+// Kubernetes' $(VAR) expansion (env values, command and args): references to variables in
+// `defined` are replaced, $$ is a literal $, and an unknown reference stays as written.
+std::string ExpandVars(const std::string& value, const EnvMap& defined);
 
 // The container (main or init) with this name, or null.
 Json ContainerNamed(const Json& pod, const std::string& name);

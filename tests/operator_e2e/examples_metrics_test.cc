@@ -98,11 +98,20 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
       SCOPED_TRACE(NameOf(pod));
       auto env = ResolveEnv(pod, cm);
       ASSERT_TRUE(env.ok()) << env.error();
-      if (parsed_job->spec.elastic) {
+      const Discovery discovery = DiscoveryOf(parsed_job->spec, *parsed_job->spec.Find(RoleKind::kWorker));
+      if (discovery == Discovery::kLaunchMaster || discovery == Discovery::kEtcdLaunch) {
+        // Paddle's own launcher: a master and a node count, never lists (docs/launchers.md; the
+        // planner tests run these pods through models of Paddle's launchers).
+        EXPECT_EQ(env->count("PADDLE_MASTER"), 1u);
+        EXPECT_EQ(env->count("PADDLE_NNODES"), 1u);
+        EXPECT_EQ(env->count("PADDLE_TRAINER_ENDPOINTS"), 0u);
+        if (discovery == Discovery::kLaunchMaster) EXPECT_EQ(env->at("PADDLE_RANK"), LabelOf(pod, kIndexLabel));
+        if (discovery == Discovery::kEtcdLaunch) EXPECT_EQ(env->at("PADDLE_MASTER").rfind("etcd://", 0), 0u);
+      } else if (parsed_job->spec.elastic) {
         auto elastic = launcher::ElasticSettingsFrom(launcher::LaunchOptions{}, *env);
         ASSERT_TRUE(elastic.ok()) << elastic.error();
         EXPECT_TRUE(elastic->has_value());
-      } else if (parsed_job->spec.processes_per_pod > 1) {
+      } else if (discovery == Discovery::kClusterEnv) {
         auto cluster = DetectClusterEnv(*env);
         ASSERT_TRUE(cluster.has_value());
         EXPECT_TRUE(cluster->ok()) << cluster->error();

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fleet/base/result.h"
+#include "fleet/operator/launcher.h"
 #include "fleet/runtime/topology.h"
 
 namespace fleet::op {
@@ -48,6 +49,8 @@ struct RoleSpec {
   RestartPolicy restart_policy = RestartPolicy::kNever;
   DeviceKind device = DeviceKind::kCpu;   // heter stages
   Json template_;                    // a core/v1 PodTemplateSpec (may be empty: runtime fleet servers)
+  Launcher launcher = Launcher::kScript;   // how its pods start Paddle: spec.launcher or detected
+  bool launcher_detected = false;          // read from the template's command line
 };
 
 struct RunPolicy {
@@ -92,7 +95,9 @@ struct FleetJobSpec {
   Runtime runtime = Runtime::kPaddle;
   Network network = Network::kPodIP;
   Gloo gloo = Gloo::kNone;
-  int processes_per_pod = 1;         // collective: pods running fleetrun get the cluster env
+  // Collective: the training processes a pod runs (given, or one per GPU when a launcher in the
+  // pod starts them).
+  int processes_per_pod = 1;
   int port = 6170;                   // every pod's first port, in its endpoint (PodIP/Service)
   int64_t total_steps = 0;           // the training's steps, for progress and ETA (0: unknown)
   std::vector<RoleSpec> roles;       // server (if any), worker, heter stages
@@ -100,6 +105,8 @@ struct FleetJobSpec {
   Scheduling scheduling;
   SidecarSpec sidecar;
   std::optional<ElasticSpec> elastic;
+  std::optional<Launcher> launcher;              // spec.launcher; nullopt: Auto (each role's command)
+  std::optional<PaddleVersion> paddle_version;   // spec.paddleVersion, else read from Paddle's image
 
   const RoleSpec* Find(RoleKind kind) const;
   int TotalPods() const;

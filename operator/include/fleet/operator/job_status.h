@@ -89,6 +89,7 @@ struct FleetJobStatus {
   std::string mode;                             // JobModeName
   std::string network;                          // PodIP | Service | HostNetwork
   std::string runtime;                          // paddle | fleet
+  std::string launcher;                         // how pods start Paddle, per role: "worker=PaddleLaunch"
   // The pods' generation: a new run after a whole-job restart, a resume or a change of replicas.
   int run = 0;
   int restart_count = 0;                        // failure restarts, counted against backoffLimit

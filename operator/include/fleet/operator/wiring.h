@@ -52,15 +52,14 @@ std::string ServiceHost(const FleetJob& job, const std::string& pod, const std::
 // has no pod or the pod has none).
 std::string SlotHost(const FleetJob& job, const PodSlot& slot, const std::string& pod_address,
                      const std::string& cluster_domain);
-// GPUs a pod template asks for (resources.limits["nvidia.com/gpu"] of its first container).
-int TemplateGpus(const Json& pod_template);
 
-// What a pod of an elastic job is told beside POD_IP (its host), as PaddleCloud tells Paddle's
-// launcher: PADDLE_ELASTIC_SERVER, _JOB_ID, _NP (min:max), _TIMEOUT and FLAGS_START_PORT. The job
-// id is new for every run (<job>-<run>-<uid>): a run never sees an older run's registrations, and
-// ending in the fixed-length uid it is no prefix of another job's id (Paddle's cleanup deletes
-// /paddle/<id> as a prefix).
-EnvMap ElasticEnv(const FleetJob& job, int run);
+// The env that changes with every run, by the role's Discovery: an elastic fleetrun pod's
+// PADDLE_ELASTIC_SERVER, _JOB_ID, _NP (min:max), _TIMEOUT and FLAGS_START_PORT, as PaddleCloud
+// tells Paddle's launcher; a Paddle 2.3+ launcher's PADDLE_JOB_ID. The job id is new for every run
+// (<job>-<run>-<uid>): a run never sees an older run's registrations, and ending in the
+// fixed-length uid it is no prefix of another job's id (Paddle's cleanup deletes /paddle/<id> as a
+// prefix).
+EnvMap RunEnv(const FleetJob& job, const RoleSpec& role, int run);
 
 // A ConfigMap value with holes for pod hosts.
 struct HostTemplate {
@@ -95,7 +94,12 @@ class JobWiring {
   const std::vector<PodSlot>& slots() const { return slots_; }   // PodSlots(job), by ordinal
 
  private:
+  // A pod's env with "@<ordinal>@" for pod hosts, by its role's Discovery.
   EnvMap SymbolicEnv(int ordinal) const;
+  EnvMap ProcessEnv(const PodSlot& slot) const;
+  EnvMap ClusterEnvOf(const PodSlot& slot) const;
+  EnvMap LaunchEnv(const PodSlot& slot) const;
+  EnvMap PsLaunchEnv(const PodSlot& slot) const;
   std::string SharedKey(int ordinal, const std::string& var) const;
   Status ChooseFiles(const std::map<std::string, size_t>& key_bytes);
 
