@@ -24,27 +24,34 @@ size_t PublishedBytes(const JobWiring& wiring, const FleetJob& job) {
   return bytes;
 }
 
+Result<FleetJob> HeterJob(int heter) {
+  return ParseFleetJob(JobBuilder("ranking-model-train")
+                           .Ps(1, 100)
+                           .Network("Service")
+                           .Heter(JobBuilder::HeterStage("gpu", heter, "densestage01"))
+                           .Obj());
+}
+
 // A ps-heter job in Service mode whose heter stage's name is longer than the first role's: its
-// pods' DNS names are the longest hosts in the lists.
-TEST(ConfigMapSizeTest, AnAcceptedJobsListsFitWhateverItsRolesAreNamed) {
-  int refused = 0;
-  for (int heter = 5000; heter <= 9000; heter += 250) {
-    SCOPED_TRACE(heter);
-    auto job = ParseFleetJob(JobBuilder("ranking-model-train")
-                                 .Ps(1, 100)
-                                 .Network("Service")
-                                 .Heter(JobBuilder::HeterStage("gpu", heter, "densestage01"))
-                                 .Obj());
-    ASSERT_TRUE(job.ok()) << job.error();
-    auto wiring = JobWiring::Build(*job, 0);
-    if (!wiring.ok()) {
-      EXPECT_THAT(wiring.error(), HasSubstr("over the 1 MiB limit of a ConfigMap"));
-      ++refused;
-      continue;
-    }
-    EXPECT_LE(PublishedBytes(*wiring, *job), 1000u * 1000u);
+// pods' DNS names are the longest hosts in the lists. The largest such job the operator accepts
+// must still fit when published.
+TEST(ConfigMapSizeTest, TheLargestAcceptedJobsListsFit) {
+  int accepted = 1;      // a job this size is wired
+  int refused = 10000;   // one this size is refused (the most replicas a role may have)
+  ASSERT_TRUE(JobWiring::Build(*HeterJob(accepted), 0).ok());
+  auto too_large = JobWiring::Build(*HeterJob(refused), 0);
+  ASSERT_FALSE(too_large.ok());
+  EXPECT_THAT(too_large.error(), HasSubstr("over the 1 MiB limit of a ConfigMap"));
+  while (refused - accepted > 1) {
+    const int middle = accepted + (refused - accepted) / 2;
+    (JobWiring::Build(*HeterJob(middle), 0).ok() ? accepted : refused) = middle;
   }
-  EXPECT_GT(refused, 0) << "the sweep never reached the limit: it tests nothing";
+  SCOPED_TRACE(accepted);
+  auto job = HeterJob(accepted);
+  ASSERT_TRUE(job.ok()) << job.error();
+  auto wiring = JobWiring::Build(*job, 0);
+  ASSERT_TRUE(wiring.ok());
+  EXPECT_LE(PublishedBytes(*wiring, *job), 1000u * 1000u);
 }
 
 }  // namespace
