@@ -415,8 +415,9 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   const auto job = o.job_id ? NonEmpty(&*o.job_id) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_JOB_ID"));
   const auto np_text = o.np ? NonEmpty(&*o.np) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_NP"));
   if (!server || !job || !np_text) {
-    // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake.
-    if (o.elastic_server || o.job_id || o.np) {
+    // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake, but for
+    // --job_id: the 2.3+ launcher's job id (PADDLE_JOB_ID) also names jobs that are not elastic.
+    if (o.elastic_server || o.np) {
       return Error{"elastic training needs --elastic_server, --job_id and --np (or PADDLE_ELASTIC_SERVER, "
                    "PADDLE_ELASTIC_JOB_ID and PADDLE_ELASTIC_NP), each non-empty"};
     }

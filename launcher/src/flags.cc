@@ -26,9 +26,9 @@ bool IsEtcd(const std::string& master) { return master.rfind(kEtcdScheme, 0) == 
 // --master / PADDLE_MASTER: "ip:port" or "etcd://host:port". Messages name the value, not the source.
 Status CheckMaster(const std::string& text) {
   const std::string address = IsEtcd(text) ? text.substr(std::string(kEtcdScheme).size()) : text;
-  if (auto endpoint = ParseEndpoint(address); !endpoint || endpoint->host.empty()) {
-    return Error{Quoted(text) + " is not ip:port or etcd://host:port" + (endpoint ? "" : " (" + endpoint.error() + ")")};
-  }
+  auto endpoint = ParseEndpoint(address);
+  auto host = endpoint ? ParseHost(endpoint->host) : Result<std::string>(Error{endpoint.error()});
+  if (!host) return Error{Quoted(text) + " is not ip:port or etcd://host:port (" + host.error() + ")"};
   return OkStatus();
 }
 
@@ -120,7 +120,7 @@ std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
   app->add_option("--host", o.host, "this node's address (default POD_IP, else this machine's addresses)")
       ->type_name("ADDR")->group(common);
   app->add_option("--run_mode", o.run_mode, "collective, ps or ps-heter (default: derived from the flags)")
-      ->type_name("MODE")->check(Checked(CheckRunMode, "MODE"))->group(common);
+      ->type_name("MODE")->group(common);   // checked by the plan, which knows the other flags
   app->add_option("--log_dir", o.log_dir, "where workerlog.N, serverlog.N, heterlog.N and endpoints.log go")
       ->type_name("DIR")->check(cmdline::NonEmpty())->capture_default_str()->group(common);
   app->add_option("--grace_period", o.grace_period_seconds, "SIGTERM-to-SIGKILL delay when stopping processes")
