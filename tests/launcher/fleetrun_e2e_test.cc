@@ -6,10 +6,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -825,18 +822,6 @@ TEST_F(FleetrunE2E, CollectiveExampleTrains) {
 // ---------------------------------------------------------------------------------------------
 // Paddle 2.3+'s command line: nodes on 127.0.0.1 and 127.0.0.2 meet at an HTTP master, elected by
 // its own address (--host), with the env a FleetJob pod gets (PADDLE_MASTER, PADDLE_NNODES, ...).
-
-int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
-  EXPECT_EQ(::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len), 0);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 class FleetrunE2EMaster : public FleetrunE2EBase {
  protected:
