@@ -52,11 +52,11 @@ Status CheckRunMode(const std::string& text) {
 }
 
 // A CLI11 check from one of the checks above (CLI11 puts the flag's name in front).
-CLI::Validator Checked(std::function<Status(const std::string&)> check, const std::string& type) {
+CLI::Validator Checked(std::function<Status(const std::string&)> check) {
   return CLI::Validator([check](std::string& text) -> std::string {
            auto ok = check(text);
            return ok ? "" : ok.error();
-         }, type);
+         }, "");   // no description: the option's type name says it
 }
 
 // A number of seconds in [0, maximum].
@@ -73,6 +73,27 @@ CLI::Validator SecondsUpTo(double maximum) {
         return "";
       },
       "SECS");
+}
+
+// The flags Paddle 2.3+'s `python -m paddle.distributed.launch` adds (its env wins: ApplyLauncherEnv).
+void AddLauncherFlags(CLI::App& app, LaunchOptions& o) {
+  const std::string launch = "Paddle 2.3+ launcher (env PADDLE_MASTER, PADDLE_NNODES, PADDLE_RANK, ... wins over these)";
+  app.add_option("--master", o.master,
+                  "ip:port: the node whose address that is serves the nodes' rendezvous there; etcd://host:port: "
+                  "elastic training in etcd")
+      ->type_name("ADDR")->check(Checked(CheckMaster))->group(launch);
+  app.add_option("--nnodes", o.nnodes, "nodes of the job: N, or MIN:MAX with an etcd master")
+      ->type_name("N|MIN:MAX")->check(Checked(CheckNodeRange))->group(launch);
+  app.add_option("--rank", o.rank, "this node's rank (-1: the master's node first, then by address)")
+      ->type_name("R")->transform(cmdline::IntegerIn(-1, INT_MAX))->group(launch);
+  app.add_option("--rendezvous_timeout", o.rendezvous_timeout_seconds,
+                  "HTTP master: give up (exit 2) when the job's nodes have not all registered within SECS")
+      ->check(SecondsUpTo(86400))->capture_default_str()->group(launch);
+  app.add_option("--max_restart", o.max_restart, "accepted for Paddle's command lines; see docs/fleetrun.md")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, INT_MAX))->group(launch);
+  app.add_option("--elastic_timeout", o.elastic_timeout,
+                  "etcd master: end the job (exit 124) after SECS below its minimum node count")
+      ->check(SecondsUpTo(86400))->group(launch);
 }
 
 // Paddle's launcher flags, bound to `o`. Paddle's elastic flags that fleetrun does not support are
@@ -130,26 +151,10 @@ std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
                   "the start (0: wait forever)")
       ->check(SecondsUpTo(86400))->capture_default_str()->group(common);
   app->add_option("--log_level", o.log_level, "accepted for Paddle's command lines (fleetrun's own messages do not change)")
-      ->type_name("LEVEL")->check(Checked(CheckLogLevel, "LEVEL"))->group(common);
+      ->type_name("LEVEL")->check(Checked(CheckLogLevel))->group(common);
   app->add_flag("--version", o.version, "version and build features")->group(common);
 
-  const std::string launch = "Paddle 2.3+ launcher (env PADDLE_MASTER, PADDLE_NNODES, PADDLE_RANK, ... wins over these)";
-  app->add_option("--master", o.master,
-                  "ip:port: the node whose address that is serves the nodes' rendezvous there; etcd://host:port: "
-                  "elastic training in etcd")
-      ->type_name("ADDR")->check(Checked(CheckMaster, "ADDR"))->group(launch);
-  app->add_option("--nnodes", o.nnodes, "nodes of the job: N, or MIN:MAX with an etcd master")
-      ->type_name("N|MIN:MAX")->check(Checked(CheckNodeRange, "N|MIN:MAX"))->group(launch);
-  app->add_option("--rank", o.rank, "this node's rank (-1: the master's node first, then by address)")
-      ->type_name("R")->transform(cmdline::IntegerIn(-1, INT_MAX))->group(launch);
-  app->add_option("--rendezvous_timeout", o.rendezvous_timeout_seconds,
-                  "HTTP master: give up (exit 2) when the job's nodes have not all registered within SECS")
-      ->check(SecondsUpTo(86400))->capture_default_str()->group(launch);
-  app->add_option("--max_restart", o.max_restart, "accepted for Paddle's command lines; see docs/fleetrun.md")
-      ->type_name("N")->transform(cmdline::IntegerIn(0, INT_MAX))->group(launch);
-  app->add_option("--elastic_timeout", o.elastic_timeout,
-                  "etcd master: end the job (exit 124) after SECS below its minimum node count")
-      ->check(SecondsUpTo(86400))->group(launch);
+  AddLauncherFlags(*app, o);
 
   const std::string elastic = "elastic (all three, or PADDLE_ELASTIC_SERVER/JOB_ID/NP; collective only)";
   app->add_option("--elastic_server", o.elastic_server, "etcd's host:port, where the nodes rendezvous")
