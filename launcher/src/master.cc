@@ -237,6 +237,10 @@ Result<std::unique_ptr<HttpRendezvous>> HttpRendezvous::Start(const LaunchOption
   }
   node->self_.rank = options.rank.value_or(-1);
   FLEET_RETURN_IF_ERROR(OfferPorts(options, host, node->self_));
+  // What this node gets wrong alone (script, devices, mode) fails before it registers, not once the
+  // other nodes have started their trainers.
+  const NodeRendezvous alone{{"127.0.0.1"}, {node->self_.ports}, 0, Endpoint{"127.0.0.1", node->self_.master_port}};
+  if (auto plan = PlanLaunch(options, host, &alone); !plan) return Error{plan.error()};
   node->self_.serves_master = ServesMaster(master.host, options, host);
   if (node->nnodes_ == 1) {
     node->self_.host = options.host.value_or("127.0.0.1");

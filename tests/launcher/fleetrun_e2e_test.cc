@@ -437,7 +437,12 @@ INSTANTIATE_TEST_SUITE_P(
                  "PADDLE_RANK: \"first\" is not a whole number"},
         BadInput{"rank_not_below_nnodes", {"--master=127.0.0.1:1", "--nnodes=2", "--rank=2", "./marker.sh"}, {},
                  "--rank/PADDLE_RANK 2 is not below --nnodes/PADDLE_NNODES 2"},
-        BadInput{"nnodes_without_master", {"--nnodes=2", "./marker.sh"}, {}, "--nnodes 2 needs --master"}),
+        BadInput{"nnodes_without_master", {"--nnodes=2", "./marker.sh"}, {}, "--nnodes 2 needs --master"},
+        // Before the node registers, not after the master's rendezvous timeout.
+        BadInput{"master_with_a_missing_script", {"--master=127.0.0.1:1", "--nnodes=2", "./missing.sh"}, {},
+                 "training program './missing.sh' does not exist"},
+        BadInput{"master_with_a_ps_job", {"--master=127.0.0.1:1", "--nnodes=2", "--server_num=1", "--trainer_num=1", "./marker.sh"},
+                 {}, "--master ip:port runs collective jobs"}),
     [](const ::testing::TestParamInfo<BadInput>& param_info) { return param_info.param.name; });
 
 // ---------------------------------------------------------------------------------------------
