@@ -293,7 +293,8 @@ Result<NodeRendezvous> HttpRendezvous::Run() {
         for (const Json& entry : answer.is_object() ? answer.value("nodes", Json::array()) : Json::array()) {
           if (auto node = PeerFromJson(entry)) nodes.push_back(std::move(*node));
         }
-        const int seen = answer.is_object() ? answer.value("seen", 0) : 0;
+        const auto seen_field = answer.is_object() ? answer.find("seen") : answer.end();
+        const int seen = seen_field != answer.end() && seen_field->is_number_integer() ? seen_field->get<int>() : 0;
         const bool all = static_cast<int>(nodes.size()) == nnodes_;
         if (all && (!server_ || seen == nnodes_)) {
           peers = std::move(nodes);
@@ -320,11 +321,13 @@ Result<NodeRendezvous> HttpRendezvous::Run() {
   }
   FLEET_ASSIGN_OR_RETURN(auto ranked, RankPeers(std::move(peers), nnodes_));
   NodeRendezvous result;
+  result.node_rank = -1;
   for (const PeerNode& node : ranked) {
     result.hosts.push_back(node.host);
     result.ports.push_back(node.ports);
     if (node.host == self_.host) result.node_rank = node.rank;
   }
+  if (result.node_rank < 0) return Error{"the master " + master_ + " answered a job without this node (" + self_.host + ")"};
   result.collective_master = Endpoint{ranked.front().host, ranked.front().master_port};
   return result;
 }

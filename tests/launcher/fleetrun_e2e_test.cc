@@ -959,5 +959,66 @@ TEST_F(FleetrunE2EMaster, ASignalEndsTheWaitForTheMaster) {
   EXPECT_THAT(o.err, HasSubstr("received SIGTERM while waiting for the job's nodes"));
 }
 
+bool AcceptsConnections(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Something else on the master's port: a server that answers every registration with `body`.
+constexpr char kFakeMasterPy[] = R"PY(import http.server, sys
+body = sys.argv[2].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+)PY";
+
+TEST_F(FleetrunE2EMaster, AnAnswerThatIsNotTheJobsIsAnErrorNotACrash) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  WriteFile(root_ / "fake_master.py", kFakeMasterPy, 0644);
+  const std::string port = master_.substr(master_.find(':') + 1);
+  const std::string answers[] = {
+      R"({"nodes": [{"host": "127.0.0.7", "rank": -1, "ports": [7000, 7001], "master_port": 9000},
+                    {"host": "127.0.0.8", "rank": -1, "ports": [7000, 7001], "master_port": 9000}], "seen": "x"})",
+      R"({"nodes": "all of them", "seen": 2})", R"([1, 2])", "not json"};
+  for (const std::string& answer : answers) {
+    SCOPED_TRACE(answer);
+    struct Fake {   // killed however the case ends
+      pid_t pid = ::fork();
+      ~Fake() {
+        if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      }
+    } fake;
+    if (fake.pid == 0) {
+      const int null_fd = ::open("/dev/null", O_WRONLY);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+      ::execl("/usr/bin/python3", "python3", (root_ / "fake_master.py").c_str(), port.c_str(), answer.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ASSERT_TRUE(WaitUntil([&] { return AcceptsConnections(std::stoi(port)); }, 20)) << "the fake master never listened";
+    const pid_t pid = Start({"--host=127.0.0.2", "--nproc_per_node=2", "--rendezvous_timeout=1", "./marker.sh"},
+                            {{"PADDLE_MASTER", master_}, {"PADDLE_NNODES", "2"}});
+    const Outcome o = Finish(pid, 20);
+    EXPECT_EQ(o.code, 2) << Describe(o);
+    EXPECT_THAT(o.err, HasSubstr(answer.front() == '{' && answer.find("127.0.0.7") != std::string::npos
+                                     ? "answered a job without this node (127.0.0.2)"
+                                     : "did not all register at the master"));
+    EXPECT_FALSE(fs::exists(root_ / "marker"));
+  }
+}
+
 }  // namespace
 }  // namespace fleet
