@@ -1,11 +1,14 @@
-// fleetrun: composition root. Flags -> host facts -> plan -> logs -> supervised processes; or, for
-// an elastic job, flags -> host facts -> logs -> the elastic node (elastic.h), which plans each
-// generation itself.
+// fleetrun: composition root. Flags -> Paddle 2.3+'s env over them -> host facts -> plan -> logs ->
+// supervised processes; with an HTTP master (--master ip:port) the plan comes after the nodes'
+// rendezvous (master.h); for an elastic job (--elastic_server, or --master etcd://), flags -> host
+// facts -> logs -> the elastic node (elastic.h), which plans each generation itself.
 // Exit status: 0 success; 2 bad flags or environment (nothing was started; for elastic jobs also an
-// unreachable etcd or a duplicate host); a failed process's own status (128+signal when it died by
+// unreachable etcd or a duplicate host; with an HTTP master also a failed rendezvous); a failed
+// process's own status (128+signal when it died by
 // a signal); 128+signal when fleetrun itself was signalled; 124 when parameter servers did not
 // accept connections within --server_timeout, or an elastic job stayed below its minimum for
 // PADDLE_ELASTIC_TIMEOUT.
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,11 +18,14 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <optional>
 
 #include "fleet/base/strings.h"
 #include "fleet/launcher/elastic.h"
 #include "fleet/launcher/flags.h"
 #include "fleet/launcher/host.h"
+#include "fleet/launcher/master.h"
 #include "fleet/launcher/plan.h"
 #include "fleet/launcher/report.h"
 #include "fleet/launcher/supervisor.h"
@@ -60,6 +66,9 @@ int main(int argc, char** argv) {
   }
 
   HostFacts host = ReadHostFacts();
+  auto env_notes = ApplyLauncherEnv(*options, host.env);
+  if (!env_notes) return Fail(kUsageError, env_notes.error());
+  for (const std::string& note : *env_notes) std::cerr << "fleetrun: " << note << "\n";
   const char* tmp = std::getenv("TMPDIR");
   std::string gloo_dir = std::string(tmp && *tmp ? tmp : "/tmp") + "/fleetrun-gloo-XXXXXX";
   if (!::mkdtemp(gloo_dir.data())) return Fail(1, "cannot create a gloo directory in " + gloo_dir + ": " + std::strerror(errno));
@@ -81,7 +90,25 @@ int main(int argc, char** argv) {
     return status;
   }
 
-  auto plan = PlanLaunch(*options, host);
+  // The HTTP master's rendezvous. Its server threads start with the supervised signals blocked, so
+  // that those reach only the rendezvous' wait and Supervise.
+  ::pthread_sigmask(SIG_BLOCK, &SupervisedSignals(), nullptr);
+  std::unique_ptr<HttpRendezvous> rendezvous;
+  std::optional<NodeRendezvous> nodes;
+  if (HttpMaster(*options)) {
+    for (const std::string& name : ClusterInputNames()) host.env.erase(name);   // the nodes come from the master
+    auto started = HttpRendezvous::Start(*options, host);
+    auto joined = started ? (*started)->Run() : fleet::Result<NodeRendezvous>(fleet::Error{started.error()});
+    if (!joined) {
+      ::rmdir(gloo_dir.c_str());
+      const int signal = started ? (*started)->interrupted_by() : 0;
+      return Fail(signal ? 128 + signal : kUsageError, joined.error());
+    }
+    rendezvous = std::move(*started);
+    nodes = std::move(*joined);
+  }
+
+  auto plan = PlanLaunch(*options, host, nodes ? &*nodes : nullptr);
   if (!plan) {
     ::rmdir(gloo_dir.c_str());
     return Fail(kUsageError, plan.error());

@@ -30,12 +30,6 @@ constexpr int kDefaultTtlSeconds = 60;          // Paddle's ELASTIC_TTL
 constexpr double kPollSeconds = 0.25;           // how often etcd is read (Paddle: every 2 s)
 constexpr std::chrono::milliseconds kEtcdTimeout{3000};
 
-// The PaddleCloud-style inputs with which PlanLaunch would take the node list from the env; in an
-// elastic job it comes from etcd, and trainers must not inherit stale copies.
-constexpr const char* kClusterInputs[] = {"PADDLE_TRAINERS", "PADDLE_TRAINER_ID", "TRAINER_PORTS_NUM",
-                                          "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
-                                          "DISTRIBUTED_TRAINER_ENDPOINTS", "PADDLE_PORT"};
-
 std::optional<std::string> NonEmpty(const std::string* text) {
   if (!text || TrimWhitespace(*text).empty()) return std::nullopt;
   return std::string(TrimWhitespace(*text));
@@ -72,19 +66,6 @@ std::string RegisteredHost(const std::string& value) {
   return value.substr(0, std::min(value.rfind(':'), value.size()));
 }
 
-// Waits up to `seconds` for one of the signals Supervise handles (they are blocked in every
-// thread); nullopt when none came. SIGCHLD is not one that matters here.
-std::optional<int> WaitForSignal(double seconds) {
-  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
-  while (true) {
-    const auto left = std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count());
-    timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
-    const int sig = ::sigtimedwait(&SupervisedSignals(), nullptr, &wait);
-    if (sig > 0 && sig != SIGCHLD) return sig;
-    if (sig < 0 && errno == EAGAIN) return std::nullopt;
-  }
-}
-
 // What one read of etcd says about the job.
 struct Observation {
   std::vector<Endpoint> members;   // in rank order
@@ -98,7 +79,8 @@ class ElasticNode {
   ElasticNode(const LaunchOptions& options, HostFacts host, const ElasticSettings& settings)
       : options_(options), host_(std::move(host)), settings_(settings),
         job_key_("/paddle/" + settings.job_id), nodes_prefix_(job_key_ + "/nodes/") {
-    for (const char* name : kClusterInputs) host_.env.erase(name);
+    // The node list comes from etcd; trainers must not inherit the platform's stale copies.
+    for (const std::string& name : ClusterInputNames()) host_.env.erase(name);
   }
 
   int Run();
@@ -160,7 +142,7 @@ Status ElasticNode::Register() {
     if (!said) Say("host " + settings_.self.host + " is still registered (" + holder + "); waiting up to " +
                    std::to_string(settings_.ttl_seconds + 1) + " s for that lease to expire");
     said = true;
-    if (auto sig = WaitForSignal(kPollSeconds)) {
+    if (auto sig = WaitForSupervisedSignal(kPollSeconds)) {
       interrupted_by_ = *sig;
       return Error{std::string("received SIG") + ::sigabbrev_np(*sig) + " while registering"};
     }
@@ -213,7 +195,7 @@ int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
   auto short_since = Clock::now();
   std::string said;
   while (true) {
-    if (auto sig = WaitForSignal(0)) {
+    if (auto sig = WaitForSupervisedSignal(0)) {
       Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
       Leave(false);
       return 128 + *sig;
@@ -258,7 +240,7 @@ int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
       Leave(false);
       return kElasticTimeoutStatus;
     }
-    if (auto sig = WaitForSignal(kPollSeconds)) {
+    if (auto sig = WaitForSupervisedSignal(kPollSeconds)) {
       Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
       Leave(false);
       return 128 + *sig;
@@ -337,7 +319,7 @@ int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int s
       "before its lease expires.");
   const auto give_up = Clock::now() + std::chrono::seconds(wait_seconds);
   while (Clock::now() < give_up) {
-    if (auto sig = WaitForSignal(kPollSeconds)) {
+    if (auto sig = WaitForSupervisedSignal(kPollSeconds)) {
       Say(std::string("received SIG") + ::sigabbrev_np(*sig) + " while waiting for nodes; leaving the job.");
       return 128 + *sig;
     }
@@ -419,22 +401,8 @@ int ElasticNode::Run() {
 }  // namespace
 
 Result<NpRange> ParseNp(std::string_view text) {
-  const std::vector<std::string> parts = SplitString(TrimWhitespace(text), ':');
-  auto bad = [&](const std::string& why) {
-    return Error{"--np/PADDLE_ELASTIC_NP " + Quote(text) + ": " + why};
-  };
-  if (parts.size() > 2) return bad("must be N or MIN:MAX");
-  NpRange np;
-  auto min = ParseNonNegativeInt(parts[0], "np");
-  if (!min) return bad("must be N or MIN:MAX, in whole numbers");
-  np.min = np.max = *min;
-  if (parts.size() == 2) {
-    auto max = ParseNonNegativeInt(parts[1], "np");
-    if (!max) return bad("must be N or MIN:MAX, in whole numbers");
-    np.max = *max;
-  }
-  if (np.min < 1) return bad("a job needs at least 1 node");
-  if (np.max < np.min) return bad("MAX is below MIN");
+  auto np = ParseNodeRange(text);
+  if (!np) return Error{"--np/PADDLE_ELASTIC_NP " + Quote(text) + ": " + np.error()};
   return np;
 }
 
@@ -447,8 +415,9 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   const auto job = o.job_id ? NonEmpty(&*o.job_id) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_JOB_ID"));
   const auto np_text = o.np ? NonEmpty(&*o.np) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_NP"));
   if (!server || !job || !np_text) {
-    // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake.
-    if (o.elastic_server || o.job_id || o.np) {
+    // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake, but for
+    // --job_id: the 2.3+ launcher's job id (PADDLE_JOB_ID) also names jobs that are not elastic.
+    if (o.elastic_server || o.np) {
       return Error{"elastic training needs --elastic_server, --job_id and --np (or PADDLE_ELASTIC_SERVER, "
                    "PADDLE_ELASTIC_JOB_ID and PADDLE_ELASTIC_NP), each non-empty"};
     }
@@ -476,7 +445,11 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   } else if (const std::string* flag = FindEnv(env, "FLAGS_START_PORT")) {
     FLEET_ASSIGN_OR_RETURN(s.self.port, ParsePort(TrimWhitespace(*flag), "FLAGS_START_PORT"));
   }
-  FLEET_ASSIGN_OR_RETURN(s.timeout_seconds, PositiveSeconds(env, "PADDLE_ELASTIC_TIMEOUT", kDefaultTimeoutSeconds));
+  if (o.elastic_timeout) {
+    s.timeout_seconds = *o.elastic_timeout;
+  } else {
+    FLEET_ASSIGN_OR_RETURN(s.timeout_seconds, PositiveSeconds(env, "PADDLE_ELASTIC_TIMEOUT", kDefaultTimeoutSeconds));
+  }
   FLEET_ASSIGN_OR_RETURN(double ttl, PositiveSeconds(env, "PADDLE_ELASTIC_TTL", kDefaultTtlSeconds));
   if (ttl != std::floor(ttl) || ttl < 2) return Error{"PADDLE_ELASTIC_TTL must be a whole number of seconds, at least 2"};
   s.ttl_seconds = static_cast<int>(ttl);

@@ -150,14 +150,18 @@ struct Placement {
   int node_rank = 0;
 };
 
-Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
-                                           std::vector<std::string>& notes) {
+int TrainersPerNode(const LaunchOptions& o, const Gpus& gpus) {
+  return o.nproc_per_node.value_or(gpus.positions.empty() ? 1 : static_cast<int>(gpus.positions.size()));
+}
+
+Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host, const NodeRendezvous* rendezvous,
+                                 std::vector<std::string>& notes) {
   FLEET_ASSIGN_OR_RETURN(auto gpus, ResolveGpus(o, host));
   if (gpus.ignored) notes.push_back(*gpus.ignored);
   CollectiveLayout layout;
   const int gpu_count = static_cast<int>(gpus.positions.size());
   layout.device_kind = gpu_count > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
-  const int procs = o.nproc_per_node.value_or(gpu_count > 0 ? gpu_count : 1);
+  const int procs = TrainersPerNode(o, gpus);
   if (gpu_count > 0) {
     if (gpu_count % procs != 0) {
       return Error{"--nproc_per_node=" + std::to_string(procs) + " does not divide the " +
@@ -174,7 +178,11 @@ Result<Placement> PlanCollective(const LaunchOptions& o, const HostFacts& host,
   FLEET_ASSIGN_OR_RETURN(layout.gloo, GlooFromEnv(host));
 
   Placement placement;
-  if (auto cluster = DetectClusterEnv(host.env)) {
+  if (rendezvous) {
+    layout.nodes = rendezvous->hosts;
+    layout.node_ports = rendezvous->ports;
+    placement.node_rank = rendezvous->node_rank;
+  } else if (auto cluster = DetectClusterEnv(host.env)) {
     if (!*cluster) return Error{"managed-cluster env: " + cluster->error()};
     const ClusterEnv& c = cluster->value();
     if (procs > c.ports_per_node) {
@@ -417,8 +425,23 @@ std::vector<std::string> ScriptCommand(const std::string& program, const LaunchO
   return argv;
 }
 
-Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host) {
+Result<int> LocalTrainerCount(const LaunchOptions& options, const HostFacts& host) {
+  FLEET_ASSIGN_OR_RETURN(auto gpus, ResolveGpus(options, host));
+  return TrainersPerNode(options, gpus);
+}
+
+const std::vector<std::string>& ClusterInputNames() {
+  static const std::vector<std::string> names = {"PADDLE_TRAINERS", "PADDLE_TRAINER_ID", "TRAINER_PORTS_NUM",
+                                                 "PADDLE_TRAINERS_NUM", "PADDLE_TRAINER_ENDPOINTS",
+                                                 "DISTRIBUTED_TRAINER_ENDPOINTS", "PADDLE_PORT"};
+  return names;
+}
+
+Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host, const NodeRendezvous* rendezvous) {
   FLEET_ASSIGN_OR_RETURN(auto mode, DecideMode(options));
+  if (rendezvous && mode != JobMode::kCollective) {
+    return Error{"--master ip:port runs collective jobs; a parameter-server job lists its nodes in --servers/--trainers"};
+  }
   FLEET_ASSIGN_OR_RETURN(auto program, host.resolve_program(options.training_script));
 
   LaunchPlan plan;
@@ -445,7 +468,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
   // Paddle's PS path on a managed cluster: the platform set the role env already.
   const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
                               FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
-  if (mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+  if (!rendezvous && mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
     const std::string* role = FindEnv(host, "TRAINING_ROLE");
     return direct_start(*role == "PSERVER" ? Role::kServer
                         : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer,
@@ -456,7 +479,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
   // planned as a one-node job on 127.0.0.1, every pod would train alone, as rank 0 of 1. The
   // platform planned this process already: it runs once with that env.
   const std::string* trainers = FindEnv(host, "PADDLE_TRAINERS_NUM");
-  if (mode == JobMode::kCollective && !cluster_inputs && trainers && *trainers != "1" &&
+  if (!rendezvous && mode == JobMode::kCollective && !cluster_inputs && trainers && *trainers != "1" &&
       FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "PADDLE_TRAINER_ENDPOINTS") &&
       FindEnv(host, "PADDLE_CURRENT_ENDPOINT")) {
     return direct_start(Role::kTrainer, "managed collective cluster: the platform set this trainer's env (rank " +
@@ -464,7 +487,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
                                             "): running the script once with it");
   }
 
-  FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, plan.notes)
+  FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, rendezvous, plan.notes)
                                                                        : PlanPs(options, host, mode, plan.notes));
   plan.topology = std::move(placement.topology);
   plan.node_rank = placement.node_rank;
@@ -476,6 +499,7 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
       LocalProcess local;
       local.process = *p;
       local.env = renderer.Render(*p);
+      if (rendezvous) local.env["PADDLE_MASTER"] = rendezvous->collective_master.ToString();
       local.argv = command;
       local.log_file = LogPrefix(role) + std::to_string(p->local_rank);
       local.echo_to_terminal = role == Role::kTrainer && p->local_rank == 0;

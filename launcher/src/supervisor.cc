@@ -491,6 +491,17 @@ const sigset_t& SupervisedSignals() {
   return set;
 }
 
+std::optional<int> WaitForSupervisedSignal(double seconds) {
+  const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  while (true) {
+    const auto left = std::max<int64_t>(0, std::chrono::duration_cast<std::chrono::nanoseconds>(deadline - Clock::now()).count());
+    timespec wait{static_cast<time_t>(left / 1000000000), static_cast<long>(left % 1000000000)};
+    const int sig = ::sigtimedwait(&SupervisedSignals(), nullptr, &wait);
+    if (sig > 0 && sig != SIGCHLD) return sig;
+    if (sig < 0 && errno == EAGAIN) return std::nullopt;
+  }
+}
+
 int Supervise(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options) {
   return Supervisor(plan, base_env, options).Run();
 }

@@ -1,7 +1,9 @@
 // Helpers of fleetrun's end-to-end tests: files, env dumps, processes, deadlines.
 #pragma once
 
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -71,6 +73,22 @@ inline bool IsAlive(pid_t pid) {
   if (paren == std::string::npos || paren + 2 >= stat.size()) return false;
   const char state = stat[paren + 2];
   return state != 'Z' && state != 'X';
+}
+
+// A TCP port free on 127.0.0.1 a moment ago (0 when none could be bound).
+inline int FreeLoopbackPort() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof addr;
+  int port = 0;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+    port = ntohs(addr.sin_port);
+  }
+  ::close(fd);
+  return port;
 }
 
 inline bool WaitUntil(const std::function<bool()>& done, double seconds) {

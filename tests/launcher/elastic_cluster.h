@@ -30,21 +30,6 @@ env -0 > "$f.tmp" && mv "$f.tmp" "$f"
 while [ ! -e "$FLEET_TEST_DIR/finish" ]; do sleep 0.05; done
 )SH";
 
-inline int FreeLoopbackPort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  ::close(fd);
-  return port;
-}
-
 // fork/exec with its own env, cwd and output files; -1 on failure.
 inline pid_t SpawnWithEnv(const std::vector<std::string>& args, const EnvMap& env, const fs::path& cwd,
                           const fs::path& output) {

@@ -430,7 +430,19 @@ INSTANTIATE_TEST_SUITE_P(
         BadInput{"collective_with_servers", {"--run_mode=collective", "--servers=127.0.0.1:6001", "./marker.sh"}, {},
                  "--run_mode=collective"},
         // Names under .invalid (RFC 6761) are never this machine's address or name.
-        BadInput{"this_host_not_in_ips", {"--ips=node-a.invalid,node-b.invalid", "./marker.sh"}, {}, "is not in --ips"}),
+        BadInput{"this_host_not_in_ips", {"--ips=node-a.invalid,node-b.invalid", "./marker.sh"}, {}, "is not in --ips"},
+        BadInput{"malformed_paddle_nnodes", {"./marker.sh"}, {{"PADDLE_NNODES", "2:x"}},
+                 "fleetrun: error: PADDLE_NNODES: \"2:x\" is not N or MIN:MAX"},
+        BadInput{"malformed_paddle_rank", {"./marker.sh"}, {{"PADDLE_MASTER", "127.0.0.1:1"}, {"PADDLE_RANK", "first"}},
+                 "PADDLE_RANK: \"first\" is not a whole number"},
+        BadInput{"rank_not_below_nnodes", {"--master=127.0.0.1:1", "--nnodes=2", "--rank=2", "./marker.sh"}, {},
+                 "--rank/PADDLE_RANK 2 is not below --nnodes/PADDLE_NNODES 2"},
+        BadInput{"nnodes_without_master", {"--nnodes=2", "./marker.sh"}, {}, "--nnodes 2 needs --master"},
+        // Before the node registers, not after the master's rendezvous timeout.
+        BadInput{"master_with_a_missing_script", {"--master=127.0.0.1:1", "--nnodes=2", "./missing.sh"}, {},
+                 "training program './missing.sh' does not exist"},
+        BadInput{"master_with_a_ps_job", {"--master=127.0.0.1:1", "--nnodes=2", "--server_num=1", "--trainer_num=1", "./marker.sh"},
+                 {}, "--master ip:port runs collective jobs"}),
     [](const ::testing::TestParamInfo<BadInput>& param_info) { return param_info.param.name; });
 
 // ---------------------------------------------------------------------------------------------
@@ -810,6 +822,202 @@ TEST_F(FleetrunE2E, CollectiveExampleTrains) {
   EXPECT_GE(loss, 0) << "no final train_loss from worker 0:\n" << o.out;
   EXPECT_LT(loss, 0.01);
   EXPECT_EQ(FinalLoss(Log("workerlog.1"), 1), loss) << "data parallel: both ranks hold the same weights";
+}
+
+// ---------------------------------------------------------------------------------------------
+// Paddle 2.3+'s command line: nodes on 127.0.0.1 and 127.0.0.2 meet at an HTTP master, elected by
+// its own address (--host), with the env a FleetJob pod gets (PADDLE_MASTER, PADDLE_NNODES, ...).
+
+class FleetrunE2EMaster : public FleetrunE2EBase {
+ protected:
+  struct Node {
+    pid_t pid = -1;
+    fs::path out, err;
+  };
+
+  // A node of two trainers, its logs in log.<host>; `rank` < 0: no PADDLE_RANK.
+  Node StartNode(const std::string& host, int rank, const EnvMap& extra = {}) {
+    EnvMap env = {{"PADDLE_MASTER", master_}, {"PADDLE_NNODES", "2"}, {"PADDLE_JOB_ID", "e2e-1"}};
+    if (rank >= 0) env["PADDLE_RANK"] = std::to_string(rank);
+    for (const auto& [name, value] : extra) env[name] = value;
+    const pid_t pid = Start({"--host", host, "--nproc_per_node=2", "--log_dir=log." + host, "./worker.sh"}, env);
+    return Node{pid, out_path_, err_path_};
+  }
+
+  Outcome FinishNode(const Node& node) {
+    out_path_ = node.out;
+    err_path_ = node.err;
+    return Finish(node.pid, 30);
+  }
+
+  bool Says(const Node& node, const std::string& text) {
+    return WaitUntil([&] { return ReadFile(node.err).find(text) != std::string::npos; }, 20);
+  }
+
+  // Trainer `id`'s env, which must pass Paddle's collective reader as that rank of 4.
+  EnvMap Trainer(int id) {
+    const EnvMap env = ReadEnvDump(root_ / "env" / ("worker." + std::to_string(id)));
+    auto parsed = ParseProcessEnv(env, RoleMakerKind::kCollective);
+    EXPECT_TRUE(parsed.ok()) << "trainer " << id << ": " << (parsed.ok() ? "" : parsed.error());
+    if (parsed.ok()) {
+      EXPECT_EQ(parsed->id, id);
+      EXPECT_EQ(parsed->trainers_num, 4);
+    }
+    return env;
+  }
+
+  // The trainers of node rank 0 on `first`, of node rank 1 on `second`; one PADDLE_MASTER, node 0's.
+  void ExpectNodesInOrder(const std::string& first, const std::string& second) {
+    const std::string hosts[] = {first, first, second, second};
+    const EnvMap zero = Trainer(0);
+    ASSERT_TRUE(zero.count("PADDLE_MASTER") && zero.count("PADDLE_TRAINER_ENDPOINTS"));
+    EXPECT_THAT(zero.at("PADDLE_MASTER"), StartsWith(first + ":"));
+    for (int id = 0; id < 4; ++id) {
+      SCOPED_TRACE("trainer " + std::to_string(id));
+      EnvMap env = Trainer(id);
+      EXPECT_THAT(env["PADDLE_CURRENT_ENDPOINT"], StartsWith(hosts[id] + ":"));
+      EXPECT_EQ(env["PADDLE_MASTER"], zero.at("PADDLE_MASTER"));
+      EXPECT_EQ(env["PADDLE_TRAINER_ENDPOINTS"], zero.at("PADDLE_TRAINER_ENDPOINTS"));
+      EXPECT_EQ(env["PADDLE_GLOBAL_RANK"], std::to_string(id));
+      EXPECT_EQ(env["PADDLE_LOCAL_RANK"], std::to_string(id % 2));
+      EXPECT_EQ(env["PADDLE_RANK_IN_NODE"], std::to_string(id % 2));
+      EXPECT_EQ(env["PADDLE_GLOBAL_SIZE"], "4");
+      EXPECT_EQ(env["PADDLE_LOCAL_SIZE"], "2");
+      EXPECT_EQ(env["PADDLE_NNODES"], "2");
+      EXPECT_EQ(env["PADDLE_DISTRI_BACKEND"], "gloo") << "no devices";
+      EXPECT_EQ(env.count("PADDLE_TRAINERS"), 0u) << "a platform's node list is not inherited";
+      EXPECT_THAT(Log("workerlog." + std::to_string(id % 2), "log." + hosts[id]), HasSubstr("worker " + std::to_string(id) + " says hello"));
+    }
+  }
+
+  std::string master_ = "127.0.0.1:" + std::to_string(FreeLoopbackPort());
+};
+
+TEST_F(FleetrunE2EMaster, GivenRanksDecideTheOrderWhateverTheStartOrder) {
+  // The master's node starts first but is rank 1; a stale platform node list must not matter.
+  const Node master = StartNode("127.0.0.1", 1, {{"PADDLE_TRAINERS", "10.9.0.1,10.9.0.2"}});
+  ASSERT_TRUE(Says(master, "serving the rendezvous of job 'e2e-1' at " + master_)) << ReadFile(master.err);
+  const Node other = StartNode("127.0.0.2", 0);
+  const Outcome b = FinishNode(other);
+  const Outcome a = FinishNode(master);
+  ASSERT_EQ(a.code, 0) << Describe(a);
+  ASSERT_EQ(b.code, 0) << Describe(b);
+  EXPECT_THAT(a.err, HasSubstr("env PADDLE_RANK=1 sets --rank"));
+  EXPECT_THAT(b.err, Not(HasSubstr("serving the rendezvous"))) << "127.0.0.2 is not the master's address";
+  ExpectNodesInOrder("127.0.0.2", "127.0.0.1");
+}
+
+TEST_F(FleetrunE2EMaster, ANodeStartedBeforeTheMasterJoinsAndTheMastersNodeIsFirst) {
+  const Node other = StartNode("127.0.0.2", -1);
+  ASSERT_TRUE(Says(other, "waiting for the master " + master_)) << ReadFile(other.err);
+  const Node master = StartNode("127.0.0.1", -1);
+  const Outcome a = FinishNode(master);
+  const Outcome b = FinishNode(other);
+  ASSERT_EQ(a.code, 0) << Describe(a);
+  ASSERT_EQ(b.code, 0) << Describe(b);
+  ExpectNodesInOrder("127.0.0.1", "127.0.0.2");
+}
+
+TEST_F(FleetrunE2EMaster, TwoNodesWithOneRankBothStopNamingEachOther) {
+  const Node master = StartNode("127.0.0.1", 0);
+  ASSERT_TRUE(Says(master, "serving the rendezvous")) << ReadFile(master.err);
+  const Node other = StartNode("127.0.0.2", 0);
+  for (const Outcome& o : {FinishNode(other), FinishNode(master)}) {
+    EXPECT_EQ(o.code, 2) << Describe(o);
+    EXPECT_THAT(o.err, HasSubstr("fleetrun: error: nodes 127.0.0.1 and 127.0.0.2 both have rank 0"));
+  }
+  EXPECT_FALSE(fs::exists(root_ / "env" / "worker.0")) << "no trainer started";
+}
+
+TEST_F(FleetrunE2EMaster, AFailedTrainerFailsItsNodeAndTheOtherNodeStillExits) {
+  const Node master = StartNode("127.0.0.1", -1, {{"FAIL_RANK", "3"}, {"FAIL_CODE", "7"}});
+  ASSERT_TRUE(Says(master, "serving the rendezvous")) << ReadFile(master.err);
+  const Node other = StartNode("127.0.0.2", -1, {{"FAIL_RANK", "3"}, {"FAIL_CODE", "7"}});
+  const Outcome b = FinishNode(other);
+  const Outcome a = FinishNode(master);
+  EXPECT_EQ(b.code, 7) << Describe(b);
+  EXPECT_THAT(b.err, HasSubstr("trainer rank 3 exited with code 7"));
+  EXPECT_EQ(a.code, 0) << "the master's node ends with its own trainers: " << Describe(a);
+}
+
+TEST_F(FleetrunE2EMaster, NoMasterEndsTheWaitAfterTheRendezvousTimeoutSayingWhy) {
+  const pid_t pid = Start({"--host=127.0.0.2", "--rendezvous_timeout=0.5", "./marker.sh"},
+                          {{"PADDLE_MASTER", master_}, {"PADDLE_NNODES", "2"}});
+  const Outcome o = Finish(pid, 20);
+  EXPECT_EQ(o.code, 2) << Describe(o);
+  EXPECT_THAT(o.err, HasSubstr("did not all register at the master " + master_ + " within 0.5 s (--rendezvous_timeout)"));
+  EXPECT_THAT(o.err, HasSubstr("does not answer"));
+  EXPECT_FALSE(fs::exists(root_ / "marker"));
+}
+
+TEST_F(FleetrunE2EMaster, ASignalEndsTheWaitForTheMaster) {
+  const Node alone = StartNode("127.0.0.2", -1);
+  ASSERT_TRUE(Says(alone, "waiting for the master")) << ReadFile(alone.err);
+  ::kill(alone.pid, SIGTERM);
+  const Outcome o = FinishNode(alone);
+  EXPECT_EQ(o.code, 128 + SIGTERM) << Describe(o);
+  EXPECT_THAT(o.err, HasSubstr("received SIGTERM while waiting for the job's nodes"));
+}
+
+bool AcceptsConnections(int port) {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  const bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// Something else on the master's port: a server that answers every registration with `body`.
+constexpr char kFakeMasterPy[] = R"PY(import http.server, sys
+body = sys.argv[2].encode()
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *args):
+        pass
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+)PY";
+
+TEST_F(FleetrunE2EMaster, AnAnswerThatIsNotTheJobsIsAnErrorNotACrash) {
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+  WriteFile(root_ / "fake_master.py", kFakeMasterPy, 0644);
+  const std::string port = master_.substr(master_.find(':') + 1);
+  const std::string answers[] = {
+      R"({"nodes": [{"host": "127.0.0.7", "rank": -1, "ports": [7000, 7001], "master_port": 9000},
+                    {"host": "127.0.0.8", "rank": -1, "ports": [7000, 7001], "master_port": 9000}], "seen": "x"})",
+      R"({"nodes": "all of them", "seen": 2})", R"([1, 2])", "not json"};
+  for (const std::string& answer : answers) {
+    SCOPED_TRACE(answer);
+    struct Fake {   // killed however the case ends
+      pid_t pid = ::fork();
+      ~Fake() {
+        if (pid > 0 && ::kill(pid, SIGKILL) == 0) ::waitpid(pid, nullptr, 0);
+      }
+    } fake;
+    if (fake.pid == 0) {
+      const int null_fd = ::open("/dev/null", O_WRONLY);
+      ::dup2(null_fd, 1);
+      ::dup2(null_fd, 2);
+      ::execl("/usr/bin/python3", "python3", (root_ / "fake_master.py").c_str(), port.c_str(), answer.c_str(), nullptr);
+      ::_exit(127);
+    }
+    ASSERT_TRUE(WaitUntil([&] { return AcceptsConnections(std::stoi(port)); }, 20)) << "the fake master never listened";
+    const pid_t pid = Start({"--host=127.0.0.2", "--nproc_per_node=2", "--rendezvous_timeout=1", "./marker.sh"},
+                            {{"PADDLE_MASTER", master_}, {"PADDLE_NNODES", "2"}});
+    const Outcome o = Finish(pid, 20);
+    EXPECT_EQ(o.code, 2) << Describe(o);
+    EXPECT_THAT(o.err, HasSubstr(answer.front() == '{' && answer.find("127.0.0.7") != std::string::npos
+                                     ? "answered a job without this node (127.0.0.2)"
+                                     : "did not all register at the master"));
+    EXPECT_FALSE(fs::exists(root_ / "marker"));
+  }
 }
 
 }  // namespace

@@ -99,6 +99,27 @@ TEST_F(FleetrunElastic, ScalesInWhenANodeDiesAndOutWhenOneJoins) {
   FinishAndExpectCleanEtcd("scale");
 }
 
+// Paddle 2.3+'s command line for the same mode: --master etcd://host:port with --nnodes MIN:MAX,
+// by flags on one node and by the env a FleetJob pod gets on the other.
+TEST_F(FleetrunElastic, PaddlesNewLauncherCommandLineRunsTheElasticMode) {
+  auto start = [&](int node, const std::vector<std::string>& flags, const EnvMap& env) {
+    const size_t before = Registered("newcli");
+    std::vector<std::string> args = flags;
+    for (const std::string& common : {"--start_port=" + std::to_string(kPort), std::string("--grace_period=1"),
+                                      (root_ / "elastic.sh").string()}) {
+      args.push_back(common);
+    }
+    ASSERT_TRUE(StartFleetrun(node, args, env));
+    ASSERT_TRUE(WaitUntil([&] { return Registered("newcli") > before; }, 5)) << Output(node);
+  };
+  start(2, {"--master=etcd://" + server_, "--nnodes=2:3", "--job_id=newcli", "--host=" + Host(2)}, {});
+  start(3, {}, {{"PADDLE_MASTER", "etcd://" + server_}, {"PADDLE_NNODES", "2:3"}, {"PADDLE_JOB_ID", "newcli"},
+                {"POD_IP", Host(3)}});
+  EXPECT_GE(WaitForGeneration({2, 3}, {}, 10), 0) << "the two nodes never ran together:\n" << Output(2) << Output(3);
+  ExpectEveryDumpConsistent();
+  FinishAndExpectCleanEtcd("newcli");
+}
+
 // The env dump, but it fails as soon as a trainer of its generation is gone, as a collective fails
 // when a peer's connection drops: each trainer leaves its pid under the generation's endpoints.
 constexpr char kCollectiveTrainerSh[] = R"SH(#!/bin/sh

@@ -32,11 +32,6 @@ constexpr int kElasticRelaunchCode = 102;
 constexpr int kElasticTimeoutStatus = 124;
 
 // --np / PADDLE_ELASTIC_NP: "N" (fault tolerance: exactly N nodes) or "MIN:MAX" (elastic).
-struct NpRange {
-  int min = 0;
-  int max = 0;
-  bool fixed() const { return min == max; }
-};
 Result<NpRange> ParseNp(std::string_view text);
 
 struct ElasticSettings {

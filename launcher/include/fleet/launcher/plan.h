@@ -43,7 +43,28 @@ struct LaunchPlan {
   bool direct_start = false;
 };
 
-Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host);
+// The job's nodes as an HTTP master's rendezvous agreed on them (master.h): hosts and trainer ports
+// in node-rank order, this node's rank, and PADDLE_MASTER (node 0's spare port, for the trainers'
+// own TCP store).
+struct NodeRendezvous {
+  std::vector<std::string> hosts;
+  std::vector<std::vector<int>> ports;
+  int node_rank = 0;
+  Endpoint collective_master;
+};
+
+// With `rendezvous`, a collective job over those nodes (the flags' and the env's node lists are
+// not read) whose processes also get PADDLE_MASTER.
+Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host,
+                              const NodeRendezvous* rendezvous = nullptr);
+
+// How many trainers a collective job runs on this node: --nproc_per_node, else one per GPU (one
+// on CPU).
+Result<int> LocalTrainerCount(const LaunchOptions& options, const HostFacts& host);
+
+// The variables with which a platform describes a PaddleCloud-style cluster (cluster_env.h). A
+// launcher that finds the nodes itself (elastic, HTTP master) removes them from its trainers' env.
+const std::vector<std::string>& ClusterInputNames();
 
 // The command that runs a training script: `python3 -u script args` for .py, else the program.
 std::vector<std::string> ScriptCommand(const std::string& program, const LaunchOptions& options);

@@ -22,6 +22,7 @@
 #include <signal.h>
 
 #include <functional>
+#include <optional>
 
 #include "fleet/launcher/plan.h"
 
@@ -53,6 +54,10 @@ struct SupervisorOptions {
 // The signals Supervise handles: SIGCHLD, SIGINT, SIGTERM, SIGHUP, SIGQUIT. Supervise blocks them
 // while it runs; a caller with other threads blocks them before starting any.
 const sigset_t& SupervisedSignals();
+
+// Waits up to `seconds` for one of SupervisedSignals() but SIGCHLD (the caller blocked them in every
+// thread); nullopt when none came. Rendezvous loops wait with it, so that a signal ends them.
+std::optional<int> WaitForSupervisedSignal(double seconds);
 
 // Returns fleetrun's exit status. `base_env` is the environment every child inherits before its
 // contract variables are applied.
