@@ -747,7 +747,10 @@ httpd::Route Agent::StatusRoute() {
               const std::string error = writer_->last_error();
               if (!error.empty()) status["conditionError"] = error;
             }
-            return httpd::Response{200, "application/json", status.dump(2) + "\n"};
+            // A trainer's command line is any bytes: what is not UTF-8 is replaced, never thrown
+            // about (which answered 500 for the pod's life).
+            return httpd::Response{200, "application/json",
+                                   status.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"};
           }};
 }
 

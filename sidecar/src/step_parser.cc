@@ -17,7 +17,8 @@ namespace {
 using Json = nlohmann::json;
 
 enum class Key {
-  kStep, kSteps, kEpoch, kLoss, kStepTime, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank, kIgnored, kScalar
+  kStep, kSteps, kEpoch, kLoss, kStepTime, kStepsPerSecond, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank,
+  kIgnored, kScalar
 };
 
 inline char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -93,6 +94,12 @@ Key Classify(std::string_view key) {
       break;
     case 18:
       if (c == 's' && Is(key, "samples_per_second")) return Key::kSamplesPerSecond;
+      break;
+    case 25:  // PaddleNLP / PaddleFormers: over the steps since their last log line
+      if (c == 'i' && Is(key, "interval_steps_per_second")) return Key::kStepsPerSecond;
+      break;
+    case 27:
+      if (c == 'i' && Is(key, "interval_samples_per_second")) return Key::kSamplesPerSecond;
       break;
     default:
       break;
@@ -235,6 +242,14 @@ bool ApplyField(Key key, std::string_view name, double value, std::string_view u
       r->step_time = value;
       r->fields |= StepRecord::kStepTime;
       return true;
+    case Key::kStepsPerSecond:
+      if (!NonNegativeFinite(value)) return false;
+      // PaddleNLP rounds the rate to 4 decimals: a step slower than 20000 s reads 0, a rate that
+      // says nothing of the step's time (the wall clock between lines says it instead).
+      if (value == 0 || !std::isfinite(1 / value)) return true;
+      r->step_time = 1 / value;
+      r->fields |= StepRecord::kStepTime;
+      return true;
     case Key::kSamples:
       if (!NonNegativeFinite(value)) return false;
       r->samples = value;
@@ -311,16 +326,15 @@ bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord*
     while (i < end && (text[i] == ' ' || text[i] == '\t' || text[i] == '=')) ++i;
     Key k = Key::kScalar;
     bool usable = !key.empty() && IsAlpha(key.front());
-    if (usable) {
-      k = Classify(key);
-      if (k == Key::kScalar) {
-        // "Epoch 3 done loss" -> "loss": a field's key is the last word before its separator.
-        const size_t space = key.rfind(' ');
-        if (space != std::string_view::npos) {
-          key = key.substr(space + 1);
-          usable = IsAlpha(key.front());
-          k = Classify(key);
-        }
+    if (usable) k = Classify(key);
+    if (!usable || k == Key::kScalar) {
+      // "Epoch 3 done loss" -> "loss", "[INFO] - loss" -> "loss": a field's key is the last word
+      // before its separator.
+      const size_t space = key.rfind(' ');
+      if (space != std::string_view::npos) {
+        key = key.substr(space + 1);
+        usable = IsAlpha(key.front());
+        k = Classify(key);
       }
     }
     if (!usable || k == Key::kIgnored) {
@@ -406,6 +420,16 @@ bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, 
 size_t SkipSpaces(std::string_view s, size_t i) {
   while (i < s.size() && s[i] == ' ') ++i;
   return i;
+}
+
+// `key` as a field's whole key ("global_step: 120", "global_step=120"), anywhere in the line.
+bool HasFieldKey(std::string_view line, std::string_view key) {
+  for (size_t p = line.find(key); p != std::string_view::npos; p = line.find(key, p + 1)) {
+    if (p > 0 && (IsAlnum(line[p - 1]) || line[p - 1] == '_')) continue;
+    const size_t after = SkipSpaces(line, p + key.size());
+    if (after < line.size() && (line[after] == ':' || line[after] == '=')) return true;
+  }
+  return false;
 }
 
 bool ReadInt(std::string_view s, size_t* i, int64_t* out) {
@@ -522,6 +546,14 @@ ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trac
   TotalToken total;
   if (!FindStepToken(line, "step", &begin, &end, &step, &digits, &total) &&
       !FindStepToken(line, "Step", &begin, &end, &step, &digits, &total)) {
+    // "[2024-05-01 10:00:00,123] [    INFO] - loss: 2.12, learning_rate: 3e-05, global_step: 120, ...,
+    // interval_samples_per_second: 31.04, interval_steps_per_second: 0.97, progress_or_epoch: 0.0625"
+    // (the PaddleNLP / PaddleFormers Trainer's log line, on the rank that logs): its fields only.
+    if (!HasFieldKey(line, "global_step")) return ParseOutcome::kNone;
+    int found = 0;
+    if (!ParseLogFields(line, 0, line.size(), record, &found, trace)) return ParseOutcome::kMalformed;
+    if (record->Has(StepRecord::kStep)) return ParseOutcome::kStep;
+    record->Clear();  // "train/global_step: 3": another name
     return ParseOutcome::kNone;
   }
   int found = 0;
