@@ -224,6 +224,7 @@ Agent::Agent(AgentConfig config, Logger log, std::shared_ptr<prometheus::Registr
   LogTailerOptions tail;
   tail.files = config_.options.log_files;
   tail.dir = config_.options.log_dir;
+  tail.ranks = config_.identity.ranks;
   tail.max_line_bytes = config_.options.max_line_bytes;
   tailer_ = std::make_unique<LogTailer>(std::move(tail));
   const auto mode = config_.options.main_process == "on"    ? MainProcessMode::kOn

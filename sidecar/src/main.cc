@@ -207,7 +207,7 @@ int main(int argc, char** argv) {
   // so a trainer running as the sidecar's UID (65532) could otherwise open /proc/<our pid>/root
   // (the sidecar's filesystem: its service account token) and /proc/<our pid>/environ and mem. A
   // non-dumpable process's /proc files are root's, and only CAP_SYS_PTRACE reaches them. It also
-  // means no core dumps (docs/sidecar.md, "security").
+  // means no core dumps (docs/sidecar.md, "What the operator passes").
   if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
     std::fprintf(stderr, "fleet-sidecar: cannot make the process non-dumpable: %s\n", std::strerror(errno));
     return 1;

@@ -159,6 +159,7 @@ TEST_F(LogTailerTest, FollowsFleetrunsLogDirectory) {
 TEST_F(LogTailerTest, FollowsTheLaunchersNamedLogsThroughRestarts) {
   const std::string dir = dir_.path() + "/log";
   LogTailerOptions options;
+  options.ranks = 3;
   for (int i = 0; i < 3; ++i) options.files.push_back(dir + "/workerlog." + std::to_string(i));
   options.files.push_back(dir_.path() + "/train.log");   // any other name: the pod's first rank
   LogTailer tailer(options);
@@ -199,6 +200,15 @@ TEST_F(LogTailerTest, FollowsTheLaunchersNamedLogsThroughRestarts) {
   dir_.Write("log/workerlog.2", "w2 run4 a\n");
   EXPECT_EQ(by_rank(), (ByRank{{2, {"w2 run4 a"}}}));
   EXPECT_EQ(tailer.stats().rotations, 1u);
+
+  // A pod of one rank has no other: whatever its file's name (a parameter-server trainer's
+  // workerlog.2, named after its global index), its lines are that rank's.
+  LogTailerOptions one_rank;
+  one_rank.files = {dir + "/workerlog.2"};
+  LogTailer single(one_rank);
+  const std::vector<Seen> seen = Poll(single);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rank_offset, 0);
 }
 
 }  // namespace
