@@ -311,7 +311,10 @@ bool IsFastDecimal(std::string_view text, size_t begin, size_t end);
 // a value it cannot use; *found counts the fields taken. A field's key is the run of key characters
 // (letters, digits, _ - . / @ and inner spaces) just before its ':' or '='; whatever precedes it
 // ("TRAIN --->", ", ") is read past. The separators are found with memchr, not byte by byte.
-bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord* r, int* found, Trace* trace) {
+// `global_step`: the line's step counts from the start of training, and its epoch is a fraction of
+// epochs done ("epoch: 0.1356", older PaddleNLP's name for progress_or_epoch): a custom scalar.
+bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord* r, int* found, Trace* trace,
+                    bool global_step = false) {
   const std::string_view text = line.substr(0, end);
   size_t colon = FindOr(text, ':', begin, end);
   size_t equals = FindOr(text, '=', begin, end);
@@ -337,6 +340,7 @@ bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord*
         k = Classify(key);
       }
     }
+    if (global_step && k == Key::kEpoch) k = Key::kScalar;
     if (!usable || k == Key::kIgnored) {
       // Not a field, or one read past: its value, whatever it is, too.
       const size_t value_begin = i;
@@ -551,7 +555,9 @@ ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trac
     // (the PaddleNLP / PaddleFormers Trainer's log line, on the rank that logs): its fields only.
     if (!HasFieldKey(line, "global_step")) return ParseOutcome::kNone;
     int found = 0;
-    if (!ParseLogFields(line, 0, line.size(), record, &found, trace)) return ParseOutcome::kMalformed;
+    if (!ParseLogFields(line, 0, line.size(), record, &found, trace, /*global_step=*/true)) {
+      return ParseOutcome::kMalformed;
+    }
     if (record->Has(StepRecord::kStep)) return ParseOutcome::kStep;
     record->Clear();  // "train/global_step: 3": another name
     return ParseOutcome::kNone;

@@ -171,6 +171,14 @@ TEST(StepLineTest, PaddleNlpTrainerLine) {
   EXPECT_DOUBLE_EQ(r.step_time, 0.4);
   EXPECT_DOUBLE_EQ(r.samples_per_second, 1200);
   EXPECT_DOUBLE_EQ(Scalar(r, "loss_scale"), 32768);
+  // Older PaddleNLP (2022 logs) names progress_or_epoch "epoch": a fraction, not the epoch field.
+  r = Parse("[2022-08-31 14:41:33,021] [    INFO] - loss: 0.63472128, learning_rate: 2.9918654034629207e-05, "
+            "global_step: 830, interval_runtime: 10.1666, interval_samples_per_second: 6.295, "
+            "interval_steps_per_second: 0.984, epoch: 0.1356");
+  EXPECT_EQ(r.step, 830);
+  EXPECT_DOUBLE_EQ(Scalar(r, "epoch"), 0.1356);
+  EXPECT_FALSE(r.Has(StepRecord::kEpoch));
+  EXPECT_DOUBLE_EQ(Scalar(r, "learning_rate"), 2.9918654034629207e-05);
   r = Parse("\x1b[32m[2024-05-01 10:00:00,123] [    INFO]\x1b[0m - loss: 0.5, global_step=9");
   EXPECT_EQ(r.step, 9);
   EXPECT_DOUBLE_EQ(r.loss, 0.5);
@@ -312,7 +320,8 @@ TEST(LineParserTest, AgreesWithTheGeneralParserOnMixedStreams) {
       case 7:
         lines.push_back("[2024-05-01 10:00:0" + std::to_string(pick(2)) + ",123] [    INFO] - loss: " + number() +
                         ", global_step: " + count() + ", interval_samples_per_second: " + number() +
-                        ", interval_steps_per_second: " + number() + ", progress_or_epoch: " + number());
+                        ", interval_steps_per_second: " + number() + (pick(2) ? ", progress_or_epoch: " : ", epoch: ") +
+                        number());
         break;
       default:
         lines.push_back("step " + count() + ", loss: " + (pick(4) ? number() : std::string("x")) + ", global_step: " +
