@@ -436,6 +436,30 @@ bool HasFieldKey(std::string_view line, std::string_view key) {
   return false;
 }
 
+// "[...] [    INFO] -   Total optimization steps = 1,000" (the PaddleNLP / PaddleFormers Trainer, and
+// Hugging Face's, as training starts): the run's total, in a record of no steps.
+ParseOutcome ParseTotalStepsLine(std::string_view line, StepRecord* r, Trace* trace) {
+  constexpr std::string_view kMarker = "Total optimization steps = ";
+  const size_t at = line.find(kMarker);
+  if (at == std::string_view::npos) return ParseOutcome::kNone;
+  uint64_t total = 0;
+  int digits = 0;
+  for (size_t i = at + kMarker.size(); i < line.size(); ++i) {
+    if (IsDigit(line[i])) {
+      if (++digits > 15) return ParseOutcome::kMalformed;   // exact in a double, as every count here
+      total = total * 10 + static_cast<uint64_t>(line[i] - '0');
+    } else if (line[i] != ',' || digits == 0) {           // "1,000": thousands separators
+      break;
+    }
+  }
+  if (digits == 0) return ParseOutcome::kMalformed;
+  r->total_steps = static_cast<int64_t>(total);
+  r->steps = 0;
+  r->fields |= StepRecord::kTotalSteps | StepRecord::kSteps;
+  if (trace) trace->usable = false;   // printed once: no template to learn
+  return ParseOutcome::kStep;
+}
+
 bool ReadInt(std::string_view s, size_t* i, int64_t* out) {
   const size_t begin = *i;
   while (*i < s.size() && IsDigit(s[*i])) ++*i;
@@ -553,7 +577,7 @@ ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trac
     // "[2024-05-01 10:00:00,123] [    INFO] - loss: 2.12, learning_rate: 3e-05, global_step: 120, ...,
     // interval_samples_per_second: 31.04, interval_steps_per_second: 0.97, progress_or_epoch: 0.0625"
     // (the PaddleNLP / PaddleFormers Trainer's log line, on the rank that logs): its fields only.
-    if (!HasFieldKey(line, "global_step")) return ParseOutcome::kNone;
+    if (!HasFieldKey(line, "global_step")) return ParseTotalStepsLine(line, record, trace);
     int found = 0;
     if (!ParseLogFields(line, 0, line.size(), record, &found, trace, /*global_step=*/true)) {
       return ParseOutcome::kMalformed;

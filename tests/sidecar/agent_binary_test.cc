@@ -550,13 +550,16 @@ TEST_F(AgentTest, FollowsTheLaunchersLogsAndReadsThePaddleNlpLineWithoutAPattern
   ASSERT_TRUE(Eventually([&] { return StatusJson(*sidecar).is_object(); })) << sidecar->Stderr();
   EXPECT_EQ(StatusJson(*sidecar)["ranks"], Json::array());
   dir_.Write("log/workerlog.0", "LAUNCH INFO 2024-05-01 10:00:00,000 Run Pod: ...\n");
-  dir_.Write("log/workerlog.1", "[    INFO] - ***** Running training *****\n" + PaddleNlpLine(120, 2.5, 0.5));
+  dir_.Write("log/workerlog.1", "[2024-05-01 09:59:00,001] [    INFO] - ***** Running training *****\n"
+                                "[2024-05-01 09:59:00,002] [    INFO] -   Total optimization steps = 1,000\n" +
+                                    PaddleNlpLine(120, 2.5, 0.5));
   Json rank;
   ASSERT_TRUE(Eventually([&] { return (rank = RankStatus(*sidecar, 9)).value("step", 0) == 120; }))
       << StatusJson(*sidecar).dump() << sidecar->Stderr();
   EXPECT_DOUBLE_EQ(rank.value("loss", 0.0), 2.5);
   EXPECT_DOUBLE_EQ(rank.value("samplesPerSecond", 0.0), 31.0422);
   EXPECT_DOUBLE_EQ(rank.value("stepSeconds", 0.0), 2.0);   // 0.5 steps per second
+  EXPECT_EQ(rank.value("totalSteps", 0), 1000);
   EXPECT_TRUE(RankStatus(*sidecar, 8).empty()) << "workerlog.0 has no step line";
 
   // The launcher restarts its processes with --log_overwrite: workerlog.1 starts over.

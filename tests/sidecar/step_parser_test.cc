@@ -199,9 +199,20 @@ TEST(StepLineTest, PaddleNlpTrainerLine) {
   }
   // Not its step line: another name ending in global_step, the word in prose, the eval summary.
   for (const char* line : {"train/global_step: 3, loss: 1", "resuming from global_step 300",
-                           "[    INFO] - eval_loss: 0.3, eval_runtime: 1.2, progress_or_epoch: 0.5",
-                           "[    INFO] -   Total optimization steps = 1,000"}) {
+                           "[    INFO] - eval_loss: 0.3, eval_runtime: 1.2, progress_or_epoch: 0.5"}) {
     Parse(line, ParseOutcome::kNone);
+  }
+
+  // The total, printed as training starts: a record of no steps that gives it.
+  r = Parse("[2024-05-01 09:59:00,001] [    INFO] -   Total optimization steps = 1,200,000");
+  EXPECT_EQ(r.total_steps, 1200000);
+  EXPECT_TRUE(r.Has(StepRecord::kSteps));
+  EXPECT_EQ(r.steps, 0);
+  EXPECT_FALSE(r.Has(StepRecord::kStep));
+  EXPECT_EQ(Parse("  Total optimization steps = 50").total_steps, 50);
+  for (const char* line : {"  Total optimization steps = ", "  Total optimization steps = ,000",
+                           "  Total optimization steps = 9,999,999,999,999,999"}) {
+    Parse(line, ParseOutcome::kMalformed);
   }
 }
 

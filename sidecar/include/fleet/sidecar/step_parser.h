@@ -11,6 +11,7 @@
 //                      [...] [    INFO] - loss: 2.12, learning_rate: 3e-05, global_step: 120, ...,
 //                        interval_samples_per_second: 31.04, interval_steps_per_second: 0.97, ...
 //                                                       (PaddleNLP / PaddleFormers: a global_step field)
+//                      [...] [    INFO] -   Total optimization steps = 1,000   (their total: a record of 0 steps)
 //                    Fields are "key: value" / "key = value" / "key=value", separated by commas or
 //                    spaces; numbers may be wrapped as a one-element array ("loss: [0.69]") or carry a
 //                    unit ("0.5s", "64 images/sec").
