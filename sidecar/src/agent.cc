@@ -224,6 +224,7 @@ Agent::Agent(AgentConfig config, Logger log, std::shared_ptr<prometheus::Registr
   LogTailerOptions tail;
   tail.files = config_.options.log_files;
   tail.dir = config_.options.log_dir;
+  tail.ranks = config_.identity.ranks;
   tail.max_line_bytes = config_.options.max_line_bytes;
   tailer_ = std::make_unique<LogTailer>(std::move(tail));
   const auto mode = config_.options.main_process == "on"    ? MainProcessMode::kOn
@@ -747,7 +748,10 @@ httpd::Route Agent::StatusRoute() {
               const std::string error = writer_->last_error();
               if (!error.empty()) status["conditionError"] = error;
             }
-            return httpd::Response{200, "application/json", status.dump(2) + "\n"};
+            // A trainer's command line is any bytes: what is not UTF-8 is replaced, never thrown
+            // about (which answered 500 for the pod's life).
+            return httpd::Response{200, "application/json",
+                                   status.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"};
           }};
 }
 

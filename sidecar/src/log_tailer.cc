@@ -35,6 +35,11 @@ LogTailer::LogTailer(LogTailerOptions options) : options_(std::move(options)) {
   for (const std::string& path : options_.files) {
     auto f = std::make_unique<File>();
     f->path = path;
+    // The launcher's per-process logs named one by one (the operator gives workerlog.0 .. K-1 of
+    // paddle.distributed.launch's log dir): the same rank offsets as found in --log-dir.
+    const size_t slash = path.rfind('/');
+    const int by_name = DirRankOffset(slash == std::string::npos ? path : path.substr(slash + 1));
+    f->rank_offset = options_.ranks > 1 ? std::max(0, by_name) : 0;
     files_.push_back(std::move(f));
   }
 }

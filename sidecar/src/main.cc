@@ -4,6 +4,7 @@
 #include <malloc.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/eventfd.h>
 #include <sys/signalfd.h>
 #include <unistd.h>
@@ -202,6 +203,15 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Not dumpable, before anything secret is read: the operator shares the pod's process namespace,
+  // so a trainer running as the sidecar's UID (65532) could otherwise open /proc/<our pid>/root
+  // (the sidecar's filesystem: its service account token) and /proc/<our pid>/environ and mem. A
+  // non-dumpable process's /proc files are root's, and only CAP_SYS_PTRACE reaches them. It also
+  // means no core dumps (docs/sidecar.md, "What the operator passes").
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "fleet-sidecar: cannot make the process non-dumpable: %s\n", std::strerror(errno));
+    return 1;
+  }
   // One malloc arena for all threads. glibc gives each thread that allocates an arena of its own,
   // which keeps its freed memory: the sidecar's threads allocate little and seldom at the same
   // time, so theirs would only add ~0.3 MiB of RSS (docs/sidecar.md, "footprint").

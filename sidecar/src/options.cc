@@ -146,7 +146,8 @@ cluster config cannot be loaded or an address cannot be served; 2 for bad flags.
       ->type_name("N")->transform(cmdline::IntegerIn(1, 4096))->capture_default_str()->group(agent);
   app->add_option("--log-dir", a.log_dir, "follow workerlog.K, serverlog.K and heterlog.K in DIR (fleetrun --log_dir)")
       ->type_name("DIR")->check(cmdline::NonEmpty())->group(agent);
-  app->add_option("--log-file", a.log_files, "follow this file as rank --rank (repeatable)")
+  app->add_option("--log-file", a.log_files,
+                  "follow this file (repeatable; it may appear later): rank N; .../workerlog.K is N+K if --ranks > 1")
       ->type_name("PATH")->check(cmdline::NonEmpty())->allow_extra_args(false)->group(agent);
   app->add_option_function<std::vector<std::string>>(
          "--pattern",

@@ -39,6 +39,17 @@ std::string_view Basename(std::string_view path) {
   return slash == std::string_view::npos ? path : path.substr(slash + 1);
 }
 
+// The first `limit` bytes of `text`, without the UTF-8 character the cut would split (a command
+// line is any bytes; this keeps a Chinese path's last character whole or out; what is not UTF-8 at
+// all is replaced where the text is written as JSON).
+std::string_view CutAtCharacter(std::string_view text, size_t limit) {
+  if (text.size() <= limit) return text;
+  auto continuation = [&](size_t i) { return (static_cast<unsigned char>(text[i]) & 0xC0) == 0x80; };
+  size_t cut = limit;
+  while (cut > 0 && limit - cut < 3 && continuation(cut)) --cut;
+  return text.substr(0, continuation(cut) ? limit : cut);
+}
+
 }  // namespace
 
 MainProcessWatcher::MainProcessWatcher(std::string proc, const std::string& match, pid_t self)
@@ -84,7 +95,7 @@ std::optional<MainProcessWatcher::Candidate> MainProcessWatcher::Read(pid_t pid)
     if (ch == '\0') ch = ' ';
   }
   if (match_ && !re2::RE2::PartialMatch(cmdline, *match_)) return std::nullopt;
-  c.command = cmdline.size() > 200 ? cmdline.substr(0, 200) + "..." : cmdline;
+  c.command = cmdline.size() > kCommandBytes ? std::string(CutAtCharacter(cmdline, kCommandBytes)) + "..." : cmdline;
   return c;
 }
 

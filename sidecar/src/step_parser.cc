@@ -17,7 +17,8 @@ namespace {
 using Json = nlohmann::json;
 
 enum class Key {
-  kStep, kSteps, kEpoch, kLoss, kStepTime, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank, kIgnored, kScalar
+  kStep, kSteps, kEpoch, kLoss, kStepTime, kStepsPerSecond, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank,
+  kIgnored, kScalar
 };
 
 inline char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
@@ -93,6 +94,12 @@ Key Classify(std::string_view key) {
       break;
     case 18:
       if (c == 's' && Is(key, "samples_per_second")) return Key::kSamplesPerSecond;
+      break;
+    case 25:  // PaddleNLP / PaddleFormers: over the steps since their last log line
+      if (c == 'i' && Is(key, "interval_steps_per_second")) return Key::kStepsPerSecond;
+      break;
+    case 27:
+      if (c == 'i' && Is(key, "interval_samples_per_second")) return Key::kSamplesPerSecond;
       break;
     default:
       break;
@@ -235,6 +242,14 @@ bool ApplyField(Key key, std::string_view name, double value, std::string_view u
       r->step_time = value;
       r->fields |= StepRecord::kStepTime;
       return true;
+    case Key::kStepsPerSecond:
+      if (!NonNegativeFinite(value)) return false;
+      // PaddleNLP rounds the rate to 4 decimals: a step slower than 20000 s reads 0, a rate that
+      // says nothing of the step's time (the wall clock between lines says it instead).
+      if (value == 0 || !std::isfinite(1 / value)) return true;
+      r->step_time = 1 / value;
+      r->fields |= StepRecord::kStepTime;
+      return true;
     case Key::kSamples:
       if (!NonNegativeFinite(value)) return false;
       r->samples = value;
@@ -296,7 +311,10 @@ bool IsFastDecimal(std::string_view text, size_t begin, size_t end);
 // a value it cannot use; *found counts the fields taken. A field's key is the run of key characters
 // (letters, digits, _ - . / @ and inner spaces) just before its ':' or '='; whatever precedes it
 // ("TRAIN --->", ", ") is read past. The separators are found with memchr, not byte by byte.
-bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord* r, int* found, Trace* trace) {
+// `global_step`: the line's step counts from the start of training, and its epoch is a fraction of
+// epochs done ("epoch: 0.1356", older PaddleNLP's name for progress_or_epoch): a custom scalar.
+bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord* r, int* found, Trace* trace,
+                    bool global_step = false) {
   const std::string_view text = line.substr(0, end);
   size_t colon = FindOr(text, ':', begin, end);
   size_t equals = FindOr(text, '=', begin, end);
@@ -311,18 +329,18 @@ bool ParseLogFields(std::string_view line, size_t begin, size_t end, StepRecord*
     while (i < end && (text[i] == ' ' || text[i] == '\t' || text[i] == '=')) ++i;
     Key k = Key::kScalar;
     bool usable = !key.empty() && IsAlpha(key.front());
-    if (usable) {
-      k = Classify(key);
-      if (k == Key::kScalar) {
-        // "Epoch 3 done loss" -> "loss": a field's key is the last word before its separator.
-        const size_t space = key.rfind(' ');
-        if (space != std::string_view::npos) {
-          key = key.substr(space + 1);
-          usable = IsAlpha(key.front());
-          k = Classify(key);
-        }
+    if (usable) k = Classify(key);
+    if (!usable || k == Key::kScalar) {
+      // "Epoch 3 done loss" -> "loss", "[INFO] - loss" -> "loss": a field's key is the last word
+      // before its separator.
+      const size_t space = key.rfind(' ');
+      if (space != std::string_view::npos) {
+        key = key.substr(space + 1);
+        usable = IsAlpha(key.front());
+        k = Classify(key);
       }
     }
+    if (global_step && k == Key::kEpoch) k = Key::kScalar;
     if (!usable || k == Key::kIgnored) {
       // Not a field, or one read past: its value, whatever it is, too.
       const size_t value_begin = i;
@@ -406,6 +424,40 @@ bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, 
 size_t SkipSpaces(std::string_view s, size_t i) {
   while (i < s.size() && s[i] == ' ') ++i;
   return i;
+}
+
+// `key` as a field's whole key ("global_step: 120", "global_step=120"), anywhere in the line.
+bool HasFieldKey(std::string_view line, std::string_view key) {
+  for (size_t p = line.find(key); p != std::string_view::npos; p = line.find(key, p + 1)) {
+    if (p > 0 && (IsAlnum(line[p - 1]) || line[p - 1] == '_')) continue;
+    const size_t after = SkipSpaces(line, p + key.size());
+    if (after < line.size() && (line[after] == ':' || line[after] == '=')) return true;
+  }
+  return false;
+}
+
+// "[...] [    INFO] -   Total optimization steps = 1,000" (the PaddleNLP / PaddleFormers Trainer, and
+// Hugging Face's, as training starts): the run's total, in a record of no steps.
+ParseOutcome ParseTotalStepsLine(std::string_view line, StepRecord* r, Trace* trace) {
+  constexpr std::string_view kMarker = "Total optimization steps = ";
+  const size_t at = line.find(kMarker);
+  if (at == std::string_view::npos) return ParseOutcome::kNone;
+  uint64_t total = 0;
+  int digits = 0;
+  for (size_t i = at + kMarker.size(); i < line.size(); ++i) {
+    if (IsDigit(line[i])) {
+      if (++digits > 15) return ParseOutcome::kMalformed;   // exact in a double, as every count here
+      total = total * 10 + static_cast<uint64_t>(line[i] - '0');
+    } else if (line[i] != ',' || digits == 0) {           // "1,000": thousands separators
+      break;
+    }
+  }
+  if (digits == 0) return ParseOutcome::kMalformed;
+  r->total_steps = static_cast<int64_t>(total);
+  r->steps = 0;
+  r->fields |= StepRecord::kTotalSteps | StepRecord::kSteps;
+  if (trace) trace->usable = false;   // printed once: no template to learn
+  return ParseOutcome::kStep;
 }
 
 bool ReadInt(std::string_view s, size_t* i, int64_t* out) {
@@ -522,6 +574,16 @@ ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trac
   TotalToken total;
   if (!FindStepToken(line, "step", &begin, &end, &step, &digits, &total) &&
       !FindStepToken(line, "Step", &begin, &end, &step, &digits, &total)) {
+    // "[2024-05-01 10:00:00,123] [    INFO] - loss: 2.12, learning_rate: 3e-05, global_step: 120, ...,
+    // interval_samples_per_second: 31.04, interval_steps_per_second: 0.97, progress_or_epoch: 0.0625"
+    // (the PaddleNLP / PaddleFormers Trainer's log line, on the rank that logs): its fields only.
+    if (!HasFieldKey(line, "global_step")) return ParseTotalStepsLine(line, record, trace);
+    int found = 0;
+    if (!ParseLogFields(line, 0, line.size(), record, &found, trace, /*global_step=*/true)) {
+      return ParseOutcome::kMalformed;
+    }
+    if (record->Has(StepRecord::kStep)) return ParseOutcome::kStep;
+    record->Clear();  // "train/global_step: 3": another name
     return ParseOutcome::kNone;
   }
   int found = 0;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
+#include "fleet/sidecar/process_watch.h"
 #include "sidecar_process.h"
 #include "../httpd/idle_connections.h"
 
@@ -508,6 +509,147 @@ TEST_F(AgentTest, BadAgentFlagsExitTwoWithOneLine) {
   EXPECT_NE(second.Stderr().find("--report-udp: cannot bind udp 127.0.0.1:" + std::to_string(udp_port)),
             std::string::npos)
       << second.Stderr();
+}
+
+// ---- paddle.distributed.launch's logs and the PaddleNLP Trainer's line ----
+
+// GET /status as JSON; discarded when it is not 200 or not JSON.
+Json StatusJson(SidecarProcess& sidecar) {
+  auto r = sidecar.Get("/status");
+  if (!r || r->status != 200) return Json(Json::value_t::discarded);
+  return Json::parse(r->body, nullptr, /*allow_exceptions=*/false);
+}
+
+// The /status entry of `rank` ({} when it has none).
+Json RankStatus(SidecarProcess& sidecar, int rank) {
+  const Json status = StatusJson(sidecar);
+  if (!status.is_object()) return Json::object();
+  for (const Json& r : status.value("ranks", Json::array())) {
+    if (r.value("rank", -1) == rank) return r;
+  }
+  return Json::object();
+}
+
+std::string PaddleNlpLine(int step, double loss, double steps_per_second) {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "[2024-05-01 10:00:00,123] [    INFO] - loss: %.8f, learning_rate: 3e-05, global_step: %d, "
+                "current_memory_allocated: 12.3, interval_runtime: 4.1234, interval_samples_per_second: 31.0422, "
+                "interval_steps_per_second: %.4f, ppl: 8.3, progress_or_epoch: 0.0625\n",
+                loss, step, steps_per_second);
+  return line;
+}
+
+// As the operator starts it for a pod running `python -m paddle.distributed.launch`: one --log-file
+// per local process, named before the launcher creates them; file i is rank --rank + i.
+TEST_F(AgentTest, FollowsTheLaunchersLogsAndReadsThePaddleNlpLineWithoutAPattern) {
+  const std::string log = dir_.path() + "/log";
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--main-process=off", "--rank=8", "--ranks=2", "--log-file=" + log + "/workerlog.0",
+                        "--log-file=" + log + "/workerlog.1"});
+  ASSERT_TRUE(Eventually([&] { return StatusJson(*sidecar).is_object(); })) << sidecar->Stderr();
+  EXPECT_EQ(StatusJson(*sidecar)["ranks"], Json::array());
+  dir_.Write("log/workerlog.0", "LAUNCH INFO 2024-05-01 10:00:00,000 Run Pod: ...\n");
+  dir_.Write("log/workerlog.1", "[2024-05-01 09:59:00,001] [    INFO] - ***** Running training *****\n"
+                                "[2024-05-01 09:59:00,002] [    INFO] -   Total optimization steps = 1,000\n" +
+                                    PaddleNlpLine(120, 2.5, 0.5));
+  Json rank;
+  ASSERT_TRUE(Eventually([&] { return (rank = RankStatus(*sidecar, 9)).value("step", 0) == 120; }))
+      << StatusJson(*sidecar).dump() << sidecar->Stderr();
+  EXPECT_DOUBLE_EQ(rank.value("loss", 0.0), 2.5);
+  EXPECT_DOUBLE_EQ(rank.value("samplesPerSecond", 0.0), 31.0422);
+  EXPECT_DOUBLE_EQ(rank.value("stepSeconds", 0.0), 2.0);   // 0.5 steps per second
+  EXPECT_EQ(rank.value("totalSteps", 0), 1000);
+  EXPECT_TRUE(RankStatus(*sidecar, 8).empty()) << "workerlog.0 has no step line";
+
+  // The launcher restarts its processes with --log_overwrite: workerlog.1 starts over.
+  std::ofstream(log + "/workerlog.1", std::ios::binary | std::ios::trunc) << PaddleNlpLine(10, 3.0, 1.0);
+  ASSERT_TRUE(Eventually([&] { return (rank = RankStatus(*sidecar, 9)).value("step", 0) == 10; }))
+      << StatusJson(*sidecar).dump() << sidecar->Stderr();
+  EXPECT_DOUBLE_EQ(rank.value("stepSeconds", 0.0), 1.0);
+  EXPECT_EQ(MetricValue(Metrics(*sidecar), "fleet_training_restarts_total"), 1) << "the step went back";
+  Append(log + "/workerlog.0", PaddleNlpLine(11, 3.0, 1.0));
+  EXPECT_TRUE(Eventually([&] { return RankStatus(*sidecar, 8).value("step", 0) == 11; }))
+      << StatusJson(*sidecar).dump();
+}
+
+// ---- hostile input (issue 25) ----
+
+// A trainer's command line is any bytes: one that is not UTF-8, and one whose 200-byte cut falls
+// inside a character (a Chinese path), still give a /status answer, with the bytes replaced and
+// the character left out whole.
+TEST_F(AgentTest, StatusAnswersForAMainProcessWhoseCommandLineIsNotUtf8) {
+  const std::string marker = "fleet-agent-utf8-" + std::to_string(::getpid());
+  const std::string han = "\xe8\xae\xad";   // one character, three bytes
+  const std::string script = "sleep 60; : keep";
+  std::string arg = "\xff";                 // never UTF-8
+  std::string before = "sh -c " + script + " " + marker + " " + arg;   // as /status shows argv
+  while ((MainProcessWatcher::kCommandBytes - before.size()) % 3 != 1) {
+    arg += "a";
+    before += "a";
+  }
+  for (int i = 0; i < 100; ++i) arg += han;
+  const pid_t main = ::fork();
+  if (main == 0) {
+    ::setpgid(0, 0);
+    const int null = ::open("/dev/null", O_RDWR | O_CLOEXEC);
+    ::dup2(null, STDOUT_FILENO);
+    ::dup2(null, STDERR_FILENO);
+    ::execl("/bin/sh", "sh", "-c", script.c_str(), marker.c_str(), arg.c_str(), nullptr);
+    ::_exit(127);
+  }
+  ASSERT_GT(main, 0);
+  ::setpgid(main, main);
+  std::string expected = before;
+  expected.replace(expected.find('\xff'), 1, "\xef\xbf\xbd");   // U+FFFD
+  for (size_t i = 0; i < (MainProcessWatcher::kCommandBytes - before.size()) / 3; ++i) expected += han;
+  expected += "...";
+
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--main-process=on", "--main-process-match=" + marker});
+  std::string last;
+  EXPECT_TRUE(Eventually([&] {
+    auto r = sidecar->Get("/status");
+    last = r ? std::to_string(r->status) + " " + r->body : "(no answer)";
+    const Json status = StatusJson(*sidecar);
+    return status.is_object() && status["mainProcess"].value("command", "") == expected;
+  })) << last;
+  ::kill(-main, SIGKILL);
+  ::waitpid(main, nullptr, 0);
+}
+
+// The operator shares the pod's process namespace: a trainer running as the sidecar's UID must not
+// reach the sidecar's files (its token) through /proc/<pid>/root, nor its environment.
+TEST_F(AgentTest, ProcessesOfItsUidCannotOpenItsRootOrEnvironment) {
+  const std::string setpriv = FindTool("setpriv");
+  if (setpriv.empty()) GTEST_SKIP() << "setpriv (util-linux) is not installed";
+  if (::geteuid() != 0) GTEST_SKIP() << "running the sidecar and a reader as UID 65532 needs root";
+  const std::vector<std::string> as_65532 = {setpriv, "--reuid=65532", "--regid=65532", "--clear-groups"};
+  auto as_reader = [&](const std::string& script) {
+    std::vector<std::string> argv = as_65532;
+    argv.insert(argv.end(), {"/bin/sh", "-c", script});
+    return RunCommand(argv);
+  };
+  // The control: a process of that UID opens another's /proc/<pid>/root and environ (a dumpable one).
+  auto control = as_reader("sleep 30 & ls /proc/$!/root/ >/dev/null && cat /proc/$!/environ >/dev/null && "
+                           "echo readable; kill $!");
+  ASSERT_TRUE(control);
+  ASSERT_EQ(control->output, "readable\n") << "the reader should see a dumpable process of its UID";
+
+  SidecarProcess sidecar({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                          "--main-process=off"},
+                         dir_.path(), as_65532);
+  ASSERT_GT(sidecar.WaitForPort(), 0) << sidecar.Stderr();
+  const std::string proc = "/proc/" + std::to_string(sidecar.pid());
+  const std::string status = kube::testing::ReadFile(proc + "/status");
+  EXPECT_NE(status.find("\nUid:\t65532\t65532\t65532\t65532\n"), std::string::npos) << status;
+  for (const std::string& open : {"ls " + proc + "/root/", "cat " + proc + "/environ"}) {
+    auto read = as_reader(open + " 2>&1 >/dev/null");
+    ASSERT_TRUE(read);
+    EXPECT_NE(read->status, 0) << open;
+    EXPECT_NE(read->output.find("Permission denied"), std::string::npos) << open << ": " << read->output;
+  }
+  EXPECT_TRUE(sidecar.Running()) << sidecar.Stderr();
 }
 
 }  // namespace

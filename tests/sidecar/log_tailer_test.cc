@@ -152,5 +152,64 @@ TEST_F(LogTailerTest, FollowsFleetrunsLogDirectory) {
   EXPECT_EQ(tailer.files_open(), 2u);
 }
 
+// The operator names paddle.distributed.launch's logs one by one (--log-file=DIR/workerlog.i, for
+// each local process i) before the launcher has created them; the launcher restarts its processes
+// by opening the same names again: appending (its default), truncating (--log_overwrite), or after
+// the files were removed (a new container's emptyDir is kept, its files may not be).
+TEST_F(LogTailerTest, FollowsTheLaunchersNamedLogsThroughRestarts) {
+  const std::string dir = dir_.path() + "/log";
+  LogTailerOptions options;
+  options.ranks = 3;
+  for (int i = 0; i < 3; ++i) options.files.push_back(dir + "/workerlog." + std::to_string(i));
+  options.files.push_back(dir_.path() + "/train.log");   // any other name: the pod's first rank
+  LogTailer tailer(options);
+  EXPECT_TRUE(Poll(tailer).empty());
+  EXPECT_EQ(tailer.files_open(), 0u);
+  auto by_rank = [&] {
+    std::map<int, std::vector<std::string>> out;
+    for (const Seen& s : Poll(tailer)) {
+      EXPECT_TRUE(s.live) << s.line << ": a file that appears after the start holds new lines";
+      out[s.rank_offset].push_back(s.line);
+    }
+    return out;
+  };
+  using ByRank = std::map<int, std::vector<std::string>>;
+
+  // The launcher starts its processes: the directory and the files appear.
+  dir_.Write("log/workerlog.0", "w0 run1 a\n");
+  dir_.Write("log/workerlog.2", "w2 run1 a\n");
+  dir_.Write("train.log", "t a\n");
+  EXPECT_EQ(by_rank(), (ByRank{{0, {"w0 run1 a", "t a"}}, {2, {"w2 run1 a"}}}));
+  dir_.Write("log/workerlog.1", "w1 run1 a\n");
+  Append(dir + "/workerlog.0", "w0 run1 b\n");
+  EXPECT_EQ(by_rank(), (ByRank{{0, {"w0 run1 b"}}, {1, {"w1 run1 a"}}}));
+  EXPECT_EQ(tailer.files_open(), 4u);
+
+  // A restart appending to the same files: only the new lines.
+  Append(dir + "/workerlog.1", "w1 run2 a\n");
+  EXPECT_EQ(by_rank(), (ByRank{{1, {"w1 run2 a"}}}));
+
+  // A restart with --log_overwrite: the file is truncated, then written from its start.
+  std::ofstream(dir + "/workerlog.0", std::ios::binary | std::ios::trunc) << "w0 r3\n";
+  EXPECT_EQ(by_rank(), (ByRank{{0, {"w0 r3"}}}));
+  EXPECT_EQ(tailer.stats().truncations, 1u);
+
+  // The files removed and created again: the new files from their start.
+  ASSERT_EQ(::unlink((dir + "/workerlog.2").c_str()), 0);
+  EXPECT_EQ(by_rank(), ByRank{});
+  dir_.Write("log/workerlog.2", "w2 run4 a\n");
+  EXPECT_EQ(by_rank(), (ByRank{{2, {"w2 run4 a"}}}));
+  EXPECT_EQ(tailer.stats().rotations, 1u);
+
+  // A pod of one rank has no other: whatever its file's name (a parameter-server trainer's
+  // workerlog.2, named after its global index), its lines are that rank's.
+  LogTailerOptions one_rank;
+  one_rank.files = {dir + "/workerlog.2"};
+  LogTailer single(one_rank);
+  const std::vector<Seen> seen = Poll(single);
+  ASSERT_EQ(seen.size(), 1u);
+  EXPECT_EQ(seen[0].rank_offset, 0);
+}
+
 }  // namespace
 }  // namespace fleet::sidecar

@@ -59,12 +59,14 @@ bool TcpPort::Listen() { return fd_ >= 0 && ::listen(fd_, 64) == 0; }
 
 // ---- SidecarProcess ----
 
-SidecarProcess::SidecarProcess(const std::vector<std::string>& args, const std::string& dir) {
+SidecarProcess::SidecarProcess(const std::vector<std::string>& args, const std::string& dir,
+                               const std::vector<std::string>& wrapper) {
   static int counter = 0;
   const std::string tag = std::to_string(::getpid()) + "-" + std::to_string(++counter);
   stdout_path_ = dir + "/sidecar-" + tag + ".out";
   stderr_path_ = dir + "/sidecar-" + tag + ".err";
-  std::vector<std::string> argv_strings = {FLEET_SIDECAR_BINARY};
+  std::vector<std::string> argv_strings = wrapper;
+  argv_strings.push_back(FLEET_SIDECAR_BINARY);
   argv_strings.insert(argv_strings.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (std::string& a : argv_strings) argv.push_back(a.data());

@@ -36,8 +36,10 @@ class TcpPort {
 
 class SidecarProcess {
  public:
-  // Starts the binary with `args` (argv[1..]); stdout and stderr go to files under `dir`.
-  SidecarProcess(const std::vector<std::string>& args, const std::string& dir);
+  // Starts the binary with `args` (argv[1..]); stdout and stderr go to files under `dir`. `wrapper`:
+  // a command that execs the binary in its own process (e.g. setpriv and its flags), run first.
+  SidecarProcess(const std::vector<std::string>& args, const std::string& dir,
+                 const std::vector<std::string>& wrapper = {});
   ~SidecarProcess();  // SIGKILL if still running
   SidecarProcess(const SidecarProcess&) = delete;
   SidecarProcess& operator=(const SidecarProcess&) = delete;

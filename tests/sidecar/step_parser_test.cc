@@ -145,6 +145,77 @@ TEST(StepLineTest, ScalarsAreBounded) {
   EXPECT_EQ(r.scalars_dropped, 20 - StepRecord::kMaxScalars);
 }
 
+// The PaddleNLP / PaddleFormers Trainer's log line (rank 0 of paddle.distributed.launch's
+// workerlog.0), as its logger prints it: no --pattern needed.
+TEST(StepLineTest, PaddleNlpTrainerLine) {
+  StepRecord r = Parse(
+      "[2024-05-01 10:00:00,123] [    INFO] - loss: 2.12345678, learning_rate: 3e-05, global_step: 120, "
+      "current_memory_allocated: 12.3, current_memory_reserved: 14.1, max_memory_allocated: 13.0, "
+      "max_memory_reserved: 15.2, interval_runtime: 4.1234, interval_samples_per_second: 31.0422, "
+      "interval_steps_per_second: 0.9701, ppl: 8.3, progress_or_epoch: 0.0625");
+  EXPECT_EQ(r.step, 120);
+  EXPECT_DOUBLE_EQ(r.loss, 2.12345678);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 31.0422);
+  ASSERT_TRUE(r.Has(StepRecord::kStepTime));
+  EXPECT_DOUBLE_EQ(r.step_time, 1 / 0.9701);
+  EXPECT_DOUBLE_EQ(Scalar(r, "learning_rate"), 3e-05);
+  EXPECT_DOUBLE_EQ(Scalar(r, "progress_or_epoch"), 0.0625);   // a fraction of an epoch: not the epoch
+  EXPECT_FALSE(r.Has(StepRecord::kEpoch));
+  EXPECT_DOUBLE_EQ(Scalar(r, "ppl"), 8.3);
+
+  // Other versions: other keys, another order, scientific notation, no logger prefix, colours.
+  r = Parse("global_step: 7, interval_steps_per_second: 2.5e+00, loss: 1.5e-01, loss_scale: 32768.0, "
+            "interval_tokens_per_second_per_device: 889.04, interval_samples_per_second: 1.2e3");
+  EXPECT_EQ(r.step, 7);
+  EXPECT_DOUBLE_EQ(r.loss, 0.15);
+  EXPECT_DOUBLE_EQ(r.step_time, 0.4);
+  EXPECT_DOUBLE_EQ(r.samples_per_second, 1200);
+  EXPECT_DOUBLE_EQ(Scalar(r, "loss_scale"), 32768);
+  // Older PaddleNLP (2022 logs) names progress_or_epoch "epoch": a fraction, not the epoch field.
+  r = Parse("[2022-08-31 14:41:33,021] [    INFO] - loss: 0.63472128, learning_rate: 2.9918654034629207e-05, "
+            "global_step: 830, interval_runtime: 10.1666, interval_samples_per_second: 6.295, "
+            "interval_steps_per_second: 0.984, epoch: 0.1356");
+  EXPECT_EQ(r.step, 830);
+  EXPECT_DOUBLE_EQ(Scalar(r, "epoch"), 0.1356);
+  EXPECT_FALSE(r.Has(StepRecord::kEpoch));
+  EXPECT_DOUBLE_EQ(Scalar(r, "learning_rate"), 2.9918654034629207e-05);
+  r = Parse("\x1b[32m[2024-05-01 10:00:00,123] [    INFO]\x1b[0m - loss: 0.5, global_step=9");
+  EXPECT_EQ(r.step, 9);
+  EXPECT_DOUBLE_EQ(r.loss, 0.5);
+
+  // A diverged loss is NaN; a rate rounded to 0 (a step over 20000 s) says no step time.
+  r = Parse("[    INFO] - loss: nan, global_step: 8, interval_steps_per_second: 0.0");
+  EXPECT_TRUE(std::isnan(r.loss));
+  EXPECT_FALSE(r.Has(StepRecord::kStepTime));
+  EXPECT_TRUE(std::isnan(Parse("loss: -inf, global_step: 8").loss));
+  // The largest step a double holds exactly is taken; past it, and past int64, it is refused.
+  EXPECT_EQ(Parse("loss: 1, global_step: 9007199254740992").step, 9007199254740992);
+  for (const char* line : {"loss: 1, global_step: 9223372036854775808", "loss: 1, global_step: 1e400",
+                           "loss: 1, global_step: 99999999999999999999999999999999999999", "global_step: -3",
+                           "global_step: 2.5", "global_step: nan", "global_step: abc, loss: 1",
+                           "global_step: 3, interval_steps_per_second: inf",
+                           "global_step: 3, interval_samples_per_second: -1"}) {
+    Parse(line, ParseOutcome::kMalformed);
+  }
+  // Not its step line: another name ending in global_step, the word in prose, the eval summary.
+  for (const char* line : {"train/global_step: 3, loss: 1", "resuming from global_step 300",
+                           "[    INFO] - eval_loss: 0.3, eval_runtime: 1.2, progress_or_epoch: 0.5"}) {
+    Parse(line, ParseOutcome::kNone);
+  }
+
+  // The total, printed as training starts: a record of no steps that gives it.
+  r = Parse("[2024-05-01 09:59:00,001] [    INFO] -   Total optimization steps = 1,200,000");
+  EXPECT_EQ(r.total_steps, 1200000);
+  EXPECT_TRUE(r.Has(StepRecord::kSteps));
+  EXPECT_EQ(r.steps, 0);
+  EXPECT_FALSE(r.Has(StepRecord::kStep));
+  EXPECT_EQ(Parse("  Total optimization steps = 50").total_steps, 50);
+  for (const char* line : {"  Total optimization steps = ", "  Total optimization steps = ,000",
+                           "  Total optimization steps = 9,999,999,999,999,999"}) {
+    Parse(line, ParseOutcome::kMalformed);
+  }
+}
+
 // Numbers: the fast path gives exactly what strtod gives.
 TEST(StepLineTest, NumbersAreExact) {
   std::mt19937_64 rng(7);
@@ -236,7 +307,7 @@ TEST(LineParserTest, AgreesWithTheGeneralParserOnMixedStreams) {
   auto count = [&]() { return std::to_string(pick(10) == 0 ? 99999999 : pick(5000)); };
   std::vector<std::string> lines;
   for (int i = 0; i < 30000; ++i) {
-    switch (pick(8)) {
+    switch (pick(9)) {
       case 0:
       case 1:
       case 2:
@@ -256,6 +327,12 @@ TEST(LineParserTest, AgreesWithTheGeneralParserOnMixedStreams) {
         break;
       case 6:
         lines.push_back(pick(2) ? "server not ready, wait 3 sec to retry..." : "step 3 of the setup");
+        break;
+      case 7:
+        lines.push_back("[2024-05-01 10:00:0" + std::to_string(pick(2)) + ",123] [    INFO] - loss: " + number() +
+                        ", global_step: " + count() + ", interval_samples_per_second: " + number() +
+                        ", interval_steps_per_second: " + number() + (pick(2) ? ", progress_or_epoch: " : ", epoch: ") +
+                        number());
         break;
       default:
         lines.push_back("step " + count() + ", loss: " + (pick(4) ? number() : std::string("x")) + ", global_step: " +

@@ -1,12 +1,18 @@
 // LogTailer: follows the trainer's log files by polling (no inotify: the trainer logs many lines
 // between two polls, so one read takes them all, and polling works on every volume type).
 //
-//   - Files named with --log-file, each as rank offset 0; and in --log-dir, fleetrun's and
-//     paddle.distributed.launch's per-process logs workerlog.N, serverlog.N, heterlog.N as rank
-//     offset N (discovered as they appear; at most max_files).
+//   - In --log-dir, fleetrun's and paddle.distributed.launch's per-process logs workerlog.N,
+//     serverlog.N, heterlog.N as rank offset N (discovered as they appear; at most max_files); files
+//     named with --log-file by the same rule in a pod of several ranks (".../workerlog.2" is rank
+//     offset 2), else as rank offset 0 (a pod of one rank has no other, whatever the file's name). A
+//     named file that is not there yet is opened when it appears (the launcher creates its logs
+//     when it starts its processes).
 //   - Existing content is read from the start; then new lines as they are written.
-//   - Truncation (copytruncate, or a new run writing over the file): the size drops below the read
-//     offset; reading starts again at 0.
+//   - Truncation (copytruncate, or a new run writing over the file, as the launcher does with
+//     --log_overwrite when it restarts its processes): the size drops below the read offset; reading
+//     starts again at 0. (A file truncated and then written past the old offset between two polls
+//     looks grown: its lines from the old offset on are read.) A new run appending (the launcher's
+//     default) is a file that grows.
 //   - Rotation (the name now points to another file, or to none): the old file is read to its end,
 //     then the new one from its start.
 //   - Lines are bounded: a line longer than max_line_bytes is skipped (counted), never buffered whole.
@@ -29,6 +35,7 @@ namespace fleet::sidecar {
 struct LogTailerOptions {
   std::vector<std::string> files;
   std::string dir;
+  int ranks = 1;                           // the pod's processes (--ranks): see the rank offsets above
   size_t max_line_bytes = 8192;
   size_t max_files = 64;
   size_t read_bytes = 256 * 1024;          // one read(2)

@@ -11,6 +11,7 @@
 
 #include <sys/types.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -27,12 +28,16 @@ enum class MainProcessMode { kAuto, kOn, kOff };
 struct MainProcessObservation {
   bool running = false;
   pid_t pid = 0;
-  std::string command;        // its command line (args joined by spaces, at most 200 characters)
+  // Its command line: args joined by spaces, cut to kCommandBytes (and "...") where a UTF-8
+  // character starts; any bytes otherwise (JSON writers replace what is not UTF-8).
+  std::string command;
   bool restarted = false;     // a new main process, after an earlier one was seen
 };
 
 class MainProcessWatcher {
  public:
+  static constexpr size_t kCommandBytes = 200;
+
   // `proc` is the procfs mount (a fake tree in tests). `match`: "" = any process; else a regular
   // expression (user_regex.h) that must be valid (the flag parser checks it; throws
   // std::invalid_argument otherwise).

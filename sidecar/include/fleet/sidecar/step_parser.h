@@ -8,6 +8,10 @@
 //                      step12 cost=0.53                     (and "step 12", "step: 12", "Step 12")
 //                      [Epoch 0, batch 5] loss: 39.06348, acc1: 0.03125, acc5: 0.09375
 //                      TRAIN ---> pass: 0 loss: 0.69
+//                      [...] [    INFO] - loss: 2.12, learning_rate: 3e-05, global_step: 120, ...,
+//                        interval_samples_per_second: 31.04, interval_steps_per_second: 0.97, ...
+//                                                       (PaddleNLP / PaddleFormers: a global_step field)
+//                      [...] [    INFO] -   Total optimization steps = 1,000   (their total: a record of 0 steps)
 //                    Fields are "key: value" / "key = value" / "key=value", separated by commas or
 //                    spaces; numbers may be wrapped as a one-element array ("loss: [0.69]") or carry a
 //                    unit ("0.5s", "64 images/sec").
@@ -18,8 +22,9 @@
 //
 // Field names (all sources): step (also batch, iter, iteration, global_step), steps (an increment),
 // epoch (also pass), loss (also train_loss, cost, avg_cost, avg_loss), step_time (seconds one step
-// took; also batch_time, batch_cost), samples (samples in the reported steps), samples_per_second
-// (also speed, ips), rank; any other numeric field is a custom scalar. In logs, "total time cost"
+// took; also batch_time, batch_cost; interval_steps_per_second gives its inverse), samples (samples
+// in the reported steps), samples_per_second (also speed, ips, interval_samples_per_second), rank;
+// any other numeric field is a custom scalar. In logs, "total time cost"
 // (seconds since training started) gives step times, and "worker_index" and "step per second" (an
 // average since the start) are read past.
 #pragma once
