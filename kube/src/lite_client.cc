@@ -13,7 +13,10 @@
 // taken from there may have been closed by the server meanwhile: when it fails before any byte of
 // the response, the request goes out again on another connection, as cpprestsdk's client does (a
 // server closes idle connections between requests, so the request it met was never read).
+//
+// PlainHttpClient::Create (plain_http.h) is this transport alone, over plain HTTP.
 #include "fleet/kube/lite_client.h"
+#include "fleet/kube/plain_http.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -402,7 +405,12 @@ class LiteTransport final : public HttpTransport {
       : server_(std::move(server)), options_(std::move(options)), tls_(std::move(tls)) {}
 
   StatusOr<HttpReply> RoundTrip(const HttpRequest& request, const std::string& token) override {
-    const Clock::time_point deadline = Clock::now() + options_.request_timeout;
+    return RoundTripBy(request, token, Clock::time_point::max());
+  }
+
+  // RoundTrip, done by `deadline` when that comes before request_timeout.
+  StatusOr<HttpReply> RoundTripBy(const HttpRequest& request, const std::string& token, Clock::time_point deadline) {
+    deadline = std::min(deadline, Clock::now() + options_.request_timeout);
     auto stream = Open(request, token, deadline, nullptr, options_.request_timeout);
     if (!stream.ok()) return stream.status();
     HttpReply reply;
@@ -465,8 +473,33 @@ class LiteTransport final : public HttpTransport {
   const std::shared_ptr<ConnectionPool> pool_ = std::make_shared<ConnectionPool>();
 };
 
+// PlainHttpClient: the transport alone.
+class LitePlainHttpClient final : public PlainHttpClient {
+ public:
+  explicit LitePlainHttpClient(std::unique_ptr<LiteTransport> transport) : transport_(std::move(transport)) {}
+
+  StatusOr<PlainHttpReply> PostJson(const std::string& path, const std::string& json_body,
+                                    Deadline deadline) override {
+    auto reply = transport_->RoundTripBy(HttpRequest("POST", path, json_body), /*token=*/"", deadline);
+    if (!reply.ok()) return reply.status();
+    return PlainHttpReply{reply->head.status, std::move(reply->body)};
+  }
+
+ private:
+  const std::unique_ptr<LiteTransport> transport_;
+};
+
 }  // namespace
 }  // namespace internal
+
+StatusOr<std::unique_ptr<PlainHttpClient>> PlainHttpClient::Create(const std::string& server,
+                                                                  const ClientOptions& options) {
+  auto url = internal::ParseServer(server);
+  if (!url.ok()) return url.status();
+  if (url->https) return ApiStatus(Code::kConfig, "server " + server + " is not an http:// URL");
+  return std::unique_ptr<PlainHttpClient>(std::make_unique<internal::LitePlainHttpClient>(
+      std::make_unique<internal::LiteTransport>(std::move(*url), options, /*tls=*/nullptr)));
+}
 
 StatusOr<std::shared_ptr<Client>> CreateLiteClient(const ClusterConfig& config, const ClientOptions& options) {
   if (ApiStatus s = internal::CheckClientSetup(config, options); !s.ok()) return s;
