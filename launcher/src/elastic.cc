@@ -16,8 +16,6 @@
 #include <random>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
 #include "fleet/base/strings.h"
 #include "fleet/launcher/etcd.h"
 #include "fleet/launcher/report.h"
@@ -59,15 +57,6 @@ Result<double> PositiveSeconds(const EnvMap& env, const char* name, double fallb
     return Error{std::string(name) + " must be a positive number of seconds, got " + Quote(*text)};
   }
   return value;
-}
-
-// Bytes from etcd, which anyone who may write to it chose, for a message: a JSON string of at most
-// 100 of them, control characters and invalid UTF-8 escaped.
-std::string Shown(std::string_view bytes) {
-  constexpr size_t kShown = 100;
-  const std::string head(bytes.substr(0, kShown));
-  return nlohmann::json(head).dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace) +
-         (bytes.size() > kShown ? "..." : "");
 }
 
 std::string Describe(const NpRange& np) {
@@ -225,7 +214,7 @@ Result<Observation> ElasticNode::Observe() {
   seen.registered = registered.size();
   Members chosen = ChooseMembers(std::move(registered), settings_.np.max, settings_.self.port);
   for (const auto& [key, why] : chosen.malformed) {
-    if (warned_malformed_.insert(key).second) Say("WARNING: ignoring the registration " + Shown(key) + ": " + why);
+    if (warned_malformed_.insert(key).second) Say("WARNING: ignoring the registration " + ShowEtcdBytes(key) + ": " + why);
   }
   seen.members = std::move(chosen.nodes);
   // Read after the nodes: a node that finished sets the flag before it deregisters.
@@ -530,7 +519,7 @@ Members ChooseMembers(std::vector<Registration> registered, int max, int default
     if (static_cast<int>(members.nodes.size()) >= max) break;
     auto node = ParseRegistration(r.value, default_port);
     if (!node) {
-      members.malformed[r.key] = "its value " + Shown(r.value) + " is not one node's host:port";
+      members.malformed[r.key] = "its value " + ShowEtcdBytes(r.value) + " is not one node's host:port";
       continue;
     }
     // A host registered twice is one node (a restarted launcher whose old lease has not expired).

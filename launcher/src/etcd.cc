@@ -83,6 +83,13 @@ Result<bool> ParseKeepAliveAnswer(const std::string& body) {
   return result != answer.end() && result->is_object() && Int64Field(*result, "TTL") > 0;
 }
 
+std::string ShowEtcdBytes(std::string_view bytes) {
+  constexpr size_t kShown = 100;
+  const std::string head(bytes.substr(0, kShown));
+  return Json(head).dump(-1, ' ', /*ensure_ascii=*/true, Json::error_handler_t::replace) +
+         (bytes.size() > kShown ? "..." : "");
+}
+
 std::string PrefixRangeEnd(const std::string& prefix) {
   std::string end = prefix;
   while (!end.empty() && static_cast<unsigned char>(end.back()) == 0xff) end.pop_back();
@@ -113,10 +120,9 @@ Result<std::string> EtcdClient::Call(const std::string& path, const std::string&
   if (reply->status != 200) {
     // The gateway's errors: {"error": "...", "message": "...", "code": <gRPC code>}.
     Json error = Json::parse(reply->body, nullptr, false);
-    std::string message = error.is_object() && error.value("message", Json()).is_string()
-                              ? error["message"].get<std::string>()
-                              : reply->body.substr(0, 200);
-    return Error{what + ": HTTP " + std::to_string(reply->status) + ": " + message};
+    const bool has_message = error.is_object() && error.value("message", Json()).is_string();
+    return Error{what + ": HTTP " + std::to_string(reply->status) + ": " +
+                 ShowEtcdBytes(has_message ? error["message"].get_ref<const std::string&>() : reply->body)};
   }
   return std::move(reply->body);
 }

@@ -64,8 +64,8 @@ class Listener {
   int port_ = 0;
 };
 
-// Answers every connection with `head_start`, then `forever` again and again until the client
-// goes (or kSendCap is sent).
+// Answers every connection with `head_start`, then `forever` (unless empty) again and again until
+// the client goes (or kSendCap is sent).
 class EndlessServer {
  public:
   EndlessServer(std::string head_start, std::string forever)
@@ -86,7 +86,7 @@ class EndlessServer {
       char request[4096];
       (void)::recv(fd, request, sizeof request, 0);
       bool open = SendAll(fd, head_start_);
-      while (open && !stop_ && sent_ < kSendCap) open = SendAll(fd, forever_);
+      while (open && !forever_.empty() && !stop_ && sent_ < kSendCap) open = SendAll(fd, forever_);
       ::close(fd);
     }
   }
@@ -195,6 +195,19 @@ TEST(FleetrunEtcdHostile, CallsUnderOneDeadlineEndTogether) {
   EXPECT_FALSE((*client)->Delete("/paddle/j/nodes/x", deadline).ok());
   EXPECT_FALSE((*client)->GetPrefix("/paddle/j/nodes/", deadline).ok());
   EXPECT_LT(SecondsSince(start), 1.0) << "three calls under a deadline 0.5 s away";
+}
+
+// The gateway's error message reaches fleetrun's log: escaped and short, whatever it was.
+TEST(FleetrunEtcdHostile, AnErrorAnswerIsShownEscapedAndShort) {
+  const std::string body = R"({"code":5,"message":")" + std::string("\\u001b[2J") + std::string(1 << 20, 'm') + "\"}";
+  EndlessServer server("HTTP/1.1 404 Not Found\r\nContent-Type: application/json\r\nContent-Length: " +
+                           std::to_string(body.size()) + "\r\n\r\n" + body,
+                       "");
+  const Outcome o = RangeOn(server.server());
+  ASSERT_FALSE(o.status.ok());
+  EXPECT_THAT(o.status.error(), HasSubstr("HTTP 404: \"\\u001b[2Jmmm"));
+  EXPECT_EQ(o.status.error().find('\x1b'), std::string::npos);
+  EXPECT_LT(o.status.error().size(), 300u);
 }
 
 TEST(FleetrunEtcdAnswers, RangeAnswers) {

@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "fleet/base/result.h"
@@ -72,6 +73,11 @@ class EtcdClient {
   std::string server_;
   std::unique_ptr<kube::PlainHttpClient> http_;
 };
+
+// Bytes from etcd (or from something answering in its place), which anyone who may write to it
+// chose, for a message: a JSON string of at most 100 of them, control characters and invalid
+// UTF-8 escaped, "..." after it when there was more.
+std::string ShowEtcdBytes(std::string_view bytes);
 
 // The end of etcd's range for "every key starting with `prefix`": the prefix with its last byte
 // incremented (bytes 0xff dropped first).
