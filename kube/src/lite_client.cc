@@ -47,6 +47,10 @@ using tcp = asio::ip::tcp;
 using std::chrono::milliseconds;
 
 constexpr uint32_t kHeaderLimit = 64 * 1024;  // room for long Warning headers; Beast's default is 8 KiB
+// What the read buffer may hold: a whole response head, and one read beyond it. Beast parses a
+// chunk's header (size and extensions, without a limit of its own) only once all of it is in the
+// buffer: a server sending one without end fails there (buffer_overflow), not at the memory's end.
+constexpr size_t kReadBufferLimit = kHeaderLimit + kReadChunk;
 constexpr size_t kMaxIdleConnections = 4;
 constexpr size_t kTlsWriteChunk = 16 * 1024;  // a TLS record's most plaintext
 
@@ -294,9 +298,15 @@ class Connection {
 
   // Calls `step` (one non-blocking read, write or handshake step) until it neither fails nor has to
   // wait, waiting for the socket in between, under the current operation's deadline and cancel.
+  // Those are looked at before every step too: from a server that sends faster than it is read,
+  // every step has data, and none would ever wait.
   template <typename Step>
   size_t UntilDone(Step&& step, beast::error_code& ec) {
     while (true) {
+      if (StopIfDue()) {
+        ec = asio::error::operation_aborted;
+        return 0;
+      }
       TlsSession::Wait wait = TlsSession::Wait::kNone;
       const size_t n = step(ec, &wait);
       if (ec || wait == TlsSession::Wait::kNone) return n;
@@ -319,20 +329,26 @@ class Connection {
     });
     io_.restart();
     while (!done) {
-      const Clock::time_point now = Clock::now();
-      const bool cancelled = cancel_ && cancel_->cancelled();
-      if (cancelled || now >= deadline_) {
-        stopped_ = cancelled ? Stop::kCancelled : Stop::kDeadline;
-        beast::error_code ignored;
-        socket_.close(ignored);
+      if (StopIfDue()) {
         while (!done && io_.run_one() > 0) {
         }
         // Even when it had just succeeded: the socket is closed now.
         return asio::error::operation_aborted;
       }
-      io_.run_one_until(cancel_ ? std::min(deadline_, now + kCancelPoll) : deadline_);
+      io_.run_one_until(cancel_ ? std::min(deadline_, Clock::now() + kCancelPoll) : deadline_);
     }
     return result;
+  }
+
+  // When the current operation's deadline has passed or its cancel token fired: closes the socket
+  // (which ends a pending wait at once; the connection is of no further use) and says so.
+  bool StopIfDue() {
+    const bool cancelled = cancel_ && cancel_->cancelled();
+    if (!cancelled && Clock::now() < deadline_) return false;
+    stopped_ = cancelled ? Stop::kCancelled : Stop::kDeadline;
+    beast::error_code ignored;
+    socket_.close(ignored);
+    return true;
   }
 
   ApiStatus Failure(const std::string& doing, const beast::error_code& ec) {
@@ -348,7 +364,7 @@ class Connection {
   tcp::socket socket_;
   std::optional<TlsSession> tls_;  // over socket_, for https://
   Stream stream_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kReadBufferLimit};
   std::optional<http::response_parser<http::buffer_body>> parser_;  // the current exchange's
   Clock::time_point deadline_;  // the current operation's (Begin)
   const CancelToken* cancel_ = nullptr;

@@ -158,6 +158,16 @@ TEST(FleetrunEtcdHostile, EndlessBodyStopsAtTheBodyLimit) {
   EXPECT_LT(o.peak_growth_kib, kMemorySlack) << "the client took " << server.sent() << " bytes";
 }
 
+TEST(FleetrunEtcdHostile, AnEndlessChunkHeaderFailsByTheDeadlineInLittleMemory) {
+  EndlessServer server("HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n1;ext=", std::string(4096, 'e'));
+  const Outcome o = RangeOn(server.server());
+  ASSERT_FALSE(o.status.ok());
+  EXPECT_LT(o.seconds, 2.0 * kTimeout.count() / 1000);
+  EXPECT_LT(o.peak_growth_kib, kMemorySlack) << "the client took " << server.sent() << " bytes";
+  std::cerr << "[ measured ] endless chunk header: " << o.seconds << " s, " << server.sent() << " bytes sent, peak +"
+            << o.peak_growth_kib << " KiB: " << o.status.error() << "\n";
+}
+
 // A listener that never accepts, its backlog full: a connection attempt gets no answer at all.
 TEST(FleetrunEtcdHostile, ABlackHoleCostsTheCallersDeadlineConnectingIncluded) {
   Listener black_hole(0);
