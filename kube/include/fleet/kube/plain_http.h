@@ -2,7 +2,8 @@
 // etcd's JSON gateway with it), over the Boost.Beast transport of CreateLiteClient: connections
 // reused, every request bounded in time (options.request_timeout, or the caller's earlier
 // deadline: connecting, sending and the whole answer), in its response head (64 KiB, Beast's
-// header limit) and in its body (options.max_response_bytes, checked as it arrives). So a server
+// header limit), in what it buffers unparsed (a head and one read: a chunk header without end
+// fails there) and in its body (options.max_response_bytes, checked as it arrives). So a server
 // that answers slowly, never, or without end costs the caller a deadline and a few hundred KiB,
 // never more. None of the API semantics: no retries, no tokens, and every HTTP status is a reply
 // for the caller to judge. Thread-safe. (fleet::kube_lite only.)
