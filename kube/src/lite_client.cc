@@ -13,7 +13,10 @@
 // taken from there may have been closed by the server meanwhile: when it fails before any byte of
 // the response, the request goes out again on another connection, as cpprestsdk's client does (a
 // server closes idle connections between requests, so the request it met was never read).
+//
+// PlainHttpClient::Create (plain_http.h) is this transport alone, over plain HTTP.
 #include "fleet/kube/lite_client.h"
+#include "fleet/kube/plain_http.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -44,6 +47,10 @@ using tcp = asio::ip::tcp;
 using std::chrono::milliseconds;
 
 constexpr uint32_t kHeaderLimit = 64 * 1024;  // room for long Warning headers; Beast's default is 8 KiB
+// What the read buffer may hold: a whole response head, and one read beyond it. Beast parses a
+// chunk's header (size and extensions, without a limit of its own) only once all of it is in the
+// buffer: a server sending one without end fails there (buffer_overflow), not at the memory's end.
+constexpr size_t kReadBufferLimit = kHeaderLimit + kReadChunk;
 constexpr size_t kMaxIdleConnections = 4;
 constexpr size_t kTlsWriteChunk = 16 * 1024;  // a TLS record's most plaintext
 
@@ -291,9 +298,15 @@ class Connection {
 
   // Calls `step` (one non-blocking read, write or handshake step) until it neither fails nor has to
   // wait, waiting for the socket in between, under the current operation's deadline and cancel.
+  // Those are looked at before every step too: from a server that sends faster than it is read,
+  // every step has data, and none would ever wait.
   template <typename Step>
   size_t UntilDone(Step&& step, beast::error_code& ec) {
     while (true) {
+      if (StopIfDue()) {
+        ec = asio::error::operation_aborted;
+        return 0;
+      }
       TlsSession::Wait wait = TlsSession::Wait::kNone;
       const size_t n = step(ec, &wait);
       if (ec || wait == TlsSession::Wait::kNone) return n;
@@ -316,20 +329,26 @@ class Connection {
     });
     io_.restart();
     while (!done) {
-      const Clock::time_point now = Clock::now();
-      const bool cancelled = cancel_ && cancel_->cancelled();
-      if (cancelled || now >= deadline_) {
-        stopped_ = cancelled ? Stop::kCancelled : Stop::kDeadline;
-        beast::error_code ignored;
-        socket_.close(ignored);
+      if (StopIfDue()) {
         while (!done && io_.run_one() > 0) {
         }
         // Even when it had just succeeded: the socket is closed now.
         return asio::error::operation_aborted;
       }
-      io_.run_one_until(cancel_ ? std::min(deadline_, now + kCancelPoll) : deadline_);
+      io_.run_one_until(cancel_ ? std::min(deadline_, Clock::now() + kCancelPoll) : deadline_);
     }
     return result;
+  }
+
+  // When the current operation's deadline has passed or its cancel token fired: closes the socket
+  // (which ends a pending wait at once; the connection is of no further use) and says so.
+  bool StopIfDue() {
+    const bool cancelled = cancel_ && cancel_->cancelled();
+    if (!cancelled && Clock::now() < deadline_) return false;
+    stopped_ = cancelled ? Stop::kCancelled : Stop::kDeadline;
+    beast::error_code ignored;
+    socket_.close(ignored);
+    return true;
   }
 
   ApiStatus Failure(const std::string& doing, const beast::error_code& ec) {
@@ -345,7 +364,7 @@ class Connection {
   tcp::socket socket_;
   std::optional<TlsSession> tls_;  // over socket_, for https://
   Stream stream_;
-  beast::flat_buffer buffer_;
+  beast::flat_buffer buffer_{kReadBufferLimit};
   std::optional<http::response_parser<http::buffer_body>> parser_;  // the current exchange's
   Clock::time_point deadline_;  // the current operation's (Begin)
   const CancelToken* cancel_ = nullptr;
@@ -402,7 +421,12 @@ class LiteTransport final : public HttpTransport {
       : server_(std::move(server)), options_(std::move(options)), tls_(std::move(tls)) {}
 
   StatusOr<HttpReply> RoundTrip(const HttpRequest& request, const std::string& token) override {
-    const Clock::time_point deadline = Clock::now() + options_.request_timeout;
+    return RoundTripBy(request, token, Clock::time_point::max());
+  }
+
+  // RoundTrip, done by `deadline` when that comes before request_timeout.
+  StatusOr<HttpReply> RoundTripBy(const HttpRequest& request, const std::string& token, Clock::time_point deadline) {
+    deadline = std::min(deadline, Clock::now() + options_.request_timeout);
     auto stream = Open(request, token, deadline, nullptr, options_.request_timeout);
     if (!stream.ok()) return stream.status();
     HttpReply reply;
@@ -465,8 +489,33 @@ class LiteTransport final : public HttpTransport {
   const std::shared_ptr<ConnectionPool> pool_ = std::make_shared<ConnectionPool>();
 };
 
+// PlainHttpClient: the transport alone.
+class LitePlainHttpClient final : public PlainHttpClient {
+ public:
+  explicit LitePlainHttpClient(std::unique_ptr<LiteTransport> transport) : transport_(std::move(transport)) {}
+
+  StatusOr<PlainHttpReply> PostJson(const std::string& path, const std::string& json_body,
+                                    Deadline deadline) override {
+    auto reply = transport_->RoundTripBy(HttpRequest("POST", path, json_body), /*token=*/"", deadline);
+    if (!reply.ok()) return reply.status();
+    return PlainHttpReply{reply->head.status, std::move(reply->body)};
+  }
+
+ private:
+  const std::unique_ptr<LiteTransport> transport_;
+};
+
 }  // namespace
 }  // namespace internal
+
+StatusOr<std::unique_ptr<PlainHttpClient>> PlainHttpClient::Create(const std::string& server,
+                                                                  const ClientOptions& options) {
+  auto url = internal::ParseServer(server);
+  if (!url.ok()) return url.status();
+  if (url->https) return ApiStatus(Code::kConfig, "server " + server + " is not an http:// URL");
+  return std::unique_ptr<PlainHttpClient>(std::make_unique<internal::LitePlainHttpClient>(
+      std::make_unique<internal::LiteTransport>(std::move(*url), options, /*tls=*/nullptr)));
+}
 
 StatusOr<std::shared_ptr<Client>> CreateLiteClient(const ClusterConfig& config, const ClientOptions& options) {
   if (ApiStatus s = internal::CheckClientSetup(config, options); !s.ok()) return s;

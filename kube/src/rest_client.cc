@@ -23,7 +23,6 @@
 #include <pplx/threadpool.h>
 
 #include "api_client.h"
-#include "fleet/kube/plain_http.h"
 #include "tls.h"
 
 namespace fleet::kube {
@@ -294,21 +293,6 @@ class RestTransport final : public HttpTransport {
   const std::unique_ptr<http::client::http_client> http_;  // shared by all threads; pools connections
 };
 
-// PlainHttpClient: the transport alone.
-class RestPlainHttpClient final : public PlainHttpClient {
- public:
-  explicit RestPlainHttpClient(std::unique_ptr<RestTransport> transport) : transport_(std::move(transport)) {}
-
-  StatusOr<PlainHttpReply> PostJson(const std::string& path, const std::string& json_body) override {
-    auto reply = transport_->RoundTrip(HttpRequest("POST", path, json_body), /*token=*/"");
-    if (!reply.ok()) return reply.status();
-    return PlainHttpReply{reply->head.status, std::move(reply->body)};
-  }
-
- private:
-  const std::unique_ptr<RestTransport> transport_;
-};
-
 // Sizes cpprestsdk's I/O pool (see ConfigureIoThreads) unless something used it already.
 void SizeIoThreadsOnce() {
   static std::once_flag sized;
@@ -353,20 +337,6 @@ StatusOr<std::shared_ptr<Client>> Client::Create(const ClusterConfig& config, co
     return internal::NewApiClient(config, options, std::move(transport));
   } catch (const std::exception& e) {
     return ApiStatus(Code::kConfig, "server " + config.server + ": " + e.what());
-  }
-}
-
-StatusOr<std::unique_ptr<PlainHttpClient>> PlainHttpClient::Create(const std::string& server,
-                                                                  const ClientOptions& options) {
-  internal::SizeIoThreadsOnce();
-  web::http::client::http_client_config base;
-  base.set_max_redirects(0);
-  try {
-    if (web::uri(server).scheme() != "http") return ApiStatus(Code::kConfig, "server " + server + " is not an http:// URL");
-    return std::unique_ptr<PlainHttpClient>(std::make_unique<internal::RestPlainHttpClient>(
-        std::make_unique<internal::RestTransport>(server, options, std::move(base))));
-  } catch (const std::exception& e) {
-    return ApiStatus(Code::kConfig, "server " + server + ": " + e.what());
   }
 }
 

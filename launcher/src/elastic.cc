@@ -9,10 +9,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <random>
+#include <set>
 
 #include "fleet/base/strings.h"
 #include "fleet/launcher/etcd.h"
@@ -61,9 +63,14 @@ std::string Hosts(const std::vector<Endpoint>& members) {
   return JoinStrings(hosts, ",");
 }
 
-// The host of a registration: "host:port" (Paddle 2.2+) or a bare host (Paddle 2.1).
-std::string RegisteredHost(const std::string& value) {
-  return value.substr(0, std::min(value.rfind(':'), value.size()));
+// The run's gloo dir goes with the run, with whatever its generations' trainers left in it. Called
+// while the stop signals are still blocked: one that came twice (a repeated Ctrl-C, `timeout`
+// and a process-group kill) is pending, and ends fleetrun the moment they are unblocked.
+void RemoveGlooDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code error;
+  std::filesystem::remove_all(dir, error);
+  if (error) std::cerr << "fleetrun: WARNING: could not remove " << dir << ": " << error.message() << std::endl;
 }
 
 // What one read of etcd says about the job.
@@ -120,6 +127,8 @@ class ElasticNode {
   int generation_ = 0;
   std::string published_at_start_;   // PublishedEndpoints() once this node's generation started
   int interrupted_by_ = 0;   // the signal that ended registration
+  std::set<std::string> warned_malformed_;   // registrations ignored, each said once
+  bool left_ = false;   // Leave ran
 };
 
 // Registers this node under a fresh lease. A live registration of the same host is either the
@@ -132,7 +141,8 @@ Status ElasticNode::Register() {
     FLEET_ASSIGN_OR_RETURN(auto kvs, etcd_->GetPrefix(nodes_prefix_));
     std::string holder;
     for (const EtcdKeyValue& kv : kvs) {
-      if (kv.key != node_key_ && RegisteredHost(kv.value) == settings_.self.host) holder = kv.key;
+      auto node = ParseRegistration(kv.value, settings_.self.port);
+      if (kv.key != node_key_ && node && node->host == settings_.self.host) holder = kv.key;
     }
     if (holder.empty()) break;
     if (Clock::now() >= give_up) {
@@ -175,7 +185,8 @@ void ElasticNode::Refresh() {
 }
 
 Result<Observation> ElasticNode::Observe() {
-  FLEET_ASSIGN_OR_RETURN(auto kvs, etcd_->GetPrefix(nodes_prefix_));
+  const auto deadline = Clock::now() + kEtcdTimeout;   // one read of the job, however many calls
+  FLEET_ASSIGN_OR_RETURN(auto kvs, etcd_->GetPrefix(nodes_prefix_, deadline));
   Observation seen;
   std::vector<Registration> registered;
   for (const EtcdKeyValue& kv : kvs) {
@@ -183,9 +194,13 @@ Result<Observation> ElasticNode::Observe() {
     seen.self_registered = seen.self_registered || kv.key == node_key_;
   }
   seen.registered = registered.size();
-  FLEET_ASSIGN_OR_RETURN(seen.members, ChooseMembers(std::move(registered), settings_.np.max, settings_.self.port));
+  Members chosen = ChooseMembers(std::move(registered), settings_.np.max, settings_.self.port);
+  for (const auto& [key, why] : chosen.malformed) {
+    if (warned_malformed_.insert(key).second) Say("WARNING: ignoring the registration " + ShowEtcdBytes(key) + ": " + why);
+  }
+  seen.members = std::move(chosen.nodes);
   // Read after the nodes: a node that finished sets the flag before it deregisters.
-  FLEET_ASSIGN_OR_RETURN(auto flag, etcd_->Get(job_key_));
+  FLEET_ASSIGN_OR_RETURN(auto flag, etcd_->Get(job_key_, deadline));
   seen.completed = flag && *flag == "1";
   etcd_trouble_ = false;
   return seen;
@@ -346,20 +361,25 @@ int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int s
   return status;
 }
 
-// Deregisters (once; again is a no-op); the last node to leave removes the job's keys.
+// Deregisters (once; again is a no-op); the last node to leave removes the job's keys. All of it
+// within one etcd timeout: fleetrun is on its way out, and an etcd that does not answer must not
+// hold it there once per call (a lease that is not revoked expires within its TTL anyway).
 void ElasticNode::Leave(bool completed) {
+  if (left_) return;
+  left_ = true;
+  const auto deadline = Clock::now() + kEtcdTimeout;
   auto warn = [&](const Status& s) {
     if (!s) Say("WARNING: could not clean up etcd: " + s.error());
   };
-  if (completed) warn(etcd_->Put(job_key_, "1"));
-  if (lease_ != 0) warn(etcd_->RevokeLease(lease_));
-  if (!node_key_.empty()) warn(etcd_->Delete(node_key_));
+  if (completed) warn(etcd_->Put(job_key_, "1", /*lease=*/0, deadline));
+  if (lease_ != 0) warn(etcd_->RevokeLease(lease_, deadline));
+  if (!node_key_.empty()) warn(etcd_->Delete(node_key_, deadline));
   lease_ = 0;
   node_key_.clear();
-  auto left = etcd_->GetPrefix(nodes_prefix_);
+  auto left = etcd_->GetPrefix(nodes_prefix_, deadline);
   if (left && left->empty()) {
-    warn(etcd_->DeletePrefix(job_key_ + "/"));
-    warn(etcd_->Delete(job_key_));
+    warn(etcd_->DeletePrefix(job_key_ + "/", deadline));
+    warn(etcd_->Delete(job_key_, deadline));
   }
 }
 
@@ -456,21 +476,29 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   return std::optional<ElasticSettings>(std::move(s));
 }
 
-Result<std::vector<Endpoint>> ChooseMembers(std::vector<Registration> registered, int max, int default_port) {
+Result<Endpoint> ParseRegistration(std::string_view value, int default_port) {
+  if (value.find(':') != std::string_view::npos) return ParseEndpoint(value);
+  auto host = ParseHost(value);
+  if (!host) return Error{host.error()};
+  return Endpoint{*host, default_port};
+}
+
+Members ChooseMembers(std::vector<Registration> registered, int max, int default_port) {
   std::stable_sort(registered.begin(), registered.end(), [](const Registration& a, const Registration& b) {
     return a.create_revision < b.create_revision;
   });
-  std::vector<Endpoint> members;
+  Members members;
   for (const Registration& r : registered) {
-    if (static_cast<int>(members.size()) >= max) break;
-    auto node = r.value.find(':') != std::string::npos ? ParseEndpoint(r.value)
-                                                       : Result<Endpoint>(Endpoint{RegisteredHost(r.value), default_port});
-    if (!node || node->host.empty()) {
-      return Error{"etcd key " + r.key + " holds " + Quote(r.value) + ", not a node's host:port"};
+    if (static_cast<int>(members.nodes.size()) >= max) break;
+    auto node = ParseRegistration(r.value, default_port);
+    if (!node) {
+      members.malformed[r.key] = "its value " + ShowEtcdBytes(r.value) + " is not one node's host:port";
+      continue;
     }
     // A host registered twice is one node (a restarted launcher whose old lease has not expired).
-    const bool known = std::any_of(members.begin(), members.end(), [&](const Endpoint& e) { return e.host == node->host; });
-    if (!known) members.push_back(*node);
+    const bool known = std::any_of(members.nodes.begin(), members.nodes.end(),
+                                   [&](const Endpoint& e) { return e.host == node->host; });
+    if (!known) members.nodes.push_back(*node);
   }
   return members;
 }
@@ -499,6 +527,7 @@ int RunElastic(const LaunchOptions& options, const HostFacts& host, const Elasti
   sigset_t previous;
   ::pthread_sigmask(SIG_BLOCK, &SupervisedSignals(), &previous);
   const int status = ElasticNode(options, host, settings).Run();
+  RemoveGlooDir(host.gloo_dir);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return status;
 }

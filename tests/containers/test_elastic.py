@@ -236,6 +236,62 @@ class ElasticInContainersTest(OperatorInContainers):
         self.assertTrue(any(m.startswith("lost-worker-1 left: 2 worker(s) running") for m in changes), changes)
         c.kubectl("delete", "fleetjob", "lost", "--wait=true", timeout=120)
 
+    # ---- pods that run Paddle 2.3+'s launcher's command line ---------------------------------
+    # spec.launcher PaddleLaunch: the operator gives the pods what `python -m paddle.distributed.launch`
+    # reads (a master on pod 0, PADDLE_NNODES, PADDLE_RANK, PADDLE_JOB_ID; elastic: an etcd master
+    # and MIN:MAX) and no lists. The pods run fleetrun, which takes that launcher's env as Paddle's
+    # does: pod 0's serves the master at its own address, ranks are the given ones.
+    def launcher_log(self, pod, local_rank=0):
+        """The trainer's output as the launcher wrote it (PADDLE_LOG_DIR), read in its container."""
+        return self.cluster.podman("exec", self.cluster.container(pod, "trainer"), "cat",
+                                   "/var/log/fleet/paddle/workerlog.%d" % local_rank, check=False)
+
+    def test_paddle_launch_pods_rank_by_index_and_a_killed_trainer_restarts_the_job(self):
+        c = self.cluster
+        job = elastic_job("launched", 3, None, steps=300)
+        job["spec"]["launcher"] = "PaddleLaunch"
+        c.apply(job)
+        names = ["launched-worker-%d" % i for i in range(3)]
+        def ranks():
+            found = {n: wait_for("%s: its trainer's rank" % n,
+                                 lambda n=n: re.search(r"rank (\d+)/3", self.launcher_log(n)), timeout=120)
+                     for n in names}
+            return {n: int(m.group(1)) for n, m in found.items()}
+        self.assertEqual(ranks(), {n: i for i, n in enumerate(names)})
+        status = self.job("launched")["status"]
+        self.assertEqual(status["launcher"], "worker=PaddleLaunch")
+        run = status["run"]
+        c.podman("kill", "--signal", "KILL", c.container("launched-worker-1", "trainer"))
+        wait_for("launched: every pod of a new run running", lambda: (lambda ps: len(ps) == 3 and all(
+            int(p["metadata"]["labels"].get("fleet.paddlepaddle.org/run", "0")) > run and
+            p["status"].get("phase") == "Running" for p in ps.values()))(self.workers("launched")), timeout=120)
+        self.assertEqual(ranks(), {n: i for i, n in enumerate(names)}, "the new run ranks pods by index too")
+        done = self.wait_succeeded("launched")
+        self.assertGreaterEqual(done["status"].get("restartCount", 0), 1)
+        c.kubectl("delete", "fleetjob", "launched", "--wait=true", timeout=120)
+
+    def test_paddle_launch_elastic_job_loses_a_pod_and_succeeds(self):
+        c = self.cluster
+        checkpoints = self.checkpoint_dir("lelastic")
+        job = elastic_job("lelastic", 3, self.etcd, steps=400, checkpoints=checkpoints)
+        job["spec"]["launcher"] = "PaddleLaunch"
+        c.apply(job)
+        names = ["lelastic-worker-%d" % i for i in range(3)]
+        before = self.wait_generation("lelastic", names)
+        env = json.loads(c.kubectl("get", "pod", names[1], "-o", "json"))["spec"]["containers"][0]["env"]
+        given = {e["name"]: e.get("value") for e in env}
+        self.assertEqual(given.get("PADDLE_NNODES"), "2:4")
+        self.assertTrue(given.get("PADDLE_MASTER", "").startswith("etcd://"), given)
+        self.assertNotIn("PADDLE_ELASTIC_SERVER", given)
+        wait_for("lelastic: a checkpoint", lambda: glob.glob(os.path.join(checkpoints, "ckpt-*.json")), timeout=60)
+        c.kubectl("delete", "pod", names[1], "--wait=false")
+        wait_for("lelastic-worker-1 replaced", lambda: (lambda ps: names[1] in ps and ps[names[1]]["metadata"][
+            "uid"] != before[names[1]]["metadata"]["uid"])(self.workers("lelastic")), timeout=60)
+        job = self.wait_succeeded("lelastic")
+        self.assertEqual(job["status"]["run"], self.job("lelastic")["status"]["run"])
+        self.assert_kept_their_run(job, before, [names[0], names[2]], job["status"]["run"])
+        c.kubectl("delete", "fleetjob", "lelastic", "--wait=true", timeout=120)
+
     def test_raising_replicas_adds_a_worker_without_a_new_run(self):
         """2 workers (2..4), then `kubectl patch` to 3: a third pod joins, all three train together,
         and the first two keep their pods and run."""

@@ -125,15 +125,52 @@ TEST(FleetrunElasticMembers, FirstMaxRegistrationsInCreationOrderOneNodePerHost)
       {"/paddle/j/nodes/bbb1", "10.0.0.3:6170", 10},   // the same host again: one node
       {"/paddle/j/nodes/ccc1", "10.0.0.5", 11},        // Paddle 2.1: a bare host
   };
-  auto all = ChooseMembers(registered, 4, 6170);
-  ASSERT_TRUE(all.ok()) << all.error();
-  EXPECT_EQ(*all, (std::vector<Endpoint>{{"10.0.0.2", 6170}, {"10.0.0.3", 6170}, {"10.0.0.4", 6170}, {"10.0.0.5", 6170}}));
-  auto capped = ChooseMembers(registered, 2, 6170);
-  ASSERT_TRUE(capped.ok()) << capped.error();
-  EXPECT_EQ(*capped, (std::vector<Endpoint>{{"10.0.0.2", 6170}, {"10.0.0.3", 6170}}));
-  auto bad = ChooseMembers({{"/paddle/j/nodes/x", "10.0.0.2:port", 1}}, 2, 6170);
-  ASSERT_FALSE(bad.ok());
-  EXPECT_THAT(bad.error(), HasSubstr("/paddle/j/nodes/x"));
+  const Members all = ChooseMembers(registered, 4, 6170);
+  EXPECT_TRUE(all.malformed.empty());
+  EXPECT_EQ(all.nodes,
+            (std::vector<Endpoint>{{"10.0.0.2", 6170}, {"10.0.0.3", 6170}, {"10.0.0.4", 6170}, {"10.0.0.5", 6170}}));
+  EXPECT_EQ(ChooseMembers(registered, 2, 6170).nodes, (std::vector<Endpoint>{{"10.0.0.2", 6170}, {"10.0.0.3", 6170}}));
+}
+
+TEST(FleetrunElasticMembers, ARegistrationIsOneHostAndPortOrOneBareHost) {
+  auto endpoint = ParseRegistration("10.0.0.2:6170", 1);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.error();
+  EXPECT_EQ(*endpoint, (Endpoint{"10.0.0.2", 6170}));
+  auto bare = ParseRegistration("node-7.example", 6170);   // Paddle 2.1
+  ASSERT_TRUE(bare.ok()) << bare.error();
+  EXPECT_EQ(*bare, (Endpoint{"node-7.example", 6170}));
+  const std::vector<std::string> malformed = {"10.0.0.8,10.0.0.9", "10.0.0.8:6170,10.0.0.9:6170", "", ":6170",
+                                              "10.0.0.2:", "10.0.0.2:0", "10.0.0.2:65536", "10.0.0.2:port",
+                                              "10.0.0.2:6170:1", "a b:6170", "a;b", std::string("a\nb", 3),
+                                              "10.0.0.2 "};
+  for (const std::string& bad : malformed) {
+    EXPECT_FALSE(ParseRegistration(bad, 6170).ok()) << "'" << bad << "' accepted";
+  }
+}
+
+// One malformed key must neither add nodes (a comma-joined value became two) nor take a place
+// nor make the choice fail for the healthy nodes.
+TEST(FleetrunElasticMembers, MalformedRegistrationsAreIgnoredAndNamed) {
+  const std::vector<Registration> registered = {
+      {"/paddle/j/nodes/evil", "10.0.0.8,10.0.0.9", 1},
+      {"/paddle/j/nodes/port", "10.0.0.7:99999", 2},
+      {"/paddle/j/nodes/good1", "10.0.0.2:6170", 3},
+      {"/paddle/j/nodes/good2", "10.0.0.3:6170", 4},
+  };
+  const Members members = ChooseMembers(registered, 2, 6170);
+  EXPECT_EQ(members.nodes, (std::vector<Endpoint>{{"10.0.0.2", 6170}, {"10.0.0.3", 6170}}));
+  ASSERT_EQ(members.malformed.size(), 2u);
+  EXPECT_THAT(members.malformed.at("/paddle/j/nodes/evil"), HasSubstr("\"10.0.0.8,10.0.0.9\""));
+  EXPECT_THAT(members.malformed.at("/paddle/j/nodes/port"), HasSubstr("10.0.0.7:99999"));
+}
+
+TEST(FleetrunElasticMembers, AMalformedValueIsShownEscapedAndShort) {
+  const Members members = ChooseMembers({{"k", "\x1b[31m" + std::string(100000, 'x'), 1}}, 2, 6170);
+  ASSERT_EQ(members.malformed.count("k"), 1u);
+  const std::string& why = members.malformed.at("k");
+  EXPECT_LT(why.size(), 300u);
+  EXPECT_EQ(why.find('\x1b'), std::string::npos) << "a terminal escape reached the message";
+  EXPECT_THAT(why, HasSubstr("\\u001b[31m"));
 }
 
 HostFacts Facts(const std::string& pod_ip = "") {

@@ -105,8 +105,11 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
         EXPECT_EQ(env->count("PADDLE_MASTER"), 1u);
         EXPECT_EQ(env->count("PADDLE_NNODES"), 1u);
         EXPECT_EQ(env->count("PADDLE_TRAINER_ENDPOINTS"), 0u);
-        if (discovery == Discovery::kLaunchMaster) EXPECT_EQ(env->at("PADDLE_RANK"), LabelOf(pod, kIndexLabel));
-        if (discovery == Discovery::kEtcdLaunch) EXPECT_EQ(env->at("PADDLE_MASTER").rfind("etcd://", 0), 0u);
+        if (discovery == Discovery::kLaunchMaster) {
+          EXPECT_EQ(env->at("PADDLE_RANK"), LabelOf(pod, kIndexLabel));
+        } else {
+          EXPECT_EQ(env->at("PADDLE_MASTER").rfind("etcd://", 0), 0u);
+        }
       } else if (parsed_job->spec.elastic) {
         auto elastic = launcher::ElasticSettingsFrom(launcher::LaunchOptions{}, *env);
         ASSERT_TRUE(elastic.ok()) << elastic.error();

@@ -13,6 +13,7 @@
 // `fleetrun --ips=<nodes in that order>` would give them. docs/fleetrun.md has the whole behaviour.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -54,17 +55,29 @@ struct Registration {
   int64_t create_revision = 0;
 };
 
-// The nodes of the job, in rank order: the first `max` registrations by creation, as endpoints
-// (a bare host gets `default_port`). Errors name a value that is no endpoint or a node registered
-// twice.
-Result<std::vector<Endpoint>> ChooseMembers(std::vector<Registration> registered, int max, int default_port);
+// The node a registration's value names: one "host:port" (Paddle 2.2+) or one bare host (Paddle
+// 2.1; it gets `default_port`), the host one Paddle can use (ParseHost), the port 1-65535,
+// nothing else. Anyone who may write to etcd writes these values: errors say why a value is none.
+Result<Endpoint> ParseRegistration(std::string_view value, int default_port);
+
+// The nodes of the job, and the registrations that name none.
+struct Members {
+  std::vector<Endpoint> nodes;          // in rank order
+  std::map<std::string, std::string> malformed;   // each registration ignored: its key -> why
+};
+
+// The first `max` nodes by creation (a host registered twice is one node). A malformed
+// registration (ParseRegistration) is another node's bug or a hostile write: it is ignored, never
+// split into several nodes, never fatal for the healthy nodes.
+Members ChooseMembers(std::vector<Registration> registered, int max, int default_port);
 
 // The plan of one generation: `options` launched with --ips set to the members in rank order and
 // --start_port to their port. Errors when the members do not share one port.
 Result<LaunchPlan> PlanGeneration(const LaunchOptions& options, const HostFacts& host,
                                   const std::vector<Endpoint>& members);
 
-// Runs the job; returns fleetrun's exit status. Messages go to stderr, banners to stdout.
+// Runs the job; returns fleetrun's exit status. Messages go to stderr, banners to stdout. Removes
+// host.gloo_dir, this run's own, and everything in it before it returns, however the run ended.
 int RunElastic(const LaunchOptions& options, const HostFacts& host, const ElasticSettings& settings);
 
 }  // namespace fleet::launcher
