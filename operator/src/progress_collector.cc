@@ -54,11 +54,12 @@ class StatusFetch : public std::enable_shared_from_this<StatusFetch> {
 
   // The parser's body limit alone has let a declared length over it through (Boost 1.74): a
   // declared length is checked here, before any of the body is read.
+  // The error first: content_length() asserts a header was read (a peer that reset the connection
+  // aborted the operator where assertions are on).
   void ReadHeader(beast::error_code ec) {
+    if (ec || parser_.get().result() != http::status::ok) return Finish(std::nullopt);
     const auto length = parser_.content_length();
-    if (ec || parser_.get().result() != http::status::ok || (length && *length > options_.max_body)) {
-      return Finish(std::nullopt);
-    }
+    if (length && *length > options_.max_body) return Finish(std::nullopt);
     http::async_read(stream_, buffer_, parser_,
                      [self = shared_from_this()](beast::error_code error, size_t) { self->Read(error); });
   }

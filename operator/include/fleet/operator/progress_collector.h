@@ -64,7 +64,7 @@ struct ProgressCollectorOptions {
   int concurrency = 32;                        // GET /status in flight
   std::chrono::milliseconds timeout{2000};     // per request: connect, send, receive
   size_t max_body = 256 * 1024;                // a sidecar's answer (64 ranks take ~15 KiB)
-  Logger log;                                  // one line when a job's pods report ranks not theirs
+  Logger log = Logger();                       // one line when a job's pods report ranks not theirs
 };
 
 class ProgressCollector {
