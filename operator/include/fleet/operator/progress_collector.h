@@ -89,7 +89,7 @@ class ProgressCollector {
 
   struct Stats {
     uint64_t requests = 0;
-    uint64_t failures = 0;      // refused, timed out, too large, not a sidecar's /status, not asked
+    uint64_t failures = 0;      // refused, timed out, too large, not a sidecar's /status
     uint64_t dropped_ranks = 0; // rank reports not kept: not the pod's ranks, or past a bound
   };
   Stats stats() const;
