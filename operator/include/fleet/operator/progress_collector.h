@@ -18,7 +18,8 @@
 // `concurrency` answers are held at once, whatever the number of pods. The pods of each job are
 // asked in turn with the other jobs' (round robin), each job is summarized as soon as its own pods
 // have answered, and a pod that did not answer last time is asked after those that did: one job's
-// hung pods delay neither another job's progress nor the next collection by more than an interval.
+// hung pods delay neither another job's progress nor the next collection (a collection ends after
+// max(interval, timeout); the pods it did not reach are asked first the next time).
 #pragma once
 
 #include <chrono>
@@ -109,7 +110,8 @@ class ProgressCollector {
   struct PendingJob;
   void Loop();
   std::vector<std::pair<size_t, size_t>> FetchOrder(const std::vector<ProgressJob>& jobs) const;
-  // A job whose pods have all been asked (or not, for lack of time): its summary, and whether it changed.
+  // A job whose pods have all been asked (or not, for lack of time): its summary is kept, and
+  // `changed_` told when it differs from the last one.
   void Finish(const ProgressJob& job, PendingJob& pending);
 
   const ProgressCollectorOptions options_;
@@ -127,7 +129,8 @@ class ProgressCollector {
 
 // GET http://ip:port/status of each pod in order, at most `options.concurrency` at a time, each
 // answer handed to `on_body(index, body)` (nullopt where the request failed) as it arrives, on the
-// calling thread. A request not started by `deadline` is not made (nullopt), and none runs past it.
+// calling thread. A request not started by `deadline` is not made (on_body is not called for it),
+// and none runs past it.
 void FetchSidecarStatuses(const std::vector<ProgressJob::Pod>& pods, const ProgressCollectorOptions& options,
                           std::chrono::steady_clock::time_point deadline,
                           const std::function<void(size_t index, std::optional<std::string> body)>& on_body);
