@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/base/escape.h"
 #include "fleet/base/time.h"
 
 namespace fleet {
@@ -76,8 +77,11 @@ void Logger::Log(LogLevel level, const std::string& message, const LogFields& fi
     // Replace invalid UTF-8 (from the API, from a trainer's log) rather than throw.
     line = record.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
   } else {
-    line = ts + " " + LevelName(level) + " " + (source_.empty() ? "" : source_ + ": ") + message;
-    for (const auto& [k, v] : fields) line += " " + k + "=" + v;
+    // One record, one line: a newline or a terminal escape in a value from outside (a pattern in a
+    // spec, a sidecar's message) must not forge a record or drive the terminal of whoever reads it.
+    line = ts + " " + LevelName(level) + " " + (source_.empty() ? "" : EscapeControl(source_) + ": ") +
+           EscapeControl(message);
+    for (const auto& [k, v] : fields) line += " " + EscapeControl(k) + "=" + EscapeControl(v);
   }
   line += "\n";
   if (sink_) {

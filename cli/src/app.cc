@@ -40,10 +40,11 @@ constexpr std::chrono::seconds kEndedGrace{5};
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
+// A message from the server or a library on one line, as people see it (Printable).
 std::string OneLine(std::string text) {
   std::replace(text.begin(), text.end(), '\n', ' ');
   while (!text.empty() && text.back() == ' ') text.pop_back();
-  return text;
+  return Printable(text);
 }
 
 std::string Phase(const Json& job) {
@@ -126,8 +127,45 @@ class Session {
   bool CrdInstalled() {
     kube::ListOptions probe;
     probe.limit = 1;
-    auto list = client_->List(kFleetJobs, ns_, probe);
-    return list.ok() || list.status().code() != Code::kNotFound;
+    const ApiStatus first_page = client_->ListPages(kFleetJobs, ns_, probe, [](std::string_view) { return false; });
+    return first_page.ok() || first_page.code() != Code::kNotFound;
+  }
+
+  // How much of a list fleetctl reads: more than a person reads in a table, and a server that
+  // keeps answering with a continue token (3.3 GB against an endless one) gets a clear error
+  // instead of fleetctl's memory.
+  static constexpr int64_t kListPageSize = 500;
+  static constexpr int kMaxListPages = 100;
+  static constexpr size_t kMaxListItems = 20000;
+
+  // The List object (its items from every page), in pages of kListPageSize, within the bounds above.
+  kube::StatusOr<Json> ListBounded(const kube::Resource& r, const std::string& ns, kube::ListOptions options) {
+    options.limit = kListPageSize;
+    Json list, items = Json::array();
+    int pages = 0;
+    std::string too_much;
+    const ApiStatus status = client_->ListPages(r, ns, options, [&](std::string_view text) {
+      Json page = Json::parse(text, nullptr, /*allow_exceptions=*/false);
+      if (!page.is_object()) return false;   // ListPages has checked it: cannot happen
+      for (Json& item : page.value("items", Json::array())) items.push_back(std::move(item));
+      page.erase("items");
+      const bool more = !page.value("metadata", Json::object()).value("continue", "").empty();
+      list = std::move(page);
+      ++pages;
+      if (items.size() > kMaxListItems || (more && pages == kMaxListPages)) {
+        too_much = "listing " + r.plural + " stopped at " + std::to_string(items.size()) + " items in " +
+                   std::to_string(pages) + " pages (at most " + std::to_string(kMaxListItems) + " items, " +
+                   std::to_string(kMaxListPages) + " pages): the server keeps sending more";
+        return false;
+      }
+      return true;
+    });
+    if (!status.ok()) return status;
+    if (!too_much.empty()) return ApiStatus(Code::kMalformed, too_much);
+    if (!list.is_object()) list = Json::object();
+    if (list.contains("metadata") && list["metadata"].is_object()) list["metadata"].erase("continue");
+    list["items"] = std::move(items);
+    return list;
   }
 
   Failure Explain(const ApiStatus& s, const std::string& job = "") {
@@ -276,7 +314,7 @@ class Session {
   std::optional<Failure> List() {
     kube::ListOptions options;
     options.label_selector = cl_.selector;
-    auto list = client_->List(kFleetJobs, cl_.all_namespaces ? "" : ns_, options);
+    auto list = ListBounded(kFleetJobs, cl_.all_namespaces ? "" : ns_, options);
     if (!list.ok()) {
       if (list.status().code() == Code::kNotFound) return Failure{CrdMissing()};
       return Explain(list.status());
@@ -300,12 +338,12 @@ class Session {
     if (!job.ok()) return Explain(job.status(), name);
     kube::ListOptions pods_options;
     pods_options.label_selector = std::string(kJobLabel) + "=" + name;
-    auto pods = client_->List(kube::Resource::Pods(), ns_, pods_options);
+    auto pods = ListBounded(kube::Resource::Pods(), ns_, pods_options);
     if (!pods.ok()) return Explain(pods.status());
     kube::ListOptions events_options;
     events_options.field_selector =
         "involvedObject.uid=" + job->value("metadata", Json::object()).value("uid", "");
-    auto events = client_->List(kube::Resource::Events(), ns_, events_options);
+    auto events = ListBounded(kube::Resource::Events(), ns_, events_options);
     if (!events.ok()) return Explain(events.status());
     const Json doc = StatusDocument(*job, pods->value("items", Json::array()), events->value("items", Json::array()),
                                     cl_.events);

@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "fleet/base/escape.h"
 #include "fleet/base/strings.h"
 #include "fleet/base/time.h"
 
@@ -19,9 +20,15 @@ const Json& Field(const Json& obj, const char* key) {
   return it == obj.end() ? kNull : *it;
 }
 
-std::string Str(const Json& obj, const char* key, const std::string& fallback = "") {
+// A string as the API has it: for the -o json|yaml documents.
+std::string Raw(const Json& obj, const char* key, const std::string& fallback = "") {
   const Json& v = Field(obj, key);
   return v.is_string() ? v.get<std::string>() : fallback;
+}
+
+// A string as people see it (Printable).
+std::string Str(const Json& obj, const char* key, const std::string& fallback = "") {
+  return Printable(Raw(obj, key, fallback));
 }
 
 int64_t Int(const Json& obj, const char* key) {
@@ -53,10 +60,10 @@ std::string Ago(const std::string& time, int64_t now) {
 // An event's most recent time: lastTimestamp, eventTime, firstTimestamp, creationTimestamp.
 std::string EventTime(const Json& event) {
   for (const char* key : {"lastTimestamp", "eventTime", "firstTimestamp"}) {
-    const std::string t = Str(event, key);
+    const std::string t = Raw(event, key);
     if (!t.empty()) return t;
   }
-  return Str(Field(event, "metadata"), "creationTimestamp");
+  return Raw(Field(event, "metadata"), "creationTimestamp");
 }
 
 // Why a pod that is not running is where it is: a waiting container's reason, an unscheduled
@@ -66,27 +73,27 @@ std::string PodWhy(const Json& pod) {
   for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
     for (const Json& c : Field(status, list).is_array() ? Field(status, list) : Json::array()) {
       const Json& waiting = Field(Field(c, "state"), "waiting");
-      const std::string reason = Str(waiting, "reason");
+      const std::string reason = Raw(waiting, "reason");
       if (!reason.empty() && reason != "PodInitializing") {
-        const std::string message = Str(waiting, "message");
-        return Str(c, "name") + ": " + reason + (message.empty() ? "" : ": " + message);
+        const std::string message = Raw(waiting, "message");
+        return Raw(c, "name") + ": " + reason + (message.empty() ? "" : ": " + message);
       }
       const Json& terminated = Field(Field(c, "state"), "terminated");
       if (terminated.is_object() && Int(terminated, "exitCode") != 0) {
-        return Str(c, "name") + ": exit code " + std::to_string(Int(terminated, "exitCode")) +
-               (Str(terminated, "reason").empty() ? "" : " (" + Str(terminated, "reason") + ")");
+        return Raw(c, "name") + ": exit code " + std::to_string(Int(terminated, "exitCode")) +
+               (Raw(terminated, "reason").empty() ? "" : " (" + Raw(terminated, "reason") + ")");
       }
     }
   }
   for (const Json& c : Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array()) {
-    if (Str(c, "type") == "PodScheduled" && Str(c, "status") == "False") {
-      return Str(c, "reason", "Unschedulable") + (Str(c, "message").empty() ? "" : ": " + Str(c, "message"));
+    if (Raw(c, "type") == "PodScheduled" && Raw(c, "status") == "False") {
+      return Raw(c, "reason", "Unschedulable") + (Raw(c, "message").empty() ? "" : ": " + Raw(c, "message"));
     }
   }
-  const std::string reason = Str(status, "reason");
-  const std::string message = Str(status, "message");
+  const std::string reason = Raw(status, "reason");
+  const std::string message = Raw(status, "message");
   if (!reason.empty()) return reason + (message.empty() ? "" : ": " + message);
-  return Str(Field(pod, "spec"), "nodeName").empty() ? "not scheduled yet" : "";
+  return Raw(Field(pod, "spec"), "nodeName").empty() ? "not scheduled yet" : "";
 }
 
 // A role of a job: its name and its spec (spec.server, spec.worker or a spec.heter stage).
@@ -122,8 +129,15 @@ std::string ReadyOfReplicas(const Json& job, const std::vector<RoleOfJob>& roles
 
 // ---- training progress ----------------------------------------------------------------------------
 
+// A whole number from any JSON number: clamped to what an int64 holds (converting one past it is
+// undefined: a status's step of 9.3e18 printed as a negative number).
+int64_t Whole(double v) {
+  constexpr double kMost = 9.2e18;
+  return static_cast<int64_t>(std::clamp(v, -kMost, kMost));
+}
+
 std::string Steps(std::optional<double> steps) {
-  return steps ? std::to_string(static_cast<int64_t>(*steps)) : "-";
+  return steps ? std::to_string(Whole(*steps)) : "-";
 }
 
 // How far done, in percent: status.progress.percent, else step/totalSteps.
@@ -193,7 +207,7 @@ std::string ProgressText(const Json& progress, int64_t now) {
   if (roles.is_object() && !roles.empty()) {
     std::vector<std::vector<std::string>> rows = {{"ROLE", "RANKS", "REPORTING", "MIN STEP", "MEDIAN", "MAX STEP", "SPEED", "LOSS"}};
     for (const auto& [role, r] : roles.items()) {
-      rows.push_back({role, Steps(Number(r, "ranks")), Steps(Number(r, "reportingRanks")), Steps(Number(r, "minStep")),
+      rows.push_back({Printable(role), Steps(Number(r, "ranks")), Steps(Number(r, "reportingRanks")), Steps(Number(r, "minStep")),
                       Steps(Number(r, "medianStep")), Steps(Number(r, "maxStep")),
                       FormatNumber(Number(r, "stepsPerSecond")), FormatNumber(Number(r, "loss"))});
     }
@@ -210,7 +224,7 @@ std::string ElasticText(const Json& elastic, int64_t now) {
   std::string names;
   constexpr size_t kShown = 8;
   for (size_t i = 0; i < members.size() && i < kShown; ++i) {
-    names += (i ? ", " : "") + (members[i].is_string() ? members[i].get<std::string>() : members[i].dump());
+    names += (i ? ", " : "") + Printable(members[i].is_string() ? members[i].get<std::string>() : members[i].dump());
   }
   if (members.size() > kShown) names += ", ... and " + std::to_string(members.size() - kShown) + " more";
   std::string out = "\nElastic:\n";
@@ -229,6 +243,8 @@ std::string ElasticText(const Json& elastic, int64_t now) {
 }
 
 }  // namespace
+
+std::string Printable(std::string_view text) { return EscapeControl(BoundText(text, kMaxPrintedText)); }
 
 int64_t ParseTime(const std::string& text) {
   const auto t = ParseRfc3339(text);
@@ -294,12 +310,12 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
   const Json& meta = Field(job, "metadata");
   const Json& status = Field(job, "status");
   const Json& spec = Field(job, "spec");
-  Json doc = {{"name", Str(meta, "name")}, {"namespace", Str(meta, "namespace")},
-              {"phase", Str(status, "phase")}, {"mode", Str(status, "mode", Str(spec, "mode"))},
-              {"network", Str(status, "network", Str(spec, "network", "PodIP"))}, {"run", Int(status, "run")},
-              {"restartCount", Int(status, "restartCount")}, {"message", Str(status, "message")},
-              {"created", Str(meta, "creationTimestamp")}, {"startTime", Str(status, "startTime")},
-              {"completionTime", Str(status, "completionTime")}};
+  Json doc = {{"name", Raw(meta, "name")}, {"namespace", Raw(meta, "namespace")},
+              {"phase", Raw(status, "phase")}, {"mode", Raw(status, "mode", Raw(spec, "mode"))},
+              {"network", Raw(status, "network", Raw(spec, "network", "PodIP"))}, {"run", Int(status, "run")},
+              {"restartCount", Int(status, "restartCount")}, {"message", Raw(status, "message")},
+              {"created", Raw(meta, "creationTimestamp")}, {"startTime", Raw(status, "startTime")},
+              {"completionTime", Raw(status, "completionTime")}};
   Json roles = Json::array();
   for (const std::string& role : RoleNames(job)) {
     const Json& rs = Field(Field(status, "replicaStatuses"), role.c_str());
@@ -313,22 +329,22 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
     const Json& observed = Field(status, "elastic");
     const Json& members = Field(observed, "members");
     doc["elastic"] = {{"minReplicas", Int(elastic, "minReplicas")}, {"maxReplicas", Int(elastic, "maxReplicas")},
-                      {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Str(elastic, "etcdEndpoint")},
+                      {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Raw(elastic, "etcdEndpoint")},
                       {"members", members.is_array() ? members : Json::array()},
                       {"rendezvous", Int(observed, "rendezvous")},
-                      {"belowMinimumSince", Str(observed, "belowMinimumSince")}};
+                      {"belowMinimumSince", Raw(observed, "belowMinimumSince")}};
   }
   doc["conditions"] = Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array();
 
   Json waiting = Json::array();
   std::vector<Json> sorted_pods(pods.begin(), pods.end());
   std::sort(sorted_pods.begin(), sorted_pods.end(), [](const Json& a, const Json& b) {
-    return Str(Field(a, "metadata"), "name") < Str(Field(b, "metadata"), "name");
+    return Raw(Field(a, "metadata"), "name") < Raw(Field(b, "metadata"), "name");
   });
   for (const Json& pod : sorted_pods) {
-    const std::string phase = Str(Field(pod, "status"), "phase");
+    const std::string phase = Raw(Field(pod, "status"), "phase");
     if (phase == "Running" || phase == "Succeeded") continue;
-    waiting.push_back({{"pod", Str(Field(pod, "metadata"), "name")}, {"phase", phase.empty() ? "Pending" : phase},
+    waiting.push_back({{"pod", Raw(Field(pod, "metadata"), "name")}, {"phase", phase.empty() ? "Pending" : phase},
                        {"why", PodWhy(pod)}});
   }
   doc["podsNotRunning"] = waiting;
@@ -342,7 +358,7 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
   }
   Json recent = Json::array();
   for (const Json& e : evs) {
-    recent.push_back({{"type", Str(e, "type")}, {"reason", Str(e, "reason")}, {"message", Str(e, "message")},
+    recent.push_back({{"type", Raw(e, "type")}, {"reason", Raw(e, "reason")}, {"message", Raw(e, "message")},
                       {"count", std::max<int64_t>(1, Int(e, "count"))}, {"lastTimestamp", EventTime(e)}});
   }
   doc["events"] = recent;
@@ -440,7 +456,7 @@ std::string ProgressSummary(const Json& progress, int64_t now) {
   }
   if (auto speed = Number(progress, "stepsPerSecond")) parts.push_back(FormatNumber(speed) + " step/s");
   if (auto eta = Number(progress, "etaSeconds"); eta && percent) {
-    parts.push_back("ETA " + HumanDuration(static_cast<int64_t>(std::ceil(*eta))));
+    parts.push_back("ETA " + HumanDuration(Whole(std::ceil(*eta))));
   }
   if (auto loss = Number(progress, "loss")) parts.push_back("loss " + FormatNumber(loss));
   const std::string stale = StaleNote(progress, now);
@@ -492,6 +508,8 @@ std::string TopText(const Json& job, int64_t now) {
     if (step_a != step_b) return step_a < step_b;
     return Number(a, "idleSeconds").value_or(0) > Number(b, "idleSeconds").value_or(0);
   });
+  const size_t total = ranks.size();
+  if (ranks.size() > kTopRows) ranks.resize(kTopRows);
   std::vector<std::vector<std::string>> rows = {{"ROLE", "RANK", "POD", "STEP", "SPEED", "LOSS", "LAG", "IDLE", ""}};
   for (const Json& r : ranks) {
     const auto lag = Number(r, "lag");
@@ -504,9 +522,9 @@ std::string TopText(const Json& job, int64_t now) {
   }
   if (ranks.empty()) return out + "no rank has reported yet\n";
   out += FormatTable(rows);
-  const auto expected = Number(progress, "ranks");
-  if (expected && *expected > static_cast<double>(ranks.size())) {
-    out += "(the " + std::to_string(ranks.size()) + " slowest of " + Steps(expected) + " ranks)\n";
+  const double of = std::max(Number(progress, "ranks").value_or(0), static_cast<double>(total));
+  if (of > static_cast<double>(ranks.size())) {
+    out += "(the " + std::to_string(ranks.size()) + " slowest of " + Steps(of) + " ranks)\n";
   }
   return out;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <set>
 #include <utility>
 
@@ -18,6 +19,12 @@ std::optional<double> Number(const Json& object, const char* key) {
   return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
 }
 
+// A number in [low, high]; nullopt for anything else.
+std::optional<double> NumberIn(const Json& object, const char* key, double low, double high) {
+  auto v = Number(object, key);
+  return v && *v >= low && *v <= high ? v : std::nullopt;
+}
+
 // The lower median: of two ranks, the slower one's (a job is as far as its slower half).
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -31,10 +38,13 @@ double Median(std::vector<double> values) {
 double Rounded(double v) { return std::round(v * 100) / 100; }
 
 // A loss to 4 significant digits: what a person reads, and no write for noise in the 10th digit.
+// Through its decimal text: scaling by a power of ten overflows for a denormal (1e-310 became NaN,
+// which is never equal to itself, and made a status write at every interval).
 double Significant(double v) {
-  if (v == 0 || !std::isfinite(v)) return v;
-  const double scale = std::pow(10.0, 3 - std::floor(std::log10(std::fabs(v))));
-  return std::round(v * scale) / scale;
+  if (!std::isfinite(v)) return 0;
+  char text[32];
+  std::snprintf(text, sizeof text, "%.4g", v);
+  return std::strtod(text, nullptr);
 }
 
 std::string Compact(double v) {
@@ -48,8 +58,10 @@ std::string Compact(double v) {
 std::optional<double> Speed(const RankReport& r, const std::map<std::pair<std::string, int>, const RankReport*>& before,
                             double seconds) {
   auto it = before.find({r.role, r.rank});
-  if (it != before.end() && seconds > 0 && r.steps >= it->second->steps) return (r.steps - it->second->steps) / seconds;
-  if (r.step_seconds && *r.step_seconds > 0) return 1 / *r.step_seconds;
+  if (it != before.end() && seconds > 0 && r.steps >= it->second->steps) {
+    return std::min(kMaxStepsPerSecond, (r.steps - it->second->steps) / seconds);
+  }
+  if (r.step_seconds) return 1 / *r.step_seconds;   // ParseSidecarStatus kept it >= 1 / kMaxStepsPerSecond
   return std::nullopt;
 }
 
@@ -76,27 +88,27 @@ Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const 
   std::vector<RankReport> out;
   for (const Json& rank : *ranks) {
     if (!rank.is_object()) return Error{"a rank is not an object"};
-    auto number = Number(rank, "rank");
-    auto steps = Number(rank, "steps");
-    auto step = Number(rank, "step");
+    auto number = NumberIn(rank, "rank", 0, 1e7);
+    auto steps = NumberIn(rank, "steps", 0, kMaxProgressSteps);
+    auto step = NumberIn(rank, "step", 0, kMaxProgressSteps);
     if (!steps) steps = step;   // a sidecar older than "steps"
-    if (!number || *number < 0 || *number > 1e7 || !steps || *steps < 0) return Error{"a rank without rank and steps"};
+    if (!number || !steps) return Error{"a rank without rank and steps (each from 0 to 2^53)"};
     RankReport r;
     r.role = role;
     r.pod = pod;
     r.rank = static_cast<int>(*number);
-    r.steps = *steps;
-    r.idle_seconds = std::max(0.0, Number(rank, "idleSeconds").value_or(0));
+    r.steps = std::floor(*steps);
+    r.idle_seconds = NumberIn(rank, "idleSeconds", 0, kMaxProgressSeconds).value_or(0);
     r.stalled = stalled.count(r.rank) > 0;
-    if (auto total = Number(rank, "totalSteps"); total && *total > 0 && *total < 9e15) {
+    if (auto total = NumberIn(rank, "totalSteps", 1, kMaxProgressSteps)) {
       r.total_steps = static_cast<int64_t>(*total);
       // "step 5001/10000": the logged number counts against the total (a run resumed from a
       // checkpoint starts there), where the sidecar's count starts at the first step it saw.
-      if (step && *step > 0) r.steps = *step;
+      if (step && *step > 0) r.steps = std::floor(*step);
     }
     r.loss = Number(rank, "loss");
-    r.samples_per_second = Number(rank, "samplesPerSecond");
-    r.step_seconds = Number(rank, "stepSeconds");
+    r.samples_per_second = NumberIn(rank, "samplesPerSecond", 0, kMaxSamplesPerSecond);
+    r.step_seconds = NumberIn(rank, "stepSeconds", 1 / kMaxStepsPerSecond, kMaxProgressSeconds);
     out.push_back(std::move(r));
   }
   return out;
@@ -178,7 +190,7 @@ Json SummarizeProgress(const ProgressInput& in) {
     progress["percent"] = std::round(percent * 10) / 10;
     step_text += "/" + std::to_string(total) + " (" + std::to_string(static_cast<int>(percent)) + "%)";
     if (speed && *speed > 0) {
-      const double eta = static_cast<double>(std::max<int64_t>(0, total - step)) / *speed;
+      const double eta = std::min(kMaxProgressSeconds, static_cast<double>(std::max<int64_t>(0, total - step)) / *speed);
       // Rounded up, as fleetctl rounds the time left.
       const auto eta_seconds = static_cast<int64_t>(std::ceil(eta));
       progress["etaSeconds"] = eta_seconds;

@@ -41,6 +41,14 @@ TEST_F(LogTest, TextLineIsTimestampLevelMessageAndFields) {
   EXPECT_EQ(lines_[0].substr(25), "warning published the endpoint lists fleetjob=ns/wd run=2\n");
 }
 
+TEST_F(LogTest, ANewlineOrEscapeInALoggedValueCannotForgeARecordOrReachTheTerminal) {
+  Capture("src\n").Log(LogLevel::kInfo, "stalled: x\n2026-11-21T04:40:00.123Z error forged",
+                        {{"message", "a\rb\x1b[2Jc\x07"}, {"k\ney", "v"}});
+  ASSERT_EQ(lines_.size(), 1u);
+  EXPECT_EQ(lines_[0].substr(25),
+            "info src\\n: stalled: x\\n2026-11-21T04:40:00.123Z error forged message=a\\rb\\x1b[2Jc\\x07 k\\ney=v\n");
+}
+
 TEST_F(LogTest, SourceStartsTheMessageAndCallIsAnInfoRecord) {
   Capture("fleet-sidecar[default/j-worker-0]")("gate open");
   ASSERT_EQ(lines_.size(), 1u);

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 
 #include "fleet/base/time.h"
@@ -322,6 +323,78 @@ TEST(FleetctlRenderTest, WaitProgressOnATerminal) {
   EXPECT_EQ(wait.Update(running, kNow), "");
   EXPECT_EQ(wait.Finish(), "\n");
   EXPECT_EQ(wait.Finish(), "");
+}
+
+// ---- text and numbers from outside: a job's spec, a sidecar's report ----
+
+TEST(FleetctlRenderTest, PrintableEscapesControlCharactersAndBoundsTheText) {
+  EXPECT_EQ(Printable("plain d\xc3\xa9j\xc3\xa0 vu"), "plain d\xc3\xa9j\xc3\xa0 vu");
+  EXPECT_EQ(Printable("a\x1b]0;owned\x07\nb"), "a\\x1b]0;owned\\x07\\nb");
+  const std::string big = Printable(std::string(900 * 1024, 'x'));
+  EXPECT_EQ(big.size(), kMaxPrintedText);
+  EXPECT_EQ(big.substr(big.size() - 3), "...");
+}
+
+// Every renderer prints text from the cluster through Printable: ESC, BEL and newlines in a job's
+// message, a condition's (a pattern echoed by InvalidSpec, a sidecar's Stalled message), a pod's
+// reason, an event's, a rank's pod and role reach the terminal escaped, and a 900 KiB message is
+// printed as 1 KiB (it made 1.8 MB of output).
+TEST(FleetctlRenderTest, NoRendererPrintsControlCharactersOrUnboundedText) {
+  const std::string evil = "x\x1b[2J\x07\r\nforged line\x9b";
+  Json job = Job("j", "Running");
+  job["status"]["message"] = evil;
+  job["status"]["conditions"].push_back({{"type", "Stalled"}, {"status", "True"}, {"reason", evil},
+                                         {"message", std::string(900 * 1024, 'm') + evil}});
+  job["status"]["progress"] = Json::parse(R"({"step": 1, "ranks": 1, "reportingRanks": 1, "rankDetails": [
+      {"role": "worker", "rank": 0, "step": 1}], "roles": {}, "slowest": {"rank": 0, "step": 1}})");
+  job["status"]["progress"]["rankDetails"][0]["pod"] = evil;
+  job["status"]["progress"]["slowest"]["role"] = evil;
+  job["status"]["progress"]["roles"][evil] = {{"ranks", 1}};
+  job["metadata"]["name"] = evil;
+  const Json pods = Json::array({{{"metadata", {{"name", evil}}},
+                                  {"status", {{"phase", "Pending"}, {"reason", evil}, {"message", evil}}}}});
+  const Json events = Json::array({{{"type", "Warning"}, {"reason", evil}, {"message", evil},
+                                    {"lastTimestamp", "2023-11-14T22:13:00Z"}}});
+  const Json doc = StatusDocument(job, pods, events, 10);
+  EXPECT_EQ(doc["message"], evil) << "-o json|yaml keep the text as the API has it";
+  for (const std::string& out : {StatusText(doc, kNow), TopText(job, kNow), JobsTable(Json::array({job}), true, kNow),
+                                 ProgressLine(job), ProgressSummary(job["status"]["progress"], kNow)}) {
+    for (char c : out) {
+      const auto byte = static_cast<unsigned char>(c);
+      EXPECT_TRUE(c == '\n' || (byte >= 0x20 && byte != 0x7f && byte < 0x80)) << "byte " << int{byte} << " in\n" << out;
+    }
+    EXPECT_EQ(out.find("\nforged line"), std::string::npos) << out;
+    EXPECT_LT(out.size(), 16u * 1024) << "one 900 KiB message printed whole";
+  }
+}
+
+// Steps, totals, times left far past an int64: printed clamped, not converted out of range (UB:
+// a status step of 1e19 printed as a negative number).
+TEST(FleetctlRenderTest, NumbersPastAnInt64AreClampedNotConverted) {
+  const Json progress = Json::parse(R"({"step": 1e19, "totalSteps": 1e300, "percent": 50, "etaSeconds": 1e300,
+      "stepsPerSecond": 1e300, "ranks": 1e300, "reportingRanks": -1e300,
+      "slowest": {"role": "worker", "rank": 1e19, "step": -1e19, "lag": 1e300},
+      "rankDetails": [{"role": "worker", "rank": 0, "step": 1e300, "lag": -1e300, "idleSeconds": 1e300}]})");
+  const std::string summary = ProgressSummary(progress, kNow);
+  EXPECT_NE(summary.find("step 9200000000000000000/9200000000000000000"), std::string::npos) << summary;
+  const std::string top = TopText(WithProgress(Job("j", "Running"), progress), kNow);
+  EXPECT_EQ(top.find("step -"), std::string::npos) << top;
+  EXPECT_NE(top.find("+9200000000000000000"), std::string::npos) << top;
+  const std::string status = StatusText(StatusDocument(WithProgress(Job("j", "Running"), progress), Json::array(),
+                                                       Json::array(), 10), kNow);
+  EXPECT_NE(status.find("at step -9200000000000000000, 9200000000000000000 steps behind"), std::string::npos) << status;
+}
+
+// top shows the kTopRows slowest ranks whatever the status holds (50,000 rows were printed).
+TEST(FleetctlRenderTest, TopShowsAtMostItsRows) {
+  Json progress = Json::parse(R"({"step": 5, "ranks": 4, "reportingRanks": 4, "rankDetails": []})");
+  for (int r = 0; r < 50000; ++r) {
+    progress["rankDetails"].push_back({{"role", "worker"}, {"rank", r}, {"pod", "pod"}, {"step", 100000 - r}});
+  }
+  const std::string top = TopText(WithProgress(Job("j", "Running"), progress), kNow);
+  EXPECT_EQ(std::count(top.begin(), top.end(), '\n'), static_cast<std::ptrdiff_t>(3 + kTopRows + 1)) << top;
+  EXPECT_NE(top.find("\nworker   49999   pod   50001"), std::string::npos) << "the slowest first:\n" << top;
+  EXPECT_NE(top.find("(the 20 slowest of 50000 ranks)\n"), std::string::npos) << top;
 }
 
 }  // namespace

@@ -546,5 +546,54 @@ class TestFleetctlErrors(FleetctlTest):
         self.assertEqual(run.out, "fleetjob/idle created\nidle: <none>  worker 0/1 ready\n")
 
 
+class EndlessListServer:
+    """An API server stand-in that answers every list with one FleetJob and a new continue token."""
+
+    def __init__(self):
+        import http.server
+        self.requests = 0
+        outer = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                outer.requests += 1
+                body = json.dumps({"apiVersion": "%s/%s" % (FLEET_GROUP, FLEET_VERSION), "kind": "FleetJobList",
+                                   "metadata": {"resourceVersion": "1", "continue": "token-%d" % outer.requests},
+                                   "items": [{"metadata": {"name": "job-%d" % outer.requests, "namespace": "default"},
+                                              "spec": {"worker": {"replicas": 1}}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.thread.start()
+        self.url = "http://127.0.0.1:%d" % self.httpd.server_address[1]
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class TestFleetctlHostileServer(FleetctlTest):
+    """A server that never stops paging: fleetctl stops with a clear error, not out of memory."""
+    crd = False
+
+    def test_an_endless_continue_token_is_an_error(self):
+        server = EndlessListServer()
+        self.addCleanup(server.close)
+        kc = os.path.join(self.cluster.dir, "endless")
+        with open(kc, "w") as f:
+            f.write(fleet_cluster.KUBECONFIG.format(server=server.url, namespace="default"))
+        self.fails("listing fleetjobs stopped at 100 items in 100 pages (at most 20000 items, 100 pages): "
+                   "the server keeps sending more", "list", kubeconfig=kc)
+        self.assertLessEqual(server.requests, 100)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -176,5 +176,47 @@ TEST_F(ProgressE2eTest, SidecarsProgressReachesTheStatusAndKubectlWithinTheWrite
   EXPECT_GE(writes, 2) << "progress was written as it changed";
 }
 
+// A trainer's line that overflows an int64 step, through the real sidecar: status.progress keeps
+// a step within range (it was -9223372036854775808, with a percent of -9.2e17). The sidecar then
+// reports steps = 9.2e18 as its own count too: the operator takes the next line's step (3).
+TEST_F(ProgressE2eTest, AStepPastAnInt64DoesNotReachTheStatusAsANegativeStep) {
+  fake().Control("config", {{"podNetwork", "loopback"}});
+  const int metrics_port = fleet::test::FreePort();
+  const int report_port = fleet::test::FreePort();
+  ASSERT_TRUE(WaitReady(StartOperator({"--progress-interval=1"})));
+  CreateJob(JobBuilder("train").Collective(1).SidecarMetricsPort(metrics_port).Obj());
+  const std::vector<Json> pods = WaitForRunningPods("train", 1, 0);
+  ASSERT_EQ(pods.size(), 1u);
+  WaitForPhase("train", "Running");
+  const std::string log = dir().path() + "/worker-0.log";
+  std::ofstream(log).flush();
+  StartSidecar(pods[0], 0, metrics_port, log, report_port);
+  const std::string ip = pods[0]["status"]["podIP"];
+  ASSERT_TRUE(Eventually("the sidecar serves", [&](std::string&) { return Accepts(ip, metrics_port); }));
+  auto progress_with_loss = [&](double loss) {
+    return WaitForJob("train", "progress with the trainer's loss of " + std::to_string(loss), [loss](const Json& j) {
+      return j.value("status", Json::object()).value("progress", Json::object()).value("loss", 0.0) == loss;
+    }, Seconds(30));
+  };
+  std::ofstream(log, std::ios::app) << "step 1/1000, loss: 0.5\n";
+  ASSERT_FALSE(progress_with_loss(0.5).is_null());
+  std::ofstream(log, std::ios::app) << "step 9223372036854775807/1000, loss: 0.25\n";
+  std::this_thread::sleep_for(std::chrono::seconds(3));   // three collections (and writes) of that step
+  const Json overflowed = WaitForJob("train", "the job", [](const Json&) { return true; }, Seconds(5));
+  const Json kept = overflowed["status"]["progress"];
+  EXPECT_EQ(kept["step"], 1) << "the answer with the overflowing step is refused:\n" << kept.dump(2);
+  EXPECT_EQ(kept["percent"], 0.1) << kept.dump(2);
+
+  std::ofstream(log, std::ios::app) << "step 3/1000, loss: 0.125\n";
+
+  const Json job = progress_with_loss(0.125);
+  ASSERT_FALSE(job.is_null());
+  const Json p = job["status"]["progress"];
+  EXPECT_EQ(p["step"], 3) << p.dump(2);
+  EXPECT_EQ(p["totalSteps"], 1000) << p.dump(2);
+  EXPECT_EQ(p["percent"], 0.3) << p.dump(2);
+  EXPECT_EQ(p["stepText"], "3/1000 (0%)") << p.dump(2);
+}
+
 }  // namespace
 }  // namespace fleet::op::e2e

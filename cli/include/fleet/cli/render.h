@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -12,6 +13,14 @@
 namespace fleet::cli {
 
 using Json = nlohmann::json;
+
+// Text from the cluster as fleetctl prints it for people: control characters escaped (ESC, BEL, a
+// newline: EscapeControl) and at most kMaxPrintedText bytes, cut at a character. A job's message,
+// a condition's (a sidecar's, an echoed spec pattern), a pod's name cannot move the cursor, ring
+// the bell, forge a line or flood the terminal. Every renderer here prints outside text through it;
+// the -o json|yaml documents keep the text as the API has it.
+constexpr size_t kMaxPrintedText = 1024;
+std::string Printable(std::string_view text);
 
 // RFC 3339 (as the API writes it) -> Unix seconds; -1 when `text` is not one.
 int64_t ParseTime(const std::string& text);
@@ -79,7 +88,9 @@ class WaitProgress {
 // `fleetctl top`: a header with the job's phase and progress, then status.progress.rankDetails
 // as a table - ROLE RANK POD STEP SPEED LOSS LAG IDLE and "stalled" - the straggler on top
 // (lowest step first, a rank without one first of all; then the longest idle). The operator
-// keeps the 20 slowest ranks: for a bigger job a last line says how many of how many are shown.
+// keeps the 20 slowest ranks, and top shows kTopRows whatever the status holds: for a bigger
+// job a last line says how many of how many are shown.
+constexpr size_t kTopRows = 20;
 std::string TopText(const Json& job, int64_t now);
 
 }  // namespace fleet::cli
