@@ -141,6 +141,7 @@ ENTRYPOINT ["/usr/bin/etcd"]
 FROM runtime-${FLAVOR} AS tools
 RUN apt-get update -qq && apt-get install -y -qq --no-install-recommends \
       python3 libcpprest2.10 libyaml-cpp0.7 libssl3 libbrotli1 zlib1g libstdc++6 libgcc-s1 ca-certificates \
+      libmbedtls14 libmbedx509-1 libmbedcrypto7 libcivetweb1 libprometheus-cpp-core1.0 \
       libgrpc++1.51 libgrpc29 libprotobuf32 libabsl20220623 libre2-9 libc-ares2 \
       libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200 \
  && rm -rf /var/lib/apt/lists/* \

@@ -303,7 +303,11 @@ std::vector<ProgressJob> Controller::ProgressTargets() const {
       if (pod == pods->second.end()) continue;
       const ObservedPod& p = *pod->second;
       if (p.pod_ip.empty() || p.phase != PodPhase::kRunning || p.run != run) continue;
-      target.pods.push_back({slot.name, slot.role->name, p.pod_ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))});
+      ProgressJob::Pod target_pod{slot.name, slot.role->name, p.pod_ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))};
+      const SlotRanks ranks = RanksOf(*job, slot);
+      target_pod.first_rank = ranks.first;
+      target_pod.ranks = ranks.count;
+      target.pods.push_back(std::move(target_pod));
     }
     if (!target.pods.empty()) targets.push_back(std::move(target));
   }

@@ -3,6 +3,8 @@
 #include <limits>
 #include <utility>
 
+#include "fleet/base/escape.h"
+
 namespace fleet::op {
 namespace {
 
@@ -231,6 +233,8 @@ bool FleetJobStatus::IsTrue(ConditionType type) const {
   return c && c->status == ConditionStatus::kTrue;
 }
 
+std::string BoundMessage(std::string_view text) { return BoundText(text, kMaxMessageBytes); }
+
 void FleetJobStatus::SetCondition(ConditionType type, ConditionStatus status, const std::string& reason,
                                   const std::string& text, Time now) {
   for (Condition& c : conditions) {
@@ -238,17 +242,17 @@ void FleetJobStatus::SetCondition(ConditionType type, ConditionStatus status, co
     if (c.status != status) c.last_transition_time = WholeSeconds(now);
     c.status = status;
     c.reason = reason;
-    c.message = text;
+    c.message = BoundMessage(text);
     return;
   }
-  conditions.push_back({type, status, reason, text, WholeSeconds(now)});
+  conditions.push_back({type, status, reason, BoundMessage(text), WholeSeconds(now)});
 }
 
 void FleetJobStatus::MarkFailed(const std::string& reason, const std::string& text, Time now) {
   SetCondition(ConditionType::kFailed, ConditionStatus::kTrue, reason, text, now);
   SetCondition(ConditionType::kRunning, ConditionStatus::kFalse, reason, text, now);
   phase = JobPhase::kFailed;
-  message = text;
+  message = BoundMessage(text);
   if (!completion_time) completion_time = WholeSeconds(now);
 }
 

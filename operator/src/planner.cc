@@ -214,7 +214,7 @@ class Planner {
       Event(bad ? "Warning" : "Normal", name, message.empty() ? "FleetJob is " + name : message);
     }
     status().phase = phase;
-    status().message = message;
+    status().message = BoundMessage(message);
   }
   void SetCondition(ConditionType type, bool value, const std::string& reason, const std::string& message) {
     status().SetCondition(type, value ? ConditionStatus::kTrue : ConditionStatus::kFalse, reason, message, now_);

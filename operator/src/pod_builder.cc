@@ -64,9 +64,9 @@ Json SidecarContainer(const FleetJob& job, const PodSlot& slot, int port, int ru
   // loopback (the same port number as the pod-IP listener: different addresses; in HostNetwork
   // mode the port is in the job's own block), and stall detection for trainers.
   Json& args = c["args"];
-  const bool fleetrun_pod = job.spec.mode == JobMode::kCollective;
-  args.push_back("--rank=" + std::to_string(fleetrun_pod ? slot.index * job.spec.processes_per_pod : slot.index));
-  if (fleetrun_pod && job.spec.processes_per_pod > 1) args.push_back("--ranks=" + std::to_string(job.spec.processes_per_pod));
+  const SlotRanks ranks = RanksOf(job, slot);
+  args.push_back("--rank=" + std::to_string(ranks.first));
+  if (ranks.count > 1) args.push_back("--ranks=" + std::to_string(ranks.count));
   args.push_back("--report-udp=" + LoopbackReportAddress(port));
   args.push_back("--report-http=" + LoopbackReportAddress(port));
   const int64_t stall = slot.role->kind == RoleKind::kServer ? 0 : job.spec.sidecar.stall_window_seconds;

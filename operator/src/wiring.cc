@@ -113,6 +113,11 @@ std::vector<PodSlot> PodSlots(const FleetJob& job) {
   return slots;
 }
 
+SlotRanks RanksOf(const FleetJob& job, const PodSlot& slot) {
+  if (job.spec.mode != JobMode::kCollective) return {slot.index, 1};
+  return {slot.index * job.spec.processes_per_pod, job.spec.processes_per_pod};
+}
+
 int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base) {
   if (job.spec.network != Network::kHostNetwork) return job.spec.port;
   return host_port_base + slot.ordinal * (job.spec.processes_per_pod + 1);

@@ -16,6 +16,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -55,6 +56,12 @@ const std::string& ConditionTypeName(ConditionType type);
 std::optional<ConditionType> ParseConditionType(const std::string& name);
 
 enum class ConditionStatus { kTrue, kFalse, kUnknown };
+
+// The most a status message or condition message keeps: they quote what comes from outside (a
+// sidecar's Stalled message, a spec's pattern), which must not grow the FleetJob without bound.
+inline constexpr size_t kMaxMessageBytes = 2048;
+// `text` cut to kMaxMessageBytes at a UTF-8 boundary.
+std::string BoundMessage(std::string_view text);
 
 struct Condition {
   ConditionType type = ConditionType::kRunning;

@@ -34,6 +34,15 @@ struct PodSlot {
 std::vector<PodSlot> PodSlots(const FleetJob& job);
 std::string PodName(const FleetJob& job, const RoleSpec& role, int index);
 
+// The training ranks a pod runs: collective pods run processesPerPod consecutive ranks (from
+// index x processesPerPod), the pods of other jobs one each (their index in the role). The sidecar is
+// told them (--rank, --ranks), and the operator keeps only these from its reports.
+struct SlotRanks {
+  int first = 0;
+  int count = 1;
+};
+SlotRanks RanksOf(const FleetJob& job, const PodSlot& slot);
+
 // The port of a pod's first process: spec.port, or in HostNetwork mode the pod's own port from the
 // job's allocated range (host_port_base + ordinal * (processesPerPod + 1)).
 int PodPort(const FleetJob& job, const PodSlot& slot, int host_port_base);
