@@ -244,7 +244,7 @@ class ElasticInContainersTest(OperatorInContainers):
     def launcher_log(self, pod, local_rank=0):
         """The trainer's output as the launcher wrote it (PADDLE_LOG_DIR), read in its container."""
         return self.cluster.podman("exec", self.cluster.container(pod, "trainer"), "cat",
-                                   "/var/log/fleet/paddle/workerlog.%d" % local_rank, check=False)
+                                   "/var/log/fleet/paddle/workerlog.%d" % local_rank, check=False).stdout or ""
 
     def test_paddle_launch_pods_rank_by_index_and_a_killed_trainer_restarts_the_job(self):
         c = self.cluster

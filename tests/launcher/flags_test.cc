@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "fleet/launcher/flags.h"
+#include "must_parse.h"
 #include "fleet/launcher/report.h"
 
 namespace fleet::launcher {
@@ -16,12 +17,6 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
-
-LaunchOptions MustParse(const std::vector<std::string>& args) {
-  auto parsed = ParseFlags(args);
-  EXPECT_TRUE(parsed.ok()) << parsed.error();
-  return parsed.ok() ? *parsed : LaunchOptions{};
-}
 
 TEST(FleetrunFlags, DefaultsWithOnlyAScript) {
   const LaunchOptions o = MustParse({"train.py"});

@@ -8,6 +8,7 @@
 
 #include "fleet/launcher/elastic.h"
 #include "fleet/launcher/flags.h"
+#include "must_parse.h"
 
 namespace fleet::launcher {
 namespace {
@@ -16,12 +17,6 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::StartsWith;
-
-LaunchOptions MustParse(const std::vector<std::string>& args) {
-  auto parsed = ParseFlags(args);
-  EXPECT_TRUE(parsed.ok()) << parsed.error();
-  return parsed.ok() ? *parsed : LaunchOptions{};
-}
 
 // Parses `args` and applies `env`; the notes go to *notes.
 Result<LaunchOptions> Launch(const std::vector<std::string>& args, const EnvMap& env,
