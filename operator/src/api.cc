@@ -289,7 +289,7 @@ Status CheckLauncher(const FleetJobSpec& s, const RoleSpec& role) {
 Status ResolveLaunchers(const Json& spec_json, FleetJobSpec& s) {
   FLEET_RETURN_IF_ERROR(ReadLaunchers(spec_json, s));
   const RoleSpec& worker = *s.Find(RoleKind::kWorker);
-  const bool processes_given = spec_json.contains("processesPerPod");
+  const bool processes_given = FieldReader(spec_json, "spec").Has("processesPerPod");   // null reads as unset, as everywhere
   if (s.mode == JobMode::kCollective && !processes_given && worker.launcher != Launcher::kScript) {
     s.processes_per_pod = std::max(1, std::min(64, TemplateGpus(worker.template_)));
   }
