@@ -259,7 +259,11 @@ TEST_F(RobustnessE2eTest, LeaderElectionHandsOverOnSigterm) {
     state = "holder '" + holder() + "'";
     return holder() == second_id;
   }, Seconds(20)));
-  EXPECT_NE(second.Log().find("became the leader"), std::string::npos);
+  // The lease is written before the replica logs that it leads: wait for the line, not assume it.
+  EXPECT_TRUE(Eventually("the second replica to log that it leads", [&](std::string& state) {
+    state = "not logged yet";
+    return second.Log().find("became the leader") != std::string::npos;
+  }, Seconds(5)));
 
   ASSERT_FALSE(CreateJob(JobBuilder("le2").Collective(2).Obj()).is_null());
   ASSERT_FALSE(WaitForPhase("le2", "Running").is_null());
