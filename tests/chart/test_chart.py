@@ -372,11 +372,23 @@ class TestChartRender(ChartTest):
         self.assertEqual(policy["policyTypes"], ["Ingress"])
         job_pods = policy["ingress"][0]["from"][0]["podSelector"]["matchExpressions"]
         self.assertEqual(job_pods, [{"key": "fleet.paddlepaddle.org/job-name", "operator": "Exists"}])
+        # Issue 25 #3: the job-name label is anyone's to set; the namespaces are matched by the name
+        # the API server gives them, by default the release's only.
+        self.assertEqual(policy["ingress"][0]["from"][0]["namespaceSelector"],
+                         {"matchExpressions": [{"key": "kubernetes.io/metadata.name", "operator": "In",
+                                                "values": [RELEASE_NS]}]})
         self.assertEqual(policy["ingress"][0]["ports"], [{"port": "client"}])
         # The operator's Deployment, PDB and Service never select the etcd pods.
         operator_selector = one(self.render("etcd"), "Deployment")["spec"]["selector"]["matchLabels"]
         etcd_labels = sts["spec"]["template"]["metadata"]["labels"]
         self.assertFalse(all(etcd_labels.get(k) == v for k, v in operator_selector.items()))
+
+    def test_etcd_admits_the_client_namespaces_named(self):
+        values = {"etcd": {"enabled": True, "networkPolicy": {"clientNamespaces": ["team-a", "team-a-eval"]}}}
+        objs = render(values, self.dir, "etcd-namespaces")[1]
+        (source,) = one(objs, "NetworkPolicy")["spec"]["ingress"][0]["from"]
+        self.assertEqual(source["namespaceSelector"]["matchExpressions"][0]["values"], ["team-a", "team-a-eval"])
+        self.assertNotIn(RELEASE_NS, source["namespaceSelector"]["matchExpressions"][0]["values"])
 
     def test_probes_ports_and_metrics_service_agree_with_the_flags(self):
         objs = self.render("defaults")
@@ -581,6 +593,8 @@ class TestChartRender(ChartTest):
             ({"image": {"digest": "latest"}}, "digest"),
             ({"serviceAccount": {"create": False}}, "serviceAccount.name is required"),
             ({"sidecarStatusPolicy": {"enabled": "yes"}}, "sidecarStatusPolicy.enabled"),
+            ({"etcd": {"networkPolicy": {"clientNamespaces": "team-a"}}}, "clientNamespaces"),
+            ({"etcd": {"networkPolicy": {"clientNamespaces": ["Team_A"]}}}, "clientNamespaces"),
         ]
         for values, message in cases:
             with self.subTest(values=values):
