@@ -359,8 +359,12 @@ Result<RunPolicy> ParseRunPolicy(const Json& spec) {
   return p;
 }
 
-Result<FleetJob> ParseFleetJob(const Json& object) {
-  FleetJob job;
+namespace {
+
+// The parts of ParseFleetJob, in the order it calls them. Each reads or checks one part of the
+// object and answers the first error, naming the field.
+
+Status ParseMetadata(const Json& object, FleetJob& job) {
   if (!object.is_object() || !object.contains("metadata") || !object["metadata"].is_object()) {
     return Error{"metadata: is required"};
   }
@@ -376,12 +380,11 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
     return Error{"metadata.name: must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "
                  "so that pod and service names derived from it stay valid"};
   }
-  if (!object.contains("spec") || !object["spec"].is_object()) return Error{"spec: is required"};
-  const Json& spec = object["spec"];
-  FleetJobSpec& s = job.spec;
-  FieldReader r(spec, "spec");
+  return OkStatus();
+}
 
-  std::optional<JobMode> mode;
+// The job-wide fields; the mode only when given (it is derived from the roles otherwise).
+Status ParseJobFields(FieldReader& r, FleetJobSpec& s, std::optional<JobMode>& mode) {
   if (r.Has("mode")) {
     JobMode m = JobMode::kCollective;
     r.Enum("mode", {{"collective", JobMode::kCollective}, {"ps", JobMode::kParameterServer},
@@ -395,7 +398,34 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   r.Int("totalSteps", 0, int64_t{1} << 50, s.total_steps);
   r.Enum("runtime", kRuntimes, s.runtime);
   if (!r.error().empty()) return Error{r.error()};
+  return OkStatus();
+}
 
+// spec.heter: the stages, each a role with a unique short name and a device.
+Status ParseHeterStages(const Json& heter, FleetJobSpec& s) {
+  if (!heter.is_array()) return Error{"spec.heter: must be a list of heter stages"};
+  std::set<std::string> names;
+  for (size_t i = 0; i < heter.size(); ++i) {
+    const std::string path = "spec.heter[" + std::to_string(i) + "]";
+    FLEET_ASSIGN_OR_RETURN(auto stage, ParseRole(heter[i], path, RoleKind::kHeter, 1, s.network));
+    stage.stage = static_cast<int>(i) + 2;
+    stage.name = "heter" + std::to_string(i + 1);
+    FieldReader hr(heter[i], path);
+    hr.String("name", stage.name);
+    if (!hr.error().empty()) return Error{hr.error()};
+    if (!IsDnsLabel(stage.name, 12) || stage.name == "server" || stage.name == "worker") {
+      return Error{path + ".name: must be a short DNS label (at most 12 characters), not server or worker"};
+    }
+    if (!names.insert(stage.name).second) return Error{path + ".name: '" + stage.name + "' is used twice"};
+    hr.Enum("device", {{"cpu", DeviceKind::kCpu}, {"gpu", DeviceKind::kGpu}, {"xpu", DeviceKind::kXpu}}, stage.device);
+    if (!hr.error().empty()) return Error{hr.error()};
+    s.roles.push_back(stage);
+  }
+  return OkStatus();
+}
+
+// The roles in the order their ranks follow: servers, workers, heter stages.
+Status ParseRoles(const FieldReader& r, FleetJobSpec& s) {
   if (r.Has("server")) {
     FLEET_ASSIGN_OR_RETURN(auto server, ParseRole(r.Get("server"), "spec.server", RoleKind::kServer, 0, s.network,
                                                   s.runtime == Runtime::kFleet));
@@ -406,30 +436,11 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   FLEET_ASSIGN_OR_RETURN(auto worker, ParseRole(r.Get("worker"), "spec.worker", RoleKind::kWorker, 1, s.network));
   worker.name = "worker";
   s.roles.push_back(worker);
-  if (r.Has("heter")) {
-    const Json& heter = r.Get("heter");
-    if (!heter.is_array()) return Error{"spec.heter: must be a list of heter stages"};
-    std::set<std::string> names;
-    for (size_t i = 0; i < heter.size(); ++i) {
-      const std::string path = "spec.heter[" + std::to_string(i) + "]";
-      FLEET_ASSIGN_OR_RETURN(auto stage, ParseRole(heter[i], path, RoleKind::kHeter, 1, s.network));
-      stage.stage = static_cast<int>(i) + 2;
-      stage.name = "heter" + std::to_string(i + 1);
-      FieldReader hn(heter[i], path);
-      hn.String("name", stage.name);
-      if (!hn.error().empty()) return Error{hn.error()};
-      if (!IsDnsLabel(stage.name, 12) || stage.name == "server" || stage.name == "worker") {
-        return Error{path + ".name: must be a short DNS label (at most 12 characters), not server or worker"};
-      }
-      if (!names.insert(stage.name).second) return Error{path + ".name: '" + stage.name + "' is used twice"};
-      FieldReader hr(heter[i], path);
-      hr.Enum("device", {{"cpu", DeviceKind::kCpu}, {"gpu", DeviceKind::kGpu}, {"xpu", DeviceKind::kXpu}}, stage.device);
-      if (!hr.error().empty()) return Error{hr.error()};
-      s.roles.push_back(stage);
-    }
-  }
+  return r.Has("heter") ? ParseHeterStages(r.Get("heter"), s) : OkStatus();
+}
 
-  // The mode: given, or derived from the roles present.
+// The mode: given, or derived from the roles present; and what the mode and runtime allow.
+Status ResolveMode(std::optional<JobMode> mode, FleetJobSpec& s) {
   const bool has_server = s.Find(RoleKind::kServer) != nullptr;
   const bool has_heter = s.Find(RoleKind::kHeter) != nullptr;
   s.mode = mode.value_or(has_heter ? JobMode::kHeterParameterServer
@@ -461,55 +472,84 @@ Result<FleetJob> ParseFleetJob(const Json& object) {
   if (s.processes_per_pod > 1 && s.mode != JobMode::kCollective) {
     return Error{"spec.processesPerPod: only collective pods run several processes (fleetrun inside the pod)"};
   }
-  if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
+  return OkStatus();
+}
 
-  FLEET_ASSIGN_OR_RETURN(s.run_policy, ParseRunPolicy(spec));
-  if (spec.contains("scheduling")) {
-    FieldReader sc(spec["scheduling"], "spec.scheduling");
-    sc.Enum("gang", {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
-                     {"SchedulerPlugins", GangScheduler::kSchedulerPlugins}}, s.scheduling.gang);
-    sc.String("queue", s.scheduling.queue);
-    sc.String("priorityClassName", s.scheduling.priority_class_name);
-    if (!sc.error().empty()) return Error{sc.error()};
-    if (!s.scheduling.queue.empty() && s.scheduling.gang != GangScheduler::kVolcano) {
-      return Error{"spec.scheduling.queue: queues are Volcano's; set spec.scheduling.gang to Volcano"};
+Status ParseScheduling(const Json& spec, FleetJobSpec& s) {
+  if (!spec.contains("scheduling")) return OkStatus();
+  FieldReader sc(spec["scheduling"], "spec.scheduling");
+  sc.Enum("gang", {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
+                   {"SchedulerPlugins", GangScheduler::kSchedulerPlugins}}, s.scheduling.gang);
+  sc.String("queue", s.scheduling.queue);
+  sc.String("priorityClassName", s.scheduling.priority_class_name);
+  if (!sc.error().empty()) return Error{sc.error()};
+  if (!s.scheduling.queue.empty() && s.scheduling.gang != GangScheduler::kVolcano) {
+    return Error{"spec.scheduling.queue: queues are Volcano's; set spec.scheduling.gang to Volcano"};
+  }
+  return OkStatus();
+}
+
+Status ParseSidecar(const Json& spec, FleetJobSpec& s) {
+  if (!spec.contains("sidecar")) return OkStatus();
+  FieldReader sd(spec["sidecar"], "spec.sidecar");
+  sd.String("image", s.sidecar.image);
+  sd.Int("metricsPort", 1024, 65535, s.sidecar.metrics_port);
+  if (sd.Has("resources")) s.sidecar.resources = sd.Get("resources");
+  sd.Strings("logFiles", 16, s.sidecar.log_files);
+  sd.Strings("patterns", 16, s.sidecar.patterns);
+  sd.Int("stallWindowSeconds", 0, 7 * 24 * 3600, s.sidecar.stall_window_seconds);
+  // Checked here with the sidecar's own compiler (RE2), so that a pattern it would refuse fails
+  // the job with a message instead of crash-looping every pod's sidecar.
+  for (const std::string& pattern : s.sidecar.patterns) {
+    if (auto compiled = sidecar::StepPattern::Compile(pattern); !compiled) {
+      std::string why = compiled.error();
+      if (why.rfind("--pattern ", 0) == 0) why.erase(0, std::string("--pattern ").size());
+      sd.Fail("spec.sidecar.patterns: " + why);
     }
   }
-  if (spec.contains("sidecar")) {
-    FieldReader sd(spec["sidecar"], "spec.sidecar");
-    sd.String("image", s.sidecar.image);
-    sd.Int("metricsPort", 1024, 65535, s.sidecar.metrics_port);
-    if (sd.Has("resources")) s.sidecar.resources = sd.Get("resources");
-    sd.Strings("logFiles", 16, s.sidecar.log_files);
-    sd.Strings("patterns", 16, s.sidecar.patterns);
-    sd.Int("stallWindowSeconds", 0, 7 * 24 * 3600, s.sidecar.stall_window_seconds);
-    // Checked here with the sidecar's own compiler (RE2), so that a pattern it would refuse fails
-    // the job with a message instead of crash-looping every pod's sidecar.
-    for (const std::string& pattern : s.sidecar.patterns) {
-      if (auto compiled = sidecar::StepPattern::Compile(pattern); !compiled) {
-        std::string why = compiled.error();
-        if (why.rfind("--pattern ", 0) == 0) why.erase(0, std::string("--pattern ").size());
-        sd.Fail("spec.sidecar.patterns: " + why);
-      }
-    }
-    for (const std::string& file : s.sidecar.log_files) {
-      if (file.front() != '/') sd.Fail("spec.sidecar.logFiles: \"" + file + "\" must be an absolute path (in a volume the trainer and the sidecar both mount)");
-    }
-    if (!sd.error().empty()) return Error{sd.error()};
+  for (const std::string& file : s.sidecar.log_files) {
+    if (file.front() != '/') sd.Fail("spec.sidecar.logFiles: \"" + file + "\" must be an absolute path (in a volume the trainer and the sidecar both mount)");
   }
-  if (r.Has("elastic")) {
-    FLEET_ASSIGN_OR_RETURN(s.elastic, ParseElastic(r.Get("elastic"), s));
-  }
-  FLEET_RETURN_IF_ERROR(ResolveLaunchers(spec, s));
+  if (!sd.error().empty()) return Error{sd.error()};
+  return OkStatus();
+}
+
+// A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
+// gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).
+Status CheckPorts(const FleetJobSpec& s) {
   if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
-  // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
-  // gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).
   if (s.network != Network::kHostNetwork && s.sidecar.metrics_port >= s.port &&
       s.sidecar.metrics_port <= s.port + s.processes_per_pod) {
     return Error{"spec.sidecar.metricsPort: " + std::to_string(s.sidecar.metrics_port) + " overlaps the pod's ports " +
                  std::to_string(s.port) + ".." + std::to_string(s.port + s.processes_per_pod) +
                  " (spec.port, processesPerPod, and the gloo HTTP store after them); move spec.port or the metrics port"};
   }
+  return OkStatus();
+}
+
+}  // namespace
+
+Result<FleetJob> ParseFleetJob(const Json& object) {
+  FleetJob job;
+  FLEET_RETURN_IF_ERROR(ParseMetadata(object, job));
+  if (!object.contains("spec") || !object["spec"].is_object()) return Error{"spec: is required"};
+  const Json& spec = object["spec"];
+  FleetJobSpec& s = job.spec;
+  FieldReader r(spec, "spec");
+  std::optional<JobMode> mode;
+  FLEET_RETURN_IF_ERROR(ParseJobFields(r, s, mode));
+  FLEET_RETURN_IF_ERROR(ParseRoles(r, s));
+  FLEET_RETURN_IF_ERROR(ResolveMode(mode, s));
+  if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
+  FLEET_ASSIGN_OR_RETURN(s.run_policy, ParseRunPolicy(spec));
+  FLEET_RETURN_IF_ERROR(ParseScheduling(spec, s));
+  FLEET_RETURN_IF_ERROR(ParseSidecar(spec, s));
+  if (r.Has("elastic")) {
+    FLEET_ASSIGN_OR_RETURN(s.elastic, ParseElastic(r.Get("elastic"), s));
+  }
+  FLEET_RETURN_IF_ERROR(ResolveLaunchers(spec, s));
+  // After the launchers: they may derive processesPerPod from the pods' GPUs.
+  FLEET_RETURN_IF_ERROR(CheckPorts(s));
   return job;
 }
 
