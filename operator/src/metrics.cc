@@ -8,7 +8,7 @@
 #include <array>
 
 #include "fleet/base/log.h"
-#include "fleet/operator/job_status.h"
+#include "fleet/operator/api.h"
 
 namespace fleet::op {
 namespace {

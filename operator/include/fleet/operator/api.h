@@ -12,6 +12,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/job_status.h"
 #include "fleet/base/result.h"
 #include "fleet/operator/launcher.h"
 #include "fleet/runtime/topology.h"
@@ -19,6 +20,26 @@
 namespace fleet::op {
 
 using Json = nlohmann::json;
+
+// The job's status is the API's (fleet/api/job_status.h): the operator writes it, fleetctl reads it.
+using api::AllConditionTypes;
+using api::AllPhases;
+using api::BoundMessage;
+using api::Condition;
+using api::ConditionStatus;
+using api::ConditionType;
+using api::ConditionTypeName;
+using api::ElasticStatus;
+using api::FleetJobStatus;
+using api::IsFinished;
+using api::JobPhase;
+using api::kMaxMessageBytes;
+using api::ParseConditionType;
+using api::ParsePhase;
+using api::PhaseName;
+using api::ReplicaStatus;
+using api::Time;
+using api::WholeSeconds;
 
 inline constexpr const char* kGroup = "fleet.paddlepaddle.org";
 inline constexpr const char* kVersion = "v1alpha1";

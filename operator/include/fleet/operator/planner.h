@@ -15,7 +15,6 @@
 #include <vector>
 
 #include "fleet/operator/api.h"
-#include "fleet/operator/job_status.h"
 #include "fleet/operator/names.h"
 #include "fleet/operator/settings.h"
 

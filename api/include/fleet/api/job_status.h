@@ -23,7 +23,7 @@
 
 #include "fleet/base/time.h"
 
-namespace fleet::op {
+namespace fleet::api {
 
 using Json = nlohmann::json;
 using Time = std::chrono::system_clock::time_point;
@@ -134,4 +134,4 @@ struct FleetJobStatus {
 bool operator==(const FleetJobStatus& a, const FleetJobStatus& b);
 inline bool operator!=(const FleetJobStatus& a, const FleetJobStatus& b) { return !(a == b); }
 
-}  // namespace fleet::op
+}  // namespace fleet::api

@@ -1,11 +1,11 @@
-#include "fleet/operator/job_status.h"
+#include "fleet/api/job_status.h"
 
 #include <limits>
 #include <utility>
 
 #include "fleet/base/escape.h"
 
-namespace fleet::op {
+namespace fleet::api {
 namespace {
 
 template <typename E>
@@ -338,4 +338,4 @@ Json FleetJobStatus::ToJson() const {
 
 bool operator==(const FleetJobStatus& a, const FleetJobStatus& b) { return a.ToJson() == b.ToJson(); }
 
-}  // namespace fleet::op
+}  // namespace fleet::api
