@@ -113,7 +113,9 @@ std::optional<std::string> AsString(const Json& v) {
   if (!v.is_string()) return std::nullopt;
   return v.get<std::string>();
 }
-std::optional<Json> AsObject(const Json& v) { return v.is_object() ? std::optional<Json>(v) : std::nullopt; }
+std::optional<Progress> AsProgress(const Json& v) {
+  return v.is_object() ? std::optional<Progress>(Progress::FromJson(v)) : std::nullopt;
+}
 
 std::optional<Time> AsTime(const Json& v) {
   auto text = AsString(v);
@@ -277,7 +279,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kHeterReady, s.heter_ready, AsInt<int>);
   r.Read(key::kRunReplicas, s.run_replicas, AsString);
   r.Read(key::kReplacedPods, s.replaced_pods, AsStringSet);
-  r.Read(key::kProgress, s.progress, AsObject);
+  r.Read(key::kProgress, s.progress, AsProgress);
   r.Read(key::kElastic, s.elastic, AsElasticStatus);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
@@ -327,7 +329,7 @@ Json FleetJobStatus::ToJson() const {
   if (heter_ready) out[key::kHeterReady] = *heter_ready;
   if (!run_replicas.empty()) out[key::kRunReplicas] = run_replicas;
   if (!replaced_pods.empty()) out[key::kReplacedPods] = replaced_pods;
-  if (progress) out[key::kProgress] = *progress;
+  if (progress) out[key::kProgress] = progress->ToJson();
   if (elastic) {
     Json e = {{key::kMembers, elastic->members}, {key::kRendezvous, elastic->rendezvous}};
     if (elastic->below_minimum_since) e[key::kBelowMinimumSince] = FormatRfc3339(*elastic->below_minimum_since);

@@ -8,6 +8,7 @@
 #include <string_view>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 
 #include "fleet/base/hash.h"
 #include "fleet/base/strings.h"
@@ -898,12 +899,11 @@ void Planner::CheckProgress(const RunPods& pods) {
 // on the status writes progress causes (one per job per interval, for any number of ranks).
 void Planner::PublishProgress() {
   if (!observed_.progress) return;
-  std::optional<Json>& written = status().progress;
+  std::optional<Progress>& written = status().progress;
   std::optional<Time> updated;
   if (written) {
-    Json same = *written;
-    if (auto at = ParseRfc3339(same.value(kProgressUpdateTime, ""))) updated = *at;
-    same.erase(kProgressUpdateTime);
+    Progress same = *written;
+    updated = std::exchange(same.update_time, std::nullopt);
     if (same == *observed_.progress) return;
   }
   const Time due = updated ? *updated + settings_.progress_interval : now_;
@@ -912,8 +912,7 @@ void Planner::PublishProgress() {
     return;
   }
   written = *observed_.progress;
-  // Milliseconds (metav1.MicroTime-like): whole seconds would let writes come up to 1 s early.
-  (*written)[kProgressUpdateTime] = FormatRfc3339(now_, TimePrecision::kMillis);
+  written->update_time = now_;
 }
 
 // status.replicaStatuses: per role, this run's pods that exist and that this plan does not

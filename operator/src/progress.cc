@@ -114,8 +114,8 @@ Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const 
   return out;
 }
 
-Json SummarizeProgress(const ProgressInput& in) {
-  if (in.ranks.empty()) return nullptr;
+std::optional<Progress> SummarizeProgress(const ProgressInput& in) {
+  if (in.ranks.empty()) return std::nullopt;
   std::map<std::pair<std::string, int>, const RankReport*> before;
   if (in.previous) {
     for (const RankReport& r : *in.previous) before[{r.role, r.rank}] = &r;
@@ -124,8 +124,7 @@ Json SummarizeProgress(const ProgressInput& in) {
   // Per role: its rows, and the median its lags are measured from.
   std::map<std::string, std::vector<RankRow>> roles;
   for (const RankReport& r : in.ranks) roles[r.role].push_back({&r, Speed(r, before, in.seconds_since_previous), 0});
-  Json progress = Json::object();
-  Json role_summaries = Json::object();
+  Progress progress;
   std::vector<RankRow> all;
   for (auto& [role, rows] : roles) {
     std::vector<double> steps, speeds;
@@ -136,36 +135,34 @@ Json SummarizeProgress(const ProgressInput& in) {
     const double median = Median(steps);
     for (RankRow& row : rows) row.lag = std::max(0.0, median - row.report->steps);
     auto expected = in.expected_ranks.find(role);
-    Json summary = {{"ranks", expected != in.expected_ranks.end() ? expected->second : static_cast<int>(rows.size())},
-                    {"reportingRanks", rows.size()},
-                    {"minStep", static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()))},
-                    {"medianStep", static_cast<int64_t>(median)},
-                    {"maxStep", static_cast<int64_t>(*std::max_element(steps.begin(), steps.end()))}};
-    if (!speeds.empty()) summary["stepsPerSecond"] = Rounded(Median(speeds));
+    RoleProgress& summary = progress.roles[role];
+    summary.ranks = expected != in.expected_ranks.end() ? expected->second : static_cast<int>(rows.size());
+    summary.reporting_ranks = static_cast<int>(rows.size());
+    summary.min_step = static_cast<int64_t>(*std::min_element(steps.begin(), steps.end()));
+    summary.median_step = static_cast<int64_t>(median);
+    summary.max_step = static_cast<int64_t>(*std::max_element(steps.begin(), steps.end()));
+    if (!speeds.empty()) summary.steps_per_second = Rounded(Median(speeds));
     // The loss of the lowest rank that reports one: rank 0's, as Paddle's examples print it.
     const RankRow* lowest = nullptr;
     for (const RankRow& row : rows) {
       if (row.report->loss && (!lowest || row.report->rank < lowest->report->rank)) lowest = &row;
     }
-    if (lowest) summary["loss"] = Significant(*lowest->report->loss);
-    role_summaries[role] = summary;
+    if (lowest) summary.loss = Significant(*lowest->report->loss);
     all.insert(all.end(), rows.begin(), rows.end());
   }
-  progress["roles"] = role_summaries;
 
   // The job's figures are its workers' (a heter-only report still shows something).
-  const std::string main = role_summaries.contains("worker") ? "worker" : role_summaries.begin().key();
-  const Json& m = role_summaries[main];
-  const auto step = m["medianStep"].get<int64_t>();
-  progress["step"] = step;
+  const std::string main = progress.roles.count("worker") ? "worker" : progress.roles.begin()->first;
+  const RoleProgress& m = progress.roles[main];
+  const int64_t step = m.median_step;
+  progress.step = step;
   int64_t total = in.total_steps;
   if (total <= 0) {
     for (const RankRow& row : roles[main]) total = std::max(total, row.report->total_steps.value_or(0));
   }
-  std::optional<double> speed;
-  if (m.contains("stepsPerSecond")) speed = m["stepsPerSecond"].get<double>();
-  if (speed) progress["stepsPerSecond"] = *speed;
-  if (m.contains("loss")) progress["loss"] = m["loss"];
+  const std::optional<double> speed = m.steps_per_second;
+  progress.steps_per_second = speed;
+  progress.loss = m.loss;
   double samples = 0;
   bool has_samples = false;
   for (const RankRow& row : all) {
@@ -174,31 +171,28 @@ Json SummarizeProgress(const ProgressInput& in) {
       has_samples = true;
     }
   }
-  if (has_samples) progress["samplesPerSecond"] = Rounded(samples);
+  if (has_samples) progress.samples_per_second = Rounded(samples);
 
-  int expected = 0, stalled = 0;
-  for (const auto& [role, summary] : role_summaries.items()) expected += summary["ranks"].get<int>();
-  for (const RankRow& row : all) stalled += row.report->stalled ? 1 : 0;
-  progress["ranks"] = expected;
-  progress["reportingRanks"] = all.size();
-  progress["stalledRanks"] = stalled;
+  for (const auto& [role, summary] : progress.roles) progress.ranks += summary.ranks;
+  for (const RankRow& row : all) progress.stalled_ranks += row.report->stalled ? 1 : 0;
+  progress.reporting_ranks = static_cast<int>(all.size());
 
   std::string step_text = std::to_string(step);
   if (total > 0) {
     const double percent = std::min(100.0, 100.0 * static_cast<double>(step) / static_cast<double>(total));
-    progress["totalSteps"] = total;
-    progress["percent"] = std::round(percent * 10) / 10;
+    progress.total_steps = total;
+    progress.percent = std::round(percent * 10) / 10;
     step_text += "/" + std::to_string(total) + " (" + std::to_string(static_cast<int>(percent)) + "%)";
     if (speed && *speed > 0) {
       const double eta = std::min(kMaxProgressSeconds, static_cast<double>(std::max<int64_t>(0, total - step)) / *speed);
       // Rounded up, as fleetctl rounds the time left.
       const auto eta_seconds = static_cast<int64_t>(std::ceil(eta));
-      progress["etaSeconds"] = eta_seconds;
-      progress["etaText"] = HumanDuration(eta_seconds);
+      progress.eta_seconds = eta_seconds;
+      progress.eta_text = HumanDuration(eta_seconds);
     }
   }
-  progress["stepText"] = step_text;
-  if (speed) progress["speedText"] = Compact(*speed) + " step/s";
+  progress.step_text = step_text;
+  if (speed) progress.speed_text = Compact(*speed) + " step/s";
 
   // The slowest first: the most steps behind its role's median, then the longest idle.
   std::stable_sort(all.begin(), all.end(), [](const RankRow& a, const RankRow& b) {
@@ -206,31 +200,30 @@ Json SummarizeProgress(const ProgressInput& in) {
     if (a.report->idle_seconds != b.report->idle_seconds) return a.report->idle_seconds > b.report->idle_seconds;
     return std::make_pair(a.report->role, a.report->rank) < std::make_pair(b.report->role, b.report->rank);
   });
+  auto rank_of = [](const RankRow& row) {
+    RankProgress r;
+    r.role = row.report->role;
+    r.rank = row.report->rank;
+    r.pod = row.report->pod;
+    r.step = static_cast<int64_t>(row.report->steps);
+    r.lag = static_cast<int64_t>(row.lag);
+    return r;
+  };
   const RankRow& slowest = all.front();
-  const auto lag = static_cast<int64_t>(slowest.lag);
-  progress["slowest"] = {{"role", slowest.report->role},
-                         {"rank", slowest.report->rank},
-                         {"pod", slowest.report->pod},
-                         {"step", static_cast<int64_t>(slowest.report->steps)},
-                         {"lag", lag}};
-  progress["slowestText"] = slowest.report->role + "-" + std::to_string(slowest.report->rank) +
-                            (lag > 0 ? " (-" + std::to_string(lag) + ")" : "");
-  Json details = Json::array();
+  progress.slowest = rank_of(slowest);
+  const int64_t lag = progress.slowest->lag;
+  progress.slowest_text = slowest.report->role + "-" + std::to_string(slowest.report->rank) +
+                          (lag > 0 ? " (-" + std::to_string(lag) + ")" : "");
   for (size_t i = 0; i < all.size() && i < kProgressRankDetails; ++i) {
     const RankRow& row = all[i];
-    Json d = {{"role", row.report->role},
-              {"rank", row.report->rank},
-              {"pod", row.report->pod},
-              {"step", static_cast<int64_t>(row.report->steps)},
-              {"lag", static_cast<int64_t>(row.lag)},
-              // Whole seconds: idle time grows between steps, and must not make a write by itself.
-              {"idleSeconds", static_cast<int64_t>(row.report->idle_seconds)},
-              {"stalled", row.report->stalled}};
-    if (row.speed) d["stepsPerSecond"] = Rounded(*row.speed);
-    if (row.report->loss) d["loss"] = Significant(*row.report->loss);
-    details.push_back(std::move(d));
+    RankProgress d = rank_of(row);
+    // Whole seconds: idle time grows between steps, and must not make a write by itself.
+    d.idle_seconds = static_cast<int64_t>(row.report->idle_seconds);
+    d.stalled = row.report->stalled;
+    if (row.speed) d.steps_per_second = Rounded(*row.speed);
+    if (row.report->loss) d.loss = Significant(*row.report->loss);
+    progress.rank_details.push_back(std::move(d));
   }
-  progress["rankDetails"] = std::move(details);
   return progress;
 }
 

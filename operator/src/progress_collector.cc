@@ -297,7 +297,7 @@ void ProgressCollector::Finish(const ProgressJob& job, PendingJob& pending) {
                       {"kept", std::to_string(state.ranks.size())}});
   }
   bool changed = false;
-  if (state.summary.is_null() && same_run) {
+  if (!state.summary && same_run) {
     // No sidecar answered this time: keep what was known.
     state.ranks = before->second.ranks;
     state.at = before->second.at;
@@ -313,10 +313,10 @@ void ProgressCollector::Finish(const ProgressJob& job, PendingJob& pending) {
   pending.left = 0;
   if (changed) changed_(job.key);
 }
-std::optional<Json> ProgressCollector::Latest(const std::string& key, int run) const {
+std::optional<Progress> ProgressCollector::Latest(const std::string& key, int run) const {
   std::lock_guard<std::mutex> lock(mu_);
   auto it = jobs_.find(key);
-  if (it == jobs_.end() || it->second.run != run || it->second.summary.is_null()) return std::nullopt;
+  if (it == jobs_.end() || it->second.run != run) return std::nullopt;
   return it->second.summary;
 }
 

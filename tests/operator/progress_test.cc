@@ -30,6 +30,16 @@ namespace {
 
 using testing::JobBuilder;
 
+// status.progress as written (null: no summary), to check its keys as the CRD spells them.
+Json Summary(const ProgressInput& in) {
+  const auto progress = SummarizeProgress(in);
+  return progress ? progress->ToJson() : Json();
+}
+std::optional<Json> LatestJson(const ProgressCollector& collector, const std::string& key, int run) {
+  const auto progress = collector.Latest(key, run);
+  return progress ? std::optional<Json>(progress->ToJson()) : std::nullopt;
+}
+
 RankReport Rank(const std::string& role, int rank, double steps) {
   RankReport r;
   r.role = role;
@@ -102,7 +112,7 @@ TEST(SidecarStatusTest, NumbersOutOfRangeAreLeftOutAndCannotOverflowTheSummary) 
 
   ProgressInput in;
   in.ranks = *ranks;
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   EXPECT_EQ(p["step"], 3);
   EXPECT_EQ(p["roles"]["worker"]["maxStep"], 5);
   EXPECT_EQ(p["totalSteps"], 1000);
@@ -121,7 +131,7 @@ TEST(ProgressSummaryTest, SpeedsAndTheTimeLeftStayInRange) {
   const std::vector<RankReport> before = {Rank("worker", 0, 0)};
   in.previous = &before;
   in.seconds_since_previous = 1e-300;   // two collections a denormal apart
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   ASSERT_TRUE(p["stepsPerSecond"].is_number()) << p.dump();
   EXPECT_LE(p["stepsPerSecond"].get<double>(), kMaxStepsPerSecond);
   for (const Json& d : p["rankDetails"]) EXPECT_LE(d["stepsPerSecond"].get<double>(), kMaxStepsPerSecond) << d.dump();
@@ -137,14 +147,14 @@ TEST(ProgressSummaryTest, ALossIsTheSameSummaryWhateverItsMagnitude) {
     ProgressInput in;
     in.ranks = {Rank("worker", 0, 10)};
     in.ranks[0].loss = loss;
-    const Json p = SummarizeProgress(in);
-    EXPECT_EQ(p, SummarizeProgress(in)) << loss;
+    const Json p = Summary(in);
+    EXPECT_EQ(p, Summary(in)) << loss;
     EXPECT_TRUE(p["loss"].is_number()) << loss << ": " << p["loss"];
   }
 }
 
 TEST(ProgressSummaryTest, NothingReportedIsNoProgress) {
-  EXPECT_TRUE(SummarizeProgress({}).is_null());
+  EXPECT_TRUE(Summary({}).is_null());
 }
 
 TEST(ProgressSummaryTest, TheJobsStepIsTheMedianRanksAndTheStragglerIsNamed) {
@@ -153,7 +163,7 @@ TEST(ProgressSummaryTest, TheJobsStepIsTheMedianRanksAndTheStragglerIsNamed) {
   in.ranks[0].loss = 0.70000123456;
   in.ranks[3].loss = 0.9;
   in.expected_ranks = {{"worker", 4}};
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   EXPECT_EQ(p["step"], 100) << "the lower median of 40, 100, 101, 102";
   EXPECT_EQ(p["stepText"], "100");
   EXPECT_EQ(p["ranks"], 4);
@@ -178,7 +188,7 @@ TEST(ProgressSummaryTest, SpeedComesFromTwoCollectionsAndGivesTheEtaOfAKnownTota
   in.previous = &before;
   in.seconds_since_previous = 10;   // 5 steps/s
   in.total_steps = 1150;            // spec.totalSteps: 1000 to go at 5/s
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   EXPECT_EQ(p["stepsPerSecond"], 5);
   EXPECT_EQ(p["speedText"], "5.00 step/s");
   EXPECT_EQ(p["totalSteps"], 1150);
@@ -193,7 +203,7 @@ TEST(ProgressSummaryTest, ALoggedTotalIsUsedWhenTheSpecHasNone) {
   in.ranks = {Rank("worker", 0, 250)};
   in.ranks[0].total_steps = 1000;
   in.ranks[0].step_seconds = 0.5;   // no earlier collection: the latest step's duration
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   EXPECT_EQ(p["totalSteps"], 1000);
   EXPECT_EQ(p["stepsPerSecond"], 2);
   EXPECT_EQ(p["etaSeconds"], 375);
@@ -205,7 +215,7 @@ TEST(ProgressSummaryTest, HeterStagesAreSummarizedApartFromTheWorkers) {
   in.ranks = {Rank("worker", 0, 10), Rank("worker", 1, 12), Rank("gpu", 0, 500), Rank("gpu", 1, 400),
               Rank("gpu", 2, 510)};
   in.expected_ranks = {{"worker", 2}, {"gpu", 4}};
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   EXPECT_EQ(p["step"], 10) << "the workers' (lower) median, not the heter stage's";
   EXPECT_EQ(p["roles"]["gpu"]["ranks"], 4);
   EXPECT_EQ(p["roles"]["gpu"]["reportingRanks"], 3);
@@ -220,7 +230,7 @@ TEST(ProgressSummaryTest, AThousandRanksKeepTheTwentySlowest) {
   for (int r = 0; r < 1000; ++r) in.ranks.push_back(Rank("worker", r, 5000 - (r % 97 == 0 ? 300 : 0) + r % 3));
   in.ranks[777].stalled = true;
   in.ranks[777].steps = 10;
-  const Json p = SummarizeProgress(in);
+  const Json p = Summary(in);
   ASSERT_EQ(p["rankDetails"].size(), kProgressRankDetails);
   EXPECT_EQ(p["rankDetails"][0]["rank"], 777);
   EXPECT_EQ(p["rankDetails"][0]["stalled"], true);
@@ -239,15 +249,15 @@ class ProgressPlanTest : public ::testing::Test {
   Time now_ = std::chrono::system_clock::now();
   OperatorSettings settings_;
 
-  ReconcilePlan Plan(const FleetJobStatus& status, std::optional<Json> progress) {
+  ReconcilePlan Plan(const FleetJobStatus& status, const std::optional<Json>& progress) {
     Observed observed;
-    observed.progress = std::move(progress);
+    if (progress) observed.progress = Progress::FromJson(*progress);
     return PlanReconcile(ReadFleetJob(job_), status, observed, now_, settings_);
   }
   FleetJobStatus Written(const Json& progress, Time at) {
     FleetJobStatus status;
-    status.progress = progress;
-    (*status.progress)[kProgressUpdateTime] = FormatRfc3339(at, TimePrecision::kMillis);
+    status.progress = Progress::FromJson(progress);
+    status.progress->update_time = at;
     return status;
   }
 };
@@ -255,20 +265,20 @@ class ProgressPlanTest : public ::testing::Test {
 TEST_F(ProgressPlanTest, TheFirstSummaryIsWrittenWithItsTime) {
   const ReconcilePlan plan = Plan({}, Json{{"step", 10}});
   ASSERT_TRUE(plan.status.progress.has_value());
-  EXPECT_EQ((*plan.status.progress)["step"], 10);
-  EXPECT_EQ((*plan.status.progress)[kProgressUpdateTime], FormatRfc3339(now_, TimePrecision::kMillis));
+  EXPECT_EQ(plan.status.progress->ToJson()["step"], 10);
+  EXPECT_EQ(plan.status.progress->ToJson()["updateTime"], FormatRfc3339(now_, TimePrecision::kMillis));
 }
 
 TEST_F(ProgressPlanTest, ANewerSummaryWaitsForTheIntervalAndIsRequeuedForIt) {
   settings_.progress_interval = std::chrono::seconds(10);
   const FleetJobStatus status = Written(Json{{"step", 10}}, now_ - std::chrono::seconds(4));
   const ReconcilePlan early = Plan(status, Json{{"step", 30}});
-  EXPECT_EQ((*early.status.progress)["step"], 10) << "written 4 s ago: not again yet";
+  EXPECT_EQ(early.status.progress->ToJson()["step"], 10) << "written 4 s ago: not again yet";
   ASSERT_TRUE(early.requeue_after.has_value());
   EXPECT_EQ(*early.requeue_after, std::chrono::seconds(6));
 
   const ReconcilePlan due = Plan(Written(Json{{"step", 10}}, now_ - std::chrono::seconds(12)), Json{{"step", 30}});
-  EXPECT_EQ((*due.status.progress)["step"], 30);
+  EXPECT_EQ(due.status.progress->ToJson()["step"], 30);
 }
 
 TEST_F(ProgressPlanTest, AnUnchangedSummaryIsNotRewritten) {
@@ -368,10 +378,10 @@ TEST(ProgressCollectorTest, TellsWhichJobsChangedAndKeepsOneSummaryPerRun) {
   }, [&](const std::string& key) { changed.push_back(key); });
   collector.CollectOnce();
   EXPECT_THAT(changed, ::testing::ElementsAre("ns/j"));
-  ASSERT_TRUE(collector.Latest("ns/j", 2).has_value());
-  EXPECT_EQ((*collector.Latest("ns/j", 2))["step"], 10);
-  EXPECT_FALSE(collector.Latest("ns/j", 1).has_value()) << "another run's pods";
-  EXPECT_FALSE(collector.Latest("ns/other", 2).has_value());
+  ASSERT_TRUE(LatestJson(collector, "ns/j", 2).has_value());
+  EXPECT_EQ((*LatestJson(collector, "ns/j", 2))["step"], 10);
+  EXPECT_FALSE(LatestJson(collector, "ns/j", 1).has_value()) << "another run's pods";
+  EXPECT_FALSE(LatestJson(collector, "ns/other", 2).has_value());
   collector.CollectOnce();
   EXPECT_EQ(changed.size(), 2u) << "a speed appeared (0 steps/s)";
   collector.CollectOnce();
@@ -410,7 +420,7 @@ TEST(ProgressCollectorTest, APodKeepsOnlyTheRanksItRuns) {
   ProgressCollector collector(options, [&] { return std::vector<ProgressJob>{job}; }, [](const std::string&) {});
   collector.CollectOnce();
   collector.CollectOnce();
-  const auto p = collector.Latest("ns/j", 1);
+  const auto p = LatestJson(collector, "ns/j", 1);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ((*p)["reportingRanks"], 4);
   EXPECT_EQ((*p)["ranks"], 4);
@@ -442,7 +452,7 @@ TEST(ProgressCollectorTest, AJobKeepsNoMoreRanksThanItHasWhateverItsPodsClaim) {
   }
   ProgressCollector collector(options, [&] { return std::vector<ProgressJob>{job}; }, [](const std::string&) {});
   collector.CollectOnce();
-  const auto p = collector.Latest("ns/j", 1);
+  const auto p = LatestJson(collector, "ns/j", 1);
   ASSERT_TRUE(p.has_value());
   EXPECT_EQ((*p)["reportingRanks"], 20);
   EXPECT_EQ((*p)["ranks"], 20);
@@ -500,7 +510,7 @@ TEST(ProgressCollectorTest, OneJobsHungPodsDoNotDelayAnotherJobsProgress) {
   silent.Close();
   collection.join();
   ASSERT_EQ(ready, std::future_status::ready) << "the healthy job waited for the hung one";
-  EXPECT_EQ((*collector.Latest("ns/healthy", 1))["step"], 7);
+  EXPECT_EQ((*LatestJson(collector, "ns/healthy", 1))["step"], 7);
 }
 
 }  // namespace

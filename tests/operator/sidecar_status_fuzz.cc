@@ -39,8 +39,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   in.previous = &previous;
   in.seconds_since_previous = 1e-3;
   in.total_steps = size % 2 ? 0 : int64_t{1} << 50;
-  const Json p = fleet::op::SummarizeProgress(in);
-  Check(p.is_object());
+  const auto summary = fleet::op::SummarizeProgress(in);
+  Check(summary.has_value());
+  const Json p = summary->ToJson();
   CheckNoNull(p);
   Check(p["step"].get<int64_t>() >= 0);
   if (p.contains("percent")) Check(p["percent"].get<double>() >= 0 && p["percent"].get<double>() <= 100);

@@ -21,6 +21,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/progress.h"
 #include "fleet/base/time.h"
 
 namespace fleet::api {
@@ -109,7 +110,7 @@ struct FleetJobStatus {
   // Service mode: uids of failed pods whose restart was counted, until they are gone.
   std::set<std::string> replaced_pods;
   // Training progress as the sidecars report it (progress.h), with its updateTime.
-  std::optional<Json> progress;
+  std::optional<Progress> progress;
   std::optional<ElasticStatus> elastic;         // spec.elastic jobs
 
   // Kept for round trips (see the top of this file).

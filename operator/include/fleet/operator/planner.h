@@ -16,6 +16,7 @@
 
 #include "fleet/operator/api.h"
 #include "fleet/operator/names.h"
+#include "fleet/operator/progress.h"
 #include "fleet/operator/settings.h"
 
 namespace fleet::op {
@@ -166,7 +167,7 @@ struct Observed {
   std::optional<Json> role_binding;
   HostPortBlock host_ports;            // HostNetwork jobs (recorded in status.hostPortBase)
   // The latest summary of this run's training progress (ProgressCollector), without updateTime.
-  std::optional<Json> progress;
+  std::optional<Progress> progress;
   // The wiring of an earlier plan of this job (ReconcilePlan::wired), reused when it is still
   // the job's; null: built when a plan needs it.
   std::shared_ptr<const WiredJob> wired;

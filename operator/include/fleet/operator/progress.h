@@ -22,11 +22,15 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/progress.h"
 #include "fleet/base/result.h"
 
 namespace fleet::op {
 
 using Json = nlohmann::json;
+using api::Progress;
+using api::RankProgress;
+using api::RoleProgress;
 
 // One training rank as its pod's sidecar reported it.
 struct RankReport {
@@ -62,9 +66,6 @@ inline constexpr double kMaxProgressSeconds = 100.0 * 365 * 24 * 3600;
 Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const std::string& role,
                                                    const std::string& pod);
 
-// status.progress.updateTime: when the planner wrote the summary (RFC 3339).
-inline constexpr const char* kProgressUpdateTime = "updateTime";
-
 // How many rows status.progress.rankDetails keeps (the slowest first).
 inline constexpr size_t kProgressRankDetails = 20;
 
@@ -76,7 +77,7 @@ struct ProgressInput {
   int64_t total_steps = 0;                       // spec.totalSteps (0: not given)
 };
 
-// status.progress without its updateTime; null when no rank has reported a step.
-Json SummarizeProgress(const ProgressInput& in);
+// status.progress without its updateTime; none when no rank has reported a step.
+std::optional<Progress> SummarizeProgress(const ProgressInput& in);
 
 }  // namespace fleet::op

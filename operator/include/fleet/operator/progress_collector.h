@@ -86,7 +86,7 @@ class ProgressCollector {
   // One collection of every target, now (the loop's body).
   void CollectOnce();
   // The job's latest summary for `run` (nullopt: none yet, or only for another run).
-  std::optional<Json> Latest(const std::string& key, int run) const;
+  std::optional<Progress> Latest(const std::string& key, int run) const;
 
   struct Stats {
     uint64_t requests = 0;
@@ -100,7 +100,7 @@ class ProgressCollector {
     int run = 0;
     std::vector<RankReport> ranks;
     std::chrono::steady_clock::time_point at;
-    Json summary;
+    std::optional<Progress> summary;
     // How each pod fared last time, which orders the next collection's requests: pods not asked
     // (the collection ran out of time) first, then those that answered, then those that did not.
     enum class Asked { kNot, kAnswered, kSilent };

@@ -45,6 +45,23 @@ FleetJobStatus EveryFieldSet() {
   return s;
 }
 
+// status.progress as an operator writes it, every member set.
+const Json& EveryProgressMember() {
+  static const Json progress = {
+      {"updateTime", "2026-11-28T10:00:00.250Z"}, {"step", 500}, {"totalSteps", 1000}, {"percent", 50.0},
+      {"etaSeconds", 250}, {"stepsPerSecond", 2.0}, {"samplesPerSecond", 512.5}, {"loss", 0.125},
+      {"ranks", 4}, {"reportingRanks", 3}, {"stalledRanks", 1},
+      {"roles", {{"worker", {{"ranks", 4}, {"reportingRanks", 3}, {"minStep", 400}, {"medianStep", 500},
+                             {"maxStep", 510}, {"stepsPerSecond", 2.0}, {"loss", 0.125}}}}},
+      {"slowest", {{"role", "worker"}, {"rank", 2}, {"pod", "wd-worker-1"}, {"step", 400}, {"lag", 100}}},
+      {"rankDetails", {{{"role", "worker"}, {"rank", 2}, {"pod", "wd-worker-1"}, {"step", 400}, {"lag", 100},
+                        {"idleSeconds", 700}, {"stalled", true}, {"stepsPerSecond", 0.5}, {"loss", 0.25}},
+                       {{"role", "worker"}, {"rank", 0}, {"pod", "wd-worker-0"}, {"step", 500}, {"lag", 0},
+                        {"idleSeconds", 0}, {"stalled", false}}}},
+      {"stepText", "500/1000 (50%)"}, {"speedText", "2 step/s"}, {"etaText", "4m10s"}, {"slowestText", "worker-2 (-100)"}};
+  return progress;
+}
+
 // The keys of `value` that `schema` (an OpenAPI v3 schema of the CRD) does not declare, as paths
 // under `path`. An object schema that lists properties declares those; one with
 // additionalProperties declares any key, each by that schema; one that only preserves unknown
@@ -114,8 +131,56 @@ TEST(FleetJobStatusTest, EveryKeyWrittenIsInTheCrdsSchema) {
   const Json schema = StatusSchema();
   ASSERT_TRUE(schema.is_object()) << "no status schema in crds/fleetjob.yaml (FLEET_SOURCE_DIR)";
   std::vector<std::string> undeclared;
-  Undeclared(EveryFieldSet().ToJson(), schema, "status", undeclared);
+  FleetJobStatus status = EveryFieldSet();
+  status.progress = Progress::FromJson(EveryProgressMember());
+  Undeclared(status.ToJson(), schema, "status", undeclared);
   EXPECT_THAT(undeclared, ::testing::IsEmpty());
+}
+
+TEST(ProgressTest, ReadsBackAsWritten) {
+  const Progress p = Progress::FromJson(EveryProgressMember());
+  EXPECT_EQ(p.ToJson(), EveryProgressMember());
+  EXPECT_EQ(p.step, 500);
+  EXPECT_EQ(p.total_steps, 1000);
+  ASSERT_TRUE(p.update_time.has_value());
+  EXPECT_EQ(FormatRfc3339(*p.update_time, TimePrecision::kMillis), "2026-11-28T10:00:00.250Z");
+  EXPECT_EQ(p.roles.at("worker").median_step, 500);
+  ASSERT_TRUE(p.slowest.has_value());
+  EXPECT_EQ(p.slowest->pod, "wd-worker-1");
+  EXPECT_FALSE(p.slowest->idle_seconds.has_value()) << "slowest has no idle time";
+  ASSERT_EQ(p.rank_details.size(), 2u);
+  EXPECT_EQ(p.rank_details[0].stalled, true);
+  EXPECT_FALSE(p.rank_details[1].loss.has_value());
+  // And inside the job's status.
+  FleetJobStatus status;
+  status.progress = p;
+  EXPECT_EQ(FleetJobStatus::FromJson(status.ToJson()).progress, p);
+}
+
+TEST(ProgressTest, NumbersAnApiServerWroteBackAsIntegersReadAsNumbers) {
+  Json written = EveryProgressMember();
+  written["stepsPerSecond"] = 2;   // Go's encoding/json writes 2.0 as 2
+  const Progress p = Progress::FromJson(written);
+  EXPECT_EQ(p.steps_per_second, 2.0);
+  EXPECT_EQ(p.ToJson(), EveryProgressMember()) << "the same value, whatever its JSON type";
+}
+
+TEST(ProgressTest, WrongTypesReadAsUnsetAndUnknownKeysAreKept) {
+  Json newer = EveryProgressMember();
+  newer["step"] = "many";
+  newer["roles"] = {{"worker", 7}};
+  newer["rankDetails"] = {1, "x"};
+  newer["tokensPerSecond"] = 1e6;   // a newer operator's
+  const Progress p = Progress::FromJson(newer);
+  EXPECT_EQ(p.step, 0);
+  EXPECT_TRUE(p.roles.empty());
+  EXPECT_TRUE(p.rank_details.empty());
+  const Json back = p.ToJson();
+  EXPECT_EQ(back["tokensPerSecond"], 1e6);
+  EXPECT_EQ(back["step"], 0) << "always written: a reader that cannot read it shows 0";
+  for (const Json& odd : {Json(nullptr), Json(3), Json::array()}) {
+    EXPECT_EQ(Progress::FromJson(odd).ToJson()["step"], 0) << odd.dump();
+  }
 }
 
 // The check itself finds a key the schema lacks.
