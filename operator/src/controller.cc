@@ -109,9 +109,7 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
     progress.interval = options_.settings.progress_interval;
     progress_ = std::make_unique<ProgressCollector>(
         progress, [this] { return ProgressTargets(); }, [this](const std::string& key) { queue_.Add(key); },
-        [this](size_t requests, size_t failures, double seconds) {
-          if (metrics_) metrics_->ProgressCollected(requests, failures, seconds);
-        });
+        metrics_ ? metrics_->ProgressHook() : ProgressCollector::Collected());
   }
 
   // Children are selected by the job-name label: the informers never see unrelated objects.

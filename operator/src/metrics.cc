@@ -53,6 +53,11 @@ ControllerMetrics::ControllerMetrics(prometheus::Registry& registry)
       progress_requests_(BuildCounter().Name("fleet_operator_progress_requests_total")
                              .Help("GET /status requests to trainer pods' sidecars, by result (ok, failed)")
                              .Register(registry)),
+      // No job label: a job's forged reports are logged with its name (ProgressCollector), and
+      // the operator's metrics stay as many series whatever the number of jobs.
+      progress_dropped_ranks_(BuildCounter().Name("fleet_operator_progress_dropped_ranks_total")
+                                  .Help("Rank reports in sidecars' /status answers not kept: not the pod's ranks, "
+                                        "or past a bound").Register(registry).Add({})),
       progress_collection_(BuildHistogram().Name("fleet_operator_progress_collection_seconds")
                                .Help("Time to collect the training progress of every running job")
                                .Register(registry).Add({}, LatencyBuckets())) {
@@ -85,10 +90,13 @@ void ControllerMetrics::PodsDeleted(int n) { pods_deleted_.Increment(n); }
 void ControllerMetrics::JobRestarted(int n) { job_restarts_.Increment(n); }
 void ControllerMetrics::SetLeader(bool leader) { leader_.Set(leader ? 1 : 0); }
 
-void ControllerMetrics::ProgressCollected(size_t requests, size_t failures, double seconds) {
-  progress_requests_.Add({{"result", "ok"}}).Increment(static_cast<double>(requests - failures));
-  progress_requests_.Add({{"result", "failed"}}).Increment(static_cast<double>(failures));
-  progress_collection_.Observe(seconds);
+ProgressCollector::Collected ControllerMetrics::ProgressHook() {
+  return [this](const ProgressCollector::Stats& collection, double seconds) {
+    progress_requests_.Add({{"result", "ok"}}).Increment(static_cast<double>(collection.requests - collection.failures));
+    progress_requests_.Add({{"result", "failed"}}).Increment(static_cast<double>(collection.failures));
+    progress_dropped_ranks_.Increment(static_cast<double>(collection.dropped_ranks));
+    progress_collection_.Observe(seconds);
+  };
 }
 
 void ControllerMetrics::SetJobPhases(const std::map<std::string, int>& jobs_by_phase) {

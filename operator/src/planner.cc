@@ -327,11 +327,16 @@ void Planner::Fail(const std::string& reason, const std::string& message) {
 }
 
 // A finished or suspended job is no longer stalled, unschedulable or waiting for anything:
-// conditions that said so turn False (nothing else would ever clear them).
+// conditions that said so turn False (nothing else would ever clear them). Nor has an elastic one
+// members: none of its workers trains for it any more (the rendezvous count stays, as history).
 void Planner::ResolveWithoutPods(const std::string& reason) {
   for (ConditionType type : {ConditionType::kStalled, ConditionType::kUnschedulable, ConditionType::kGangPending,
                              ConditionType::kWaitingForHostPorts}) {
     if (status().IsTrue(type)) SetCondition(type, false, reason, "");
+  }
+  if (status().elastic) {
+    status().elastic->members.clear();
+    status().elastic->below_minimum_since.reset();
   }
 }
 

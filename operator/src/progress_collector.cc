@@ -243,29 +243,31 @@ void ProgressCollector::CollectOnce() {
 
   // Each answer is parsed as it arrives (only `concurrency` bodies are held at once), and a job is
   // summarized as soon as its last pod has answered.
-  size_t requests = 0, failures = 0;
+  Stats collection;
   const auto deadline = start + std::max<std::chrono::steady_clock::duration>(options_.interval, options_.timeout);
   FetchSidecarStatuses(pods, options_, deadline, [&](size_t i, std::optional<std::string> body) {
     const ProgressJob& job = jobs[order[i].first];
     const ProgressJob::Pod& pod = pods[i];
     PendingJob& p = pending[order[i].first];
-    ++requests;
+    ++collection.requests;
     auto ranks = body ? ParseSidecarStatus(*body, pod.role, pod.name) : Result<std::vector<RankReport>>(Error{""});
     p.state.pods[pod.name] = ranks.ok() ? JobState::Asked::kAnswered : JobState::Asked::kSilent;
     if (ranks.ok()) {
       p.Keep(job, pod, std::move(ranks).value());
     } else {
-      ++failures;
+      ++collection.failures;
     }
     if (--p.left == 0) Finish(job, p);
   });
   for (size_t j = 0; j < jobs.size(); ++j) {
     if (pending[j].left > 0) Finish(jobs[j], pending[j]);   // pods not asked for lack of time
+    collection.dropped_ranks += pending[j].dropped;
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.requests += requests;
-    stats_.failures += failures;
+    stats_.requests += collection.requests;
+    stats_.failures += collection.failures;
+    stats_.dropped_ranks += collection.dropped_ranks;
     // Jobs no longer running are forgotten.
     for (auto it = jobs_.begin(); it != jobs_.end();) {
       const bool running = std::any_of(jobs.begin(), jobs.end(), [&](const ProgressJob& job) { return job.key == it->first; });
@@ -273,7 +275,7 @@ void ProgressCollector::CollectOnce() {
     }
   }
   if (collected_) {
-    collected_(requests, failures, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+    collected_(collection, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
   }
 }
 
@@ -307,7 +309,6 @@ void ProgressCollector::Finish(const ProgressJob& job, PendingJob& pending) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.dropped_ranks += pending.dropped;
     jobs_[job.key] = std::move(state);
   }
   pending.left = 0;

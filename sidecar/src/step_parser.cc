@@ -208,9 +208,28 @@ bool ParseNumber(std::string_view text, size_t* pos, double* value, std::string_
 }
 
 bool AsCount(double v, int64_t* out) {
-  if (!(v >= 0) || v > 9007199254740992.0 || v != std::floor(v)) return false;
+  if (!(v >= 0) || v > static_cast<double>(kMaxStepCount) || v != std::floor(v)) return false;
   *out = static_cast<int64_t>(v);
   return true;
+}
+
+// The digits text[begin, end) as a count: false past kMaxStepCount.
+bool ReadCount(std::string_view text, size_t begin, size_t end, int64_t* out) {
+  int64_t value = 0;
+  const auto [ptr, ec] = std::from_chars(text.data() + begin, text.data() + end, value);
+  if (ec != std::errc() || ptr != text.data() + end || value > kMaxStepCount) return false;
+  *out = value;
+  return true;
+}
+
+// "step 2000/1000": a record that contradicts itself, whose step cannot be trusted to count the
+// rank's progress (a trainer's line never passes its own total).
+bool StepPastItsTotal(const StepRecord& r) {
+  return r.Has(StepRecord::kStep) && r.Has(StepRecord::kTotalSteps) && r.step > r.total_steps;
+}
+
+std::string PastItsTotal(const StepRecord& r) {
+  return "step " + std::to_string(r.step) + " is past total_steps " + std::to_string(r.total_steps);
 }
 
 bool NonNegativeFinite(double v) { return v >= 0 && std::isfinite(v); }
@@ -402,8 +421,7 @@ bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, 
     while (i < line.size() && IsDigit(line[i])) ++i;
     if (i == digits) continue;
     if (i < line.size() && (IsAlpha(line[i]) || line[i] == '_' || line[i] == '.')) continue;
-    auto [ptr, ec] = std::from_chars(line.data() + digits, line.data() + i, *step);
-    if (ec != std::errc()) *step = -1;  // too many digits: malformed
+    if (!ReadCount(line, digits, i, step)) *step = -1;  // past the bound: malformed
     *digits_begin = digits;
     *begin = p;
     *end = i;
@@ -412,7 +430,7 @@ bool FindStepToken(std::string_view line, std::string_view word, size_t* begin, 
       size_t t = i + 1;
       while (t < line.size() && IsDigit(line[t])) ++t;
       const bool word_ends = t == line.size() || !(IsAlpha(line[t]) || line[t] == '_' || line[t] == '.');
-      if (word_ends && std::from_chars(line.data() + i + 1, line.data() + t, total->value).ec == std::errc()) {
+      if (word_ends && ReadCount(line, i + 1, t, &total->value)) {
         *total = {i + 1, t, total->value};
       }
     }
@@ -463,9 +481,7 @@ ParseOutcome ParseTotalStepsLine(std::string_view line, StepRecord* r, Trace* tr
 bool ReadInt(std::string_view s, size_t* i, int64_t* out) {
   const size_t begin = *i;
   while (*i < s.size() && IsDigit(s[*i])) ++*i;
-  if (*i == begin) return false;
-  auto [ptr, ec] = std::from_chars(s.data() + begin, s.data() + *i, *out);
-  return ec == std::errc();
+  return *i > begin && ReadCount(s, begin, *i, out);
 }
 
 // "[Epoch 0, batch 5]" at `open`: epoch and step; *end is past ']'. kNone when it is not that header.
@@ -543,7 +559,7 @@ bool IsScalarName(std::string_view name) {
 
 namespace {
 
-ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trace* trace) {
+ParseOutcome ParseStepLineFields(std::string_view line, StepRecord* record, Trace* trace) {
   record->Clear();
   // "[Epoch 0, batch 5] loss: ..." (dygraph examples)
   for (std::string_view marker : {std::string_view("[Epoch"), std::string_view("[epoch")}) {
@@ -615,6 +631,11 @@ bool IsFastDecimal(std::string_view text, size_t begin, size_t end) {
   return FastDecimal(text.substr(0, end), &i, &value) && i == end;
 }
 
+ParseOutcome ParseStepLineTraced(std::string_view line, StepRecord* record, Trace* trace) {
+  const ParseOutcome outcome = ParseStepLineFields(line, record, trace);
+  return outcome == ParseOutcome::kStep && StepPastItsTotal(*record) ? ParseOutcome::kMalformed : outcome;
+}
+
 }  // namespace
 
 ParseOutcome ParseStepLine(std::string_view line, StepRecord* record) {
@@ -683,7 +704,7 @@ bool LineParser::Replay(std::string_view line, StepRecord* r) const {
     r->step = token;
     r->fields |= StepRecord::kStep;
   }
-  return true;
+  return !StepPastItsTotal(*r);   // else the general parser says why
 }
 
 ParseOutcome LineParser::Parse(std::string_view line, StepRecord* record) {
@@ -829,7 +850,7 @@ ParseOutcome StepPattern::Match(std::string_view line, StepRecord* record) const
     if (!ParseNumber(value_text, &pos, &value, &unit) || pos != value_text.size()) return ParseOutcome::kMalformed;
     if (!ApplyField(g.key, g.name, value, unit, /*from_log=*/true, record)) return ParseOutcome::kMalformed;
   }
-  return ParseOutcome::kStep;
+  return StepPastItsTotal(*record) ? ParseOutcome::kMalformed : ParseOutcome::kStep;
 }
 
 // ---- push API ----
@@ -873,6 +894,10 @@ ParseOutcome ParseTextReport(std::string_view line, StepRecord* record, std::str
     }
     ++found;
   }
+  if (StepPastItsTotal(*record)) {
+    *error = PastItsTotal(*record);
+    return ParseOutcome::kMalformed;
+  }
   return found == 0 ? ParseOutcome::kNone : ParseOutcome::kStep;
 }
 
@@ -899,6 +924,7 @@ Status JsonRecord(const Json& object, StepRecord* r) {
       return Error{key + ": the value does not fit (counts are whole numbers >= 0, times >= 0)"};
     }
   }
+  if (StepPastItsTotal(*r)) return Error{PastItsTotal(*r)};
   return OkStatus();
 }
 

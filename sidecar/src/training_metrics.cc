@@ -229,7 +229,9 @@ void TrainingMetrics::ApplyLocked(Rank& r, const StepRecord& rec, bool timed, ui
   }
 
   if (delta > 0) {
-    r.steps += static_cast<double>(delta);
+    // Bounded as every count (kMaxStepCount), so that the operator, which refuses a larger one,
+    // still reads the pod's answer.
+    r.steps = std::min(r.steps + static_cast<double>(delta), static_cast<double>(kMaxStepCount));
     r.seen_step = true;
     r.last_progress = now;
     if (per_step >= 0 && std::isfinite(per_step)) {

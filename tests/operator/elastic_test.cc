@@ -280,6 +280,27 @@ TEST(ElasticEndTest, SucceedsOnceTheWorkersHaveFinished) {
   world.Step();
   EXPECT_EQ(world.Status()["phase"], "Succeeded");
   EXPECT_THAT(world.Status().value("message", ""), HasSubstr("all 2 workers finished successfully"));
+  // No worker runs any more: no members; the rendezvous count stays as the job's history.
+  EXPECT_EQ(Elastic(world)["members"], Json::array());
+  EXPECT_EQ(Elastic(world)["rendezvous"], 1);
+}
+
+// A failed job's workers are gone (cleanPodPolicy Running deletes those still running): its
+// status lists no members, neither in the reconcile that failed it nor in later ones.
+TEST(ElasticEndTest, AFailedJobHasNoMembers) {
+  World world = ElasticWorld(60);
+  world.Remove("wd-worker-1");
+  world.Remove("wd-worker-2");   // their replacements stay Pending
+  world.Step();
+  world.Advance(60);
+  world.Step();
+  ASSERT_EQ(world.Status()["phase"], "Failed");
+  EXPECT_EQ(Elastic(world)["members"], Json::array());
+  EXPECT_FALSE(Elastic(world).contains("belowMinimumSince"));
+  EXPECT_EQ(Elastic(world)["rendezvous"], 1);
+
+  world.Settle();
+  EXPECT_EQ(Elastic(world)["members"], Json::array());
 }
 
 }  // namespace

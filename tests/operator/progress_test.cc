@@ -6,6 +6,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <prometheus/registry.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -21,6 +22,7 @@
 #include "builders.h"
 #include "fleet/base/time.h"
 #include "fleet/httpd/http_server.h"
+#include "fleet/operator/metrics.h"
 #include "fleet/operator/planner.h"
 #include "fleet/operator/progress.h"
 #include "fleet/operator/progress_collector.h"
@@ -402,6 +404,19 @@ std::string ForgedRanks(int count, const std::function<int(int rank)>& steps) {
   return Json{{"ranks", ranks}}.dump();
 }
 
+// 2 pods of 2 ranks each (ranks 0-1, 2-3), both served by the sidecar at `port`.
+ProgressJob TwoPodsOfTwoRanks(int port) {
+  ProgressJob job{"ns/j", 1, {{"worker", 4}}, 0, {}};
+  for (int pod = 0; pod < 2; ++pod) {
+    ProgressJob::Pod p = LoopbackPod(port);
+    p.name = "j-worker-" + std::to_string(pod);
+    p.first_rank = 2 * pod;
+    p.ranks = 2;
+    job.pods.push_back(p);
+  }
+  return job;
+}
+
 TEST(ProgressCollectorTest, APodKeepsOnlyTheRanksItRuns) {
   const std::string body = ForgedRanks(1000, [](int rank) { return 100 + rank; });
   auto server = StatusServer([&body] { return body; });
@@ -409,14 +424,7 @@ TEST(ProgressCollectorTest, APodKeepsOnlyTheRanksItRuns) {
   std::vector<std::string> logged;
   ProgressCollectorOptions options;
   options.log = Logger("", [&](const std::string& line) { logged.push_back(line); });
-  ProgressJob job{"ns/j", 1, {{"worker", 4}}, 0, {}};
-  for (int pod = 0; pod < 2; ++pod) {
-    ProgressJob::Pod p = LoopbackPod(server->port());
-    p.name = "j-worker-" + std::to_string(pod);
-    p.first_rank = 2 * pod;
-    p.ranks = 2;
-    job.pods.push_back(p);
-  }
+  const ProgressJob job = TwoPodsOfTwoRanks(server->port());
   ProgressCollector collector(options, [&] { return std::vector<ProgressJob>{job}; }, [](const std::string&) {});
   collector.CollectOnce();
   collector.CollectOnce();
@@ -432,6 +440,30 @@ TEST(ProgressCollectorTest, APodKeepsOnlyTheRanksItRuns) {
   EXPECT_EQ(collector.stats().dropped_ranks, 2u * 2 * 998);
   ASSERT_EQ(logged.size(), 1u) << "one line while it lasts, not one per report or collection";
   EXPECT_THAT(logged[0], ::testing::HasSubstr("fleetjob=ns/j dropped=1996 kept=4"));
+}
+
+// The operator's metrics count the dropped reports, as the controller hooks them to the collector.
+TEST(ProgressCollectorTest, DroppedRanksAreCountedInTheOperatorsMetrics) {
+  const std::string body = ForgedRanks(10, [](int) { return 1; });
+  auto server = StatusServer([&body] { return body; });
+  ASSERT_TRUE(server);
+  prometheus::Registry registry;
+  ControllerMetrics metrics(registry);
+  ProgressCollectorOptions options;
+  options.log = Logger("", [](const std::string&) {});
+  const ProgressJob job = TwoPodsOfTwoRanks(server->port());
+  ProgressCollector collector(options, [&] { return std::vector<ProgressJob>{job}; }, [](const std::string&) {},
+                              metrics.ProgressHook());
+  const auto dropped = [&registry] {
+    for (const prometheus::MetricFamily& family : registry.Collect()) {
+      if (family.name == "fleet_operator_progress_dropped_ranks_total") return family.metric.at(0).counter.value;
+    }
+    return -1.0;
+  };
+  collector.CollectOnce();
+  EXPECT_EQ(dropped(), 2 * 8) << "each pod keeps 2 of the 10 ranks it claims";
+  collector.CollectOnce();
+  EXPECT_EQ(dropped(), 2 * 2 * 8);
 }
 
 // Without knowing a pod's ranks, its role's ranks still bound what the job keeps, and no rank is

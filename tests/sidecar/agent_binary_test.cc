@@ -575,6 +575,28 @@ TEST_F(AgentTest, FollowsTheLaunchersLogsAndReadsThePaddleNlpLineWithoutAPattern
 
 // ---- hostile input (issue 25) ----
 
+// A trainer's "step 9223372036854775807/1000" became the pod's own step and count (9.2e18) in
+// /status and its metrics (the operator bounded it, the sidecar did not): a step past its own
+// total, or past 2^53, is a malformed line, and the pod's count goes on from the steps before it.
+TEST_F(AgentTest, AStepPastItsTotalOrTheBoundIsNotThePodsProgress) {
+  const std::string log = dir_.path() + "/train.log";
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--main-process=off", "--rank=0", "--log-file=" + log});
+  ASSERT_TRUE(Eventually([&] { return StatusJson(*sidecar).is_object(); })) << sidecar->Stderr();
+  dir_.Write("train.log", "step 5/1000, loss: 0.5\nstep 9223372036854775807/1000, loss: 0.5\n"
+                          "step 2000/1000, loss: 0.5\nstep 9007199254740993, loss: 0.5\nstep 6/1000, loss: 0.4\n");
+  Json rank;
+  ASSERT_TRUE(Eventually([&] { return (rank = RankStatus(*sidecar, 0)).value("step", 0.0) == 6; }))
+      << StatusJson(*sidecar).dump() << sidecar->Stderr();
+  EXPECT_EQ(rank.value("steps", 0.0), 2) << rank.dump();
+  EXPECT_EQ(rank.value("totalSteps", 0.0), 1000);
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_sidecar_parse_errors_total", "source=\"log\"", 3));
+  const std::string page = Metrics(*sidecar);
+  EXPECT_EQ(Sample(page, "fleet_training_steps_total", "rank=\"0\""), 2);
+  EXPECT_EQ(Sample(page, "fleet_training_step", "rank=\"0\""), 6);
+  EXPECT_EQ(MetricValue(page, "fleet_training_restarts_total"), 0) << "no step went back";
+}
+
 // A trainer's command line is any bytes: one that is not UTF-8, and one whose 200-byte cut falls
 // inside a character (a Chinese path), still give a /status answer, with the bytes replaced and
 // the character left out whole.

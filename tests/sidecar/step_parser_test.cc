@@ -281,6 +281,43 @@ TEST(StepLineTest, AStepOfATotalGivesTheTotal) {
   EXPECT_DOUBLE_EQ(next.loss, 0.8);
 }
 
+// Issue 25: "step 9223372036854775807/1000" became the rank's step, and its count 9.2e18. Counts
+// are bounded as the operator bounds them (2^53), and a step past its own total is no step.
+TEST(StepLineTest, AStepPastTheBoundOrItsTotalIsMalformed) {
+  EXPECT_EQ(Parse("step 9007199254740992, loss: 1").step, kMaxStepCount);
+  EXPECT_EQ(Parse("step 1000/1000, loss: 1").step, 1000);
+  for (const char* line : {"step 9223372036854775807/1000, loss: 1", "step 9223372036854775807, loss: 1",
+                           "step 9007199254740993, loss: 1", "step 1001/1000, loss: 1",
+                           "[Epoch 9007199254740993, batch 1] loss: 1", "[Epoch 0, batch 9007199254740993] loss: 1",
+                           "loss: 1, global_step: 5, total_steps: 4"}) {
+    Parse(line, ParseOutcome::kMalformed);
+  }
+  // A total past the bound is no total, as one past int64 is: the step stands.
+  EXPECT_FALSE(Parse("step 12/9007199254740993, loss: 0.4").Has(StepRecord::kTotalSteps));
+
+  // The template learnt from a line replays the next one's numbers, and says the same.
+  LineParser parser;
+  StepRecord r;
+  ASSERT_EQ(parser.Parse("step 1/1000, loss: 0.9", &r), ParseOutcome::kStep);
+  EXPECT_EQ(parser.Parse("step 2000/1000, loss: 0.8", &r), ParseOutcome::kMalformed);
+  EXPECT_EQ(parser.Parse("step 9223372036854775807/1000, loss: 0.8", &r), ParseOutcome::kMalformed);
+  EXPECT_EQ(parser.Parse("step 3/1000, loss: 0.7", &r), ParseOutcome::kStep);
+  EXPECT_EQ(r.step, 3);
+
+  // A user's pattern and the push API: the same rules.
+  auto pattern = StepPattern::Compile(R"(it (?P<step>\d+) of (?P<total_steps>\d+))");
+  ASSERT_TRUE(pattern.ok()) << pattern.error();
+  EXPECT_EQ(pattern->Match("it 5 of 4", &r), ParseOutcome::kMalformed);
+  EXPECT_EQ(pattern->Match("it 4 of 4", &r), ParseOutcome::kStep);
+  std::string error;
+  EXPECT_EQ(ParseTextReport("step=81 total_steps=80", &r, &error), ParseOutcome::kMalformed);
+  EXPECT_EQ(error, "step 81 is past total_steps 80");
+  EXPECT_EQ(ParseTextReport("step=9223372036854775807", &r, &error), ParseOutcome::kMalformed);
+  const auto records = ParseJsonReport(Json{{"step", 81}, {"total_steps", 80}}, 16);
+  ASSERT_FALSE(records.ok());
+  EXPECT_EQ(records.error(), "step 81 is past total_steps 80");
+}
+
 TEST(ReportTest, APushedReportMayGiveTheTotal) {
   auto records = ParseJsonReport(Json{{"step", 5}, {"total_steps", 80}}, 16);
   ASSERT_TRUE(records.ok()) << records.error();

@@ -86,6 +86,16 @@ TEST_F(TrainingMetricsTest, StepNumbersCountTheStepsBetweenThem) {
   EXPECT_EQ(Value("fleet_training_steps_total", 4), 33);
 }
 
+// A rank's count stops at the bound every count has (the operator refuses an answer past it).
+TEST_F(TrainingMetricsTest, ARanksCountStopsAtTheBound) {
+  Apply(4, "steps=9007199254740992");
+  Apply(4, "steps=9007199254740992");
+  Apply(4, "steps=1");
+  EXPECT_EQ(Value("fleet_training_steps_total", 4), static_cast<double>(kMaxStepCount));
+  ASSERT_EQ(metrics_.Progress().size(), 1u);
+  EXPECT_EQ(metrics_.Progress()[0].steps, static_cast<double>(kMaxStepCount));
+}
+
 TEST_F(TrainingMetricsTest, StepTimesFromReportsLogTotalsAndTheClock) {
   Apply(4, "step=1 step_time=0.02");
   Apply(4, "step=3 step_time=0.03");

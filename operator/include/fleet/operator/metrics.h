@@ -7,6 +7,9 @@
 //   jobs{phase}                        FleetJobs by status.phase
 //   pods_created_total, pods_deleted_total, job_restarts_total
 //   leader                             1 while this replica leads
+//   progress_requests_total{result}    GET /status to sidecars: ok | failed
+//   progress_dropped_ranks_total       rank reports not kept: not the pod's ranks, or past a bound
+//   progress_collection_seconds        histogram
 #pragma once
 
 #include <chrono>
@@ -17,6 +20,7 @@
 
 #include "fleet/kube/client.h"
 #include "fleet/kube/workqueue.h"
+#include "fleet/operator/progress_collector.h"
 
 namespace prometheus {
 class Registry;
@@ -43,8 +47,8 @@ class ControllerMetrics {
   // The phase of every job this replica knows about.
   void SetJobPhases(const std::map<std::string, int>& jobs_by_phase);
   void SetLeader(bool leader);
-  // One progress collection: GET /status requests made, how many failed, how long it took.
-  void ProgressCollected(size_t requests, size_t failures, double seconds);
+  // The progress collector's hook: each collection's requests, failures, dropped ranks and time.
+  ProgressCollector::Collected ProgressHook();
 
  private:
   prometheus::Family<prometheus::Counter>& reconciles_;
@@ -59,6 +63,7 @@ class ControllerMetrics {
   prometheus::Counter& job_restarts_;
   prometheus::Gauge& leader_;
   prometheus::Family<prometheus::Counter>& progress_requests_;
+  prometheus::Counter& progress_dropped_ranks_;
   prometheus::Histogram& progress_collection_;
   std::mutex mu_;
   std::map<std::string, prometheus::Gauge*> phase_gauges_;

@@ -70,10 +70,15 @@ struct ProgressCollectorOptions {
 
 class ProgressCollector {
  public:
+  struct Stats {
+    uint64_t requests = 0;
+    uint64_t failures = 0;      // refused, timed out, too large, not a sidecar's /status
+    uint64_t dropped_ranks = 0; // rank reports not kept: not the pod's ranks, or past a bound
+  };
   using Targets = std::function<std::vector<ProgressJob>()>;
   using Changed = std::function<void(const std::string& key)>;
-  // After each collection: requests made, how many failed, seconds it took (metrics).
-  using Collected = std::function<void(size_t requests, size_t failures, double seconds)>;
+  // After each collection: its own counts, and the seconds it took (metrics).
+  using Collected = std::function<void(const Stats& collection, double seconds)>;
 
   ProgressCollector(ProgressCollectorOptions options, Targets targets, Changed changed, Collected collected = nullptr);
   ~ProgressCollector();
@@ -88,12 +93,7 @@ class ProgressCollector {
   // The job's latest summary for `run` (nullopt: none yet, or only for another run).
   std::optional<Progress> Latest(const std::string& key, int run) const;
 
-  struct Stats {
-    uint64_t requests = 0;
-    uint64_t failures = 0;      // refused, timed out, too large, not a sidecar's /status
-    uint64_t dropped_ranks = 0; // rank reports not kept: not the pod's ranks, or past a bound
-  };
-  Stats stats() const;
+  Stats stats() const;   // every collection's so far
 
  private:
   struct JobState {

@@ -43,6 +43,11 @@
 
 namespace fleet::sidecar {
 
+// Every count (a step number, a total, an epoch, an increment) is a whole number up to 2^53, the
+// integers a double (and a JSON number) holds exactly, as the operator bounds them: a larger one
+// makes its record malformed, and a rank's count stops there.
+inline constexpr int64_t kMaxStepCount = int64_t{1} << 53;
+
 struct StepRecord {
   enum Field : uint32_t {
     kStep = 1u << 0,
@@ -85,7 +90,8 @@ struct StepRecord {
 enum class ParseOutcome {
   kNone,       // not a step line (most log lines): nothing to count
   kStep,       // `record` holds the step
-  kMalformed,  // it is a step line (or report) but a field cannot be read: counted, skipped
+  kMalformed,  // it is a step line (or report) but a field cannot be read, a count is past
+               // kMaxStepCount, or its step is past its own total ("step 2000/1000"): counted, skipped
 };
 
 // The built-in formats. `record` is cleared first.

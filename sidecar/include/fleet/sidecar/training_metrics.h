@@ -18,7 +18,8 @@
 //
 // Counting steps: a record with a step number counts the steps since the rank's previous one (its
 // first counts 1; a new epoch counts its batch number; a lower number in the same epoch means the
-// trainer started over: 1, and a restart); a record without one counts `steps` (default 1).
+// trainer started over: 1, and a restart); a record without one counts `steps` (default 1). The
+// count stops at kMaxStepCount.
 // Step duration: the record's step_time; else the difference of Paddle's "total time cost" between
 // two lines over the steps between them; else, for live input, the wall-clock time between two
 // records over the steps between them.
