@@ -15,6 +15,7 @@ training script and Paddle read their env; setting os.environ in-process has no 
 The values live in os.environ only, not in the C environment: a program this process executes
 could not be started with them (the same kernel limit). A Python child loads them again itself
 (it inherits FLEET_ENV_FILES and PYTHONPATH). Without FLEET_ENV_FILES nothing happens.
+runtime/include/fleet/runtime/env_files.h is the same contract for C++ entry points (fleetrun).
 
 It fails closed: a malformed FLEET_ENV_FILES (an entry not VAR=FILE, no FLEET_ENV_FILES_DIR or
 FLEET_ENV_FILES_RUN), a file that is not UTF-8 text, a wait past TIMEOUT_SECONDS, or any other error
