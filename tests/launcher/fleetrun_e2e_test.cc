@@ -824,7 +824,8 @@ class FleetrunE2EEnvFiles : public FleetrunE2EBase {
     WriteFile(files_ / "fleet-run", run, 0644);
   }
   EnvMap PodEnv() const {
-    return {{"FLEET_ENV_FILES", "PADDLE_TRAINERS=PADDLE_TRAINERS,DISTRIBUTED_TRAINER_ENDPOINTS=DISTRIBUTED_TRAINER_ENDPOINTS"},
+    return {{"FLEET_ENV_FILES",
+             "PADDLE_TRAINERS=PADDLE_TRAINERS,DISTRIBUTED_TRAINER_ENDPOINTS=DISTRIBUTED_TRAINER_ENDPOINTS"},
             {"FLEET_ENV_FILES_DIR", files_.string()}, {"FLEET_ENV_FILES_RUN", "7"},
             {"POD_IP", "127.0.0.1"}, {"PADDLE_TRAINER_ID", "0"}, {"TRAINER_PORTS_NUM", "2"},
             {"PADDLE_TRAINERS_NUM", "2"}, {"PADDLE_PORT", "36170"}};

@@ -42,7 +42,8 @@ class EnvFilesTest : public ::testing::Test {
 TEST_F(EnvFilesTest, ReadsTheVariablesOfTheRun) {
   auto read = ReadEnvFiles(Env("PADDLE_TRAINER_ENDPOINTS=list,ALSO=list"), short_wait_);
   ASSERT_TRUE(read.ok()) << read.error();
-  EXPECT_EQ(*read, (EnvMap{{"ALSO", "10.0.0.1:6170,10.0.0.2:6170"}, {"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170,10.0.0.2:6170"}}));
+  const std::string list = "10.0.0.1:6170,10.0.0.2:6170";
+  EXPECT_EQ(*read, (EnvMap{{"ALSO", list}, {"PADDLE_TRAINER_ENDPOINTS", list}}));
 }
 
 TEST_F(EnvFilesTest, WithoutFleetEnvFilesNothingIsRead) {
@@ -60,7 +61,8 @@ TEST_F(EnvFilesTest, GivesUpWaitingForTheRunsFilesNamingThem) {
   auto read = ReadEnvFiles(Env("PADDLE_TRAINER_ENDPOINTS=list"), wait);
   ASSERT_FALSE(read.ok());
   EXPECT_THAT(read.error(), ::testing::StartsWith("gave up after "));
-  EXPECT_THAT(read.error(), ::testing::EndsWith(" s waiting for PADDLE_TRAINER_ENDPOINTS of run 3 in " + dir_.string()));
+  EXPECT_THAT(read.error(),
+              ::testing::EndsWith(" s waiting for PADDLE_TRAINER_ENDPOINTS of run 3 in " + dir_.string()));
   ASSERT_EQ(reports.size(), 1u) << "one report per report_every_seconds";
   EXPECT_THAT(reports[0], HasSubstr("waiting for PADDLE_TRAINER_ENDPOINTS of run 3"));
   Write("fleet-run", "3");
