@@ -28,6 +28,14 @@ size_t Utf8Length(std::string_view text, size_t i) {
 
 }  // namespace
 
+bool IsUtf8(std::string_view text) {
+  for (size_t i = 0, n = 0; i < text.size(); i += n) {
+    n = Utf8Length(text, i);
+    if (n == 0) return false;
+  }
+  return true;
+}
+
 std::string EscapeControl(std::string_view text) {
   std::string out;
   out.reserve(text.size());

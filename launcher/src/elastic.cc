@@ -9,7 +9,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -61,16 +60,6 @@ std::string Hosts(const std::vector<Endpoint>& members) {
   std::vector<std::string> hosts;
   for (const Endpoint& e : members) hosts.push_back(e.host);
   return JoinStrings(hosts, ",");
-}
-
-// The run's gloo dir goes with the run, with whatever its generations' trainers left in it. Called
-// while the stop signals are still blocked: one that came twice (a repeated Ctrl-C, `timeout`
-// and a process-group kill) is pending, and ends fleetrun the moment they are unblocked.
-void RemoveGlooDir(const std::string& dir) {
-  if (dir.empty()) return;
-  std::error_code error;
-  std::filesystem::remove_all(dir, error);
-  if (error) std::cerr << "fleetrun: WARNING: could not remove " << dir << ": " << error.message() << std::endl;
 }
 
 // What one read of etcd says about the job.
@@ -527,7 +516,6 @@ int RunElastic(const LaunchOptions& options, const HostFacts& host, const Elasti
   sigset_t previous;
   ::pthread_sigmask(SIG_BLOCK, &SupervisedSignals(), &previous);
   const int status = ElasticNode(options, host, settings).Run();
-  RemoveGlooDir(host.gloo_dir);
   ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
   return status;
 }

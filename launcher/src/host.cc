@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <iostream>
 
 #include "fleet/base/strings.h"
 
@@ -107,6 +109,20 @@ Result<std::string> ResolveProgram(const std::string& script, const std::string&
   if (on_path(script)) return script;  // exec'd through PATH, as given
   if (IsRegularFile(script, X_OK)) return "./" + script;
   return Error{"training program '" + script + "' is not a file here and not a command on PATH"};
+}
+
+Result<std::string> MakeGlooDir(const EnvMap& env) {
+  auto tmp = env.find("TMPDIR");
+  std::string dir = (tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp") + "/fleetrun-gloo-XXXXXX";
+  if (!::mkdtemp(dir.data())) return Error{"cannot create a gloo directory in " + dir + ": " + std::strerror(errno)};
+  return dir;
+}
+
+void RemoveGlooDir(const std::string& dir) {
+  if (dir.empty()) return;
+  std::error_code error;
+  std::filesystem::remove_all(dir, error);
+  if (error) std::cerr << "fleetrun: WARNING: could not remove " << dir << ": " << error.message() << std::endl;
 }
 
 HostFacts ReadHostFacts() {

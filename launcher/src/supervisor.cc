@@ -20,6 +20,8 @@
 #include <string>
 #include <vector>
 
+#include "fleet/runtime/env_files.h"
+
 namespace fleet::launcher {
 namespace {
 
@@ -107,7 +109,7 @@ struct Child {
 class Supervisor {
  public:
   Supervisor(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options)
-      : plan_(plan), base_env_(base_env), options_(options) {}
+      : plan_(plan), base_env_(WithoutEnvFileValues(base_env)), options_(options) {}
 
   int Run();
 
@@ -132,7 +134,7 @@ class Supervisor {
   std::string LogPath(const LocalProcess& spec) const { return plan_.log_dir + "/" + spec.log_file; }
 
   const LaunchPlan& plan_;
-  const EnvMap& base_env_;
+  const EnvMap base_env_;
   const SupervisorOptions options_;
   std::vector<Child> children_;
   int signal_fd_ = -1;

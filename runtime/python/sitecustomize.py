@@ -15,6 +15,12 @@ training script and Paddle read their env; setting os.environ in-process has no 
 The values live in os.environ only, not in the C environment: a program this process executes
 could not be started with them (the same kernel limit). A Python child loads them again itself
 (it inherits FLEET_ENV_FILES and PYTHONPATH). Without FLEET_ENV_FILES nothing happens.
+runtime/include/fleet/runtime/env_files.h is the same contract for C++ entry points (fleetrun).
+
+It fails closed: a malformed FLEET_ENV_FILES (an entry not VAR=FILE, no FLEET_ENV_FILES_DIR or
+FLEET_ENV_FILES_RUN), a file that is not UTF-8 text, a wait past TIMEOUT_SECONDS, or any other error
+ends the process with status 1 and a message naming what was wrong: a training script that ran
+without its peer lists would train with wrong ranks, or alone.
 
 As `sitecustomize` this module hides any other sitecustomize further down sys.path (Debian's,
 an image's own): it runs that one afterwards. Standard library only, Python 3.6 or later.
@@ -31,40 +37,63 @@ POLL_SECONDS = 0.5
 REPORT_EVERY_SECONDS = 30
 
 
+class EnvFilesError(Exception):
+    """FLEET_ENV_FILES cannot be loaded; the message names the variable or file."""
+
+
 def _say(message):
     sys.stderr.write("fleetjob env loader: " + message + "\n")
     sys.stderr.flush()
 
 
-def _read(path):
+def _read(path, what):
+    """The file's text; None while it is missing or unreadable (the kubelet may not have written it)."""
     try:
         with open(path, encoding="utf-8") as f:
             return f.read()
     except OSError:
         return None
+    except UnicodeDecodeError as error:
+        raise EnvFilesError("%s: file %s is not UTF-8 text (%s)" % (what, path, error))
 
 
 def _read_run(directory, run, files):
     """The values when every file is there and of `run` (checked before and after), else None."""
-    if _read(os.path.join(directory, RUN_FILE)) != run:
+    run_file = os.path.join(directory, RUN_FILE)
+    if _read(run_file, "FLEET_ENV_FILES_RUN") != run:
         return None
     values = {}
     for name, file in files:
-        value = _read(os.path.join(directory, file))
+        value = _read(os.path.join(directory, file), name)
         if value is None:
             return None
         values[name] = value
-    return values if _read(os.path.join(directory, RUN_FILE)) == run else None
+    return values if _read(run_file, "FLEET_ENV_FILES_RUN") == run else None
+
+
+def _wanted_files(environ):
+    """[(VAR, FILE)] from FLEET_ENV_FILES; every entry must be VAR=FILE, both non-empty."""
+    files = []
+    for entry in environ["FLEET_ENV_FILES"].split(","):
+        name, equals, file = entry.partition("=")
+        if not name or not equals or not file:
+            raise EnvFilesError("FLEET_ENV_FILES: entry %r is not VAR=FILE" % entry)
+        files.append((name, file))
+    for name in ("FLEET_ENV_FILES_DIR", "FLEET_ENV_FILES_RUN"):
+        if not environ.get(name, ""):
+            raise EnvFilesError("FLEET_ENV_FILES is set but %s is not" % name)
+    return files
 
 
 def load_env_files(environ=os.environ):
-    """Sets the variables FLEET_ENV_FILES names; waits for their files. Exits 1 after TIMEOUT_SECONDS."""
-    wanted = environ.get("FLEET_ENV_FILES", "")
-    if not wanted:
+    """Sets the variables FLEET_ENV_FILES names; waits for their files up to TIMEOUT_SECONDS.
+
+    Raises EnvFilesError on malformed input or when the wait times out."""
+    if not environ.get("FLEET_ENV_FILES", ""):
         return
-    directory = environ.get("FLEET_ENV_FILES_DIR", "")
-    run = environ.get("FLEET_ENV_FILES_RUN", "")
-    files = [tuple(entry.split("=", 1)) for entry in wanted.split(",") if "=" in entry]
+    files = _wanted_files(environ)
+    directory = environ["FLEET_ENV_FILES_DIR"]
+    run = environ["FLEET_ENV_FILES_RUN"]
     what = "%s of run %s in %s" % (", ".join(name for name, _ in files), run, directory)
     start = time.monotonic()
     reported = None
@@ -74,8 +103,7 @@ def load_env_files(environ=os.environ):
             break
         waited = time.monotonic() - start
         if waited > TIMEOUT_SECONDS:
-            _say("gave up after %d s waiting for %s" % (waited, what))
-            os._exit(1)  # the script cannot run without its peers (SystemExit here would be a fatal init error)
+            raise EnvFilesError("gave up after %d s waiting for %s" % (waited, what))
         if reported is None or waited - reported >= REPORT_EVERY_SECONDS:
             _say("waiting for %s (the kubelet refreshes mounted ConfigMaps periodically)" % what)
             reported = waited
@@ -84,6 +112,16 @@ def load_env_files(environ=os.environ):
         environ[name] = value
         if environ is os.environ:
             os.unsetenv(name)  # in os.environ, not in what an exec passes on
+
+
+def _load_or_exit():
+    """Loads the files or ends the process: nothing may run half-loaded."""
+    try:
+        load_env_files()
+    except Exception as error:  # site.py would print "Error in sitecustomize" and run the script anyway
+        _say(str(error) if isinstance(error, EnvFilesError) else
+             "cannot load FLEET_ENV_FILES: %s: %s" % (type(error).__name__, error))
+        os._exit(1)  # SystemExit here would be a fatal init error with a traceback
 
 
 def _run_shadowed_sitecustomize():
@@ -99,5 +137,5 @@ def _run_shadowed_sitecustomize():
 
 
 if __name__ == "sitecustomize":
-    load_env_files()
+    _load_or_exit()
     _run_shadowed_sitecustomize()

@@ -1010,6 +1010,22 @@ def qos_class(pod):
     return "Guaranteed" if guaranteed else "Burstable"
 
 
+def volume_mount_causes(container_field, mounts):
+    """A subPath must stay inside its volume, as the real server's validateLocalDescendingPath."""
+    causes = []
+    for j, m in enumerate(mounts if isinstance(mounts, list) else []):
+        for key in ("subPath", "subPathExpr"):
+            path = m.get(key) if isinstance(m, dict) else None
+            if not isinstance(path, str) or not path:
+                continue
+            f = "%s.volumeMounts[%d].%s" % (container_field, j, key)
+            if path.startswith("/"):
+                causes.append(invalid_value(f, path, "must be a relative path"))
+            if ".." in path.split("/"):
+                causes.append(invalid_value(f, path, "must not contain '..'"))
+    return causes
+
+
 def validate_pod(pod):
     causes = []
     spec = pod.get("spec")
@@ -1035,6 +1051,7 @@ def validate_pod(pod):
             seen.add(name)
             if not c.get("image"):
                 causes.append(required(f + ".image"))
+            causes += volume_mount_causes(f, c.get("volumeMounts"))
             if lst == "initContainers" and c.get("restartPolicy") not in (None, "Always"):
                 causes.append(cause("FieldValueNotSupported", f + ".restartPolicy",
                                     'Unsupported value: "%s": supported values: "Always"' % c.get("restartPolicy")))

@@ -74,6 +74,19 @@ class ConfigError(Exception):
     """The container cannot be created from this spec (the kubelet's CreateContainerConfigError)."""
 
 
+def sub_path_source(volume_dir, sub_path, volume):
+    """The directory a subPath of `volume_dir` names, created when missing. The API server refuses
+    an absolute subPath or one with a '..' element; what $(VAR) expansion or a symlink in the
+    volume makes of it must still stay inside the volume (the kubelet's CreateContainerConfigError)."""
+    root = os.path.realpath(volume_dir)
+    src = os.path.realpath(os.path.join(root, sub_path))
+    if os.path.isabs(sub_path) or ".." in sub_path.split("/") or os.path.commonpath([root, src]) != root:
+        raise ConfigError("subPath %r of volume %s leaves the volume" % (sub_path, volume))
+    if not os.path.exists(src):
+        os.makedirs(src, mode=0o777)
+    return src
+
+
 class Podman:
     """The podman command line, with the project's containers.conf (runc, ulimits) by default."""
 
@@ -970,9 +983,7 @@ class PodWorker(threading.Thread):
                 raise ConfigError("volume %s of container %s is not ready (missing source or unsupported "
                                   "type)" % (m["name"], c.name))
             if m.get("subPath"):
-                src = os.path.realpath(os.path.join(src, expand(m["subPath"], env)))
-                if not os.path.exists(src):
-                    os.makedirs(src, mode=0o777)
+                src = sub_path_source(src, expand(m["subPath"], env), m["name"])
             opt = "type=bind,src=%s,dst=%s" % (src, m["mountPath"])
             if m.get("readOnly"):
                 opt += ",ro=true"

@@ -253,6 +253,26 @@ class TestDiscovery(ServerTestCase):
 
 
 class TestCrud(ServerTestCase):
+    def test_a_sub_path_that_leaves_its_volume_is_invalid(self):
+        def with_mount(name, sub_path, key="subPath", lst="containers"):
+            body = pod_body(name, volumes=[{"name": "v", "emptyDir": {}}])
+            body["spec"][lst] = [{"name": "main", "image": "busybox:1.36",
+                                  "volumeMounts": [{"name": "v", "mountPath": "/data", key: sub_path}]}]
+            return body
+
+        for name, sub_path, detail in (("up", "../escape", "must not contain '..'"),
+                                       ("inner", "a/../../escape", "must not contain '..'"),
+                                       ("abs", "/etc", "must be a relative path")):
+            st, b = self.api.req("POST", self.pods(), with_mount(name, sub_path))
+            self.assertEqual(st, 422, name)
+            self.assertStatus(b, 422, "Invalid")
+            self.assertEqual(b["details"]["causes"][0]["field"], "spec.containers[0].volumeMounts[0].subPath")
+            self.assertIn(detail, b["message"])
+        st, b = self.api.req("POST", self.pods(), with_mount("expr", "$(POD)/..", "subPathExpr", "initContainers"))
+        self.assertEqual(st, 422)
+        self.assertEqual(b["details"]["causes"][0]["field"], "spec.initContainers[0].volumeMounts[0].subPathExpr")
+        self.api.ok("POST", self.pods(), with_mount("inside", "a/b..c/d"))   # '..' only as a whole element
+
     def test_create_sets_metadata(self):
         cm = self.api.ok("POST", self.cms(), {"apiVersion": "v1", "kind": "ConfigMap",
                                               "metadata": {"name": "a"}, "data": {"k": "v"}})

@@ -70,6 +70,28 @@ class ResolveEnvTest(unittest.TestCase):
             pk.quantity("1 Gi")
 
 
+class SubPathTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.volume = os.path.join(self.dir.name, "volume")
+        os.makedirs(self.volume)
+
+    def tearDown(self):
+        self.dir.cleanup()
+
+    def test_inside_the_volume_is_created(self):
+        src = pk.sub_path_source(self.volume, "a/b", "v")
+        self.assertEqual(src, os.path.join(os.path.realpath(self.volume), "a", "b"))
+        self.assertTrue(os.path.isdir(src))
+
+    def test_leaving_the_volume_is_a_config_error(self):
+        os.symlink(self.dir.name, os.path.join(self.volume, "link"))
+        for sub_path in ("..", "../outside", "a/../../outside", "/etc", "link/outside"):
+            with self.assertRaisesRegex(pk.ConfigError, "subPath '%s' of volume v leaves the volume" % sub_path):
+                pk.sub_path_source(self.volume, sub_path, "v")
+        self.assertEqual(sorted(os.listdir(self.dir.name)), ["volume"], "nothing was created outside")
+
+
 def read(path):
     with open(path, "rb") as f:
         return f.read()

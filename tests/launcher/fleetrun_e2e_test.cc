@@ -66,6 +66,7 @@ struct Outcome {
 //                     and a `sh -c` (lingersh.<id>) with its own background sleep (nested.<id>)
 //  FAIL_RANK/FAIL_CODE  that rank waits until every rank is ready, then exits FAIL_CODE (KILL: SIGKILLs itself)
 //  IGNORE_TERM_RANK   that rank (and its sleep) ignore SIGTERM
+//  GLOO_FILE=1        leaves a file in the gloo dir ($PADDLE_GLOO_FS_PATH), as a gloo FILE store does
 // It always records worker.<id> (its pid), env/worker.<id> (env -0) and finally ready.<id>.
 constexpr char kWorkerSh[] = R"SH(#!/bin/sh
 d="$FLEET_TEST_DIR"
@@ -76,6 +77,7 @@ env -0 > "$d/env/worker.$id.tmp" && mv "$d/env/worker.$id.tmp" "$d/env/worker.$i
 echo "worker $id says hello, args:$*"
 echo "worker $id to stderr" >&2
 record "worker.$id" $$
+[ -n "$GLOO_FILE" ] && touch "$PADDLE_GLOO_FS_PATH/store.$id"
 if [ -n "$STAY" ]; then
   sleep 1000 &
   record "grand.$id" $!
@@ -772,6 +774,127 @@ INSTANTIATE_TEST_SUITE_P(Cases, FleetrunE2ESignal,
                                            // `fleetrun ... &` in a script starts it with SIGINT ignored.
                                            SignalCase{"sigint_when_started_ignoring_it", SIGINT, 130, "received SIGINT", true}),
                          [](const ::testing::TestParamInfo<SignalCase>& param_info) { return param_info.param.name; });
+
+// The gloo dir is the run's own: it goes, with what the trainers left in it, however fleetrun ends.
+TEST_P(FleetrunE2ESignal, TheGlooDirIsRemoved) {
+  const SignalCase& c = GetParam();
+  const fs::path tmp = root_ / "tmp";
+  fs::create_directories(tmp);
+  const pid_t pid = Start({"--nproc_per_node=2", "./worker.sh"},
+                          {{"STAY", "1"}, {"GLOO_FILE", "1"}, {"TMPDIR", tmp.string()}}, c.sigint_ignored_at_start);
+  ASSERT_TRUE(WaitForFiles({"ready.0", "ready.1"}, 5)) << "the job did not start";
+  ASSERT_FALSE(fs::is_empty(tmp)) << "no gloo dir in " << tmp;
+  ASSERT_EQ(::kill(pid, c.signal), 0);
+  const Outcome o = Finish(pid, 10);
+  EXPECT_EQ(o.code, c.code) << Describe(o);
+  EXPECT_TRUE(fs::is_empty(tmp)) << "left in " << tmp << ": " << fs::directory_iterator(tmp)->path();
+}
+
+TEST_F(FleetrunE2E, TheGlooDirIsRemovedWhenTheJobEnds) {
+  const fs::path tmp = root_ / "tmp";
+  fs::create_directories(tmp);
+  for (const EnvMap& job : {EnvMap{}, EnvMap{{"FAIL_RANK", "1"}, {"FAIL_CODE", "3"}}}) {
+    EnvMap env = job;
+    env["GLOO_FILE"] = "1";
+    env["TMPDIR"] = tmp.string();
+    const Outcome o = Run({"--nproc_per_node=2", "./worker.sh"}, env);
+    EXPECT_EQ(o.code, job.empty() ? 0 : 3) << Describe(o);
+    EXPECT_TRUE(fs::is_empty(tmp)) << Describe(o);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Lists that travel as files (FLEET_ENV_FILES, docs/env-contract.md): a PaddleCloud-style pod,
+// node 0 of 127.0.0.1 and 10.9.0.2, whose node lists come as files of its endpoints ConfigMap.
+
+class FleetrunE2EEnvFiles : public FleetrunE2EBase {
+ protected:
+  void SetUp() override {
+    FleetrunE2EBase::SetUp();
+    files_ = root_ / "endpoints";
+    fs::create_directories(files_);
+    WriteFiles("7");
+  }
+  // The files as the operator's run `run` publishes them (fleet-run last, as the kubelet swaps
+  // them all at once).
+  void WriteFiles(const std::string& run) {
+    WriteFile(files_ / "PADDLE_TRAINERS", "127.0.0.1,10.9.0.2", 0644);
+    WriteFile(files_ / "DISTRIBUTED_TRAINER_ENDPOINTS", "127.0.0.1:36170,127.0.0.1:36171,10.9.0.2:36170,10.9.0.2:36171",
+              0644);
+    WriteFile(files_ / "fleet-run", run, 0644);
+  }
+  EnvMap PodEnv() const {
+    return {{"FLEET_ENV_FILES",
+             "PADDLE_TRAINERS=PADDLE_TRAINERS,DISTRIBUTED_TRAINER_ENDPOINTS=DISTRIBUTED_TRAINER_ENDPOINTS"},
+            {"FLEET_ENV_FILES_DIR", files_.string()}, {"FLEET_ENV_FILES_RUN", "7"},
+            {"POD_IP", "127.0.0.1"}, {"PADDLE_TRAINER_ID", "0"}, {"TRAINER_PORTS_NUM", "2"},
+            {"PADDLE_TRAINERS_NUM", "2"}, {"PADDLE_PORT", "36170"}};
+  }
+  // Both local workers ran as ranks 0 and 1 of the two nodes' four.
+  void ExpectTheJobOfBothNodes(const Outcome& o) {
+    ASSERT_EQ(o.code, 0) << Describe(o);
+    for (int id = 0; id < 2; ++id) {
+      SCOPED_TRACE("worker " + std::to_string(id));
+      const EnvMap env = ReadEnvDump(root_ / "env" / ("worker." + std::to_string(id)));
+      auto parsed = ParseProcessEnv(env, RoleMakerKind::kCollective);
+      ASSERT_TRUE(parsed.ok()) << parsed.error();
+      EXPECT_EQ(parsed->id, id);
+      EXPECT_EQ(parsed->trainers_num, 4);
+      EXPECT_THAT(parsed->trainer_endpoints, ::testing::ElementsAre("127.0.0.1:36170", "127.0.0.1:36171",
+                                                                     "10.9.0.2:36170", "10.9.0.2:36171"));
+      // Not passed on (an exec could not carry a list that long); a Python worker loads them again.
+      EXPECT_EQ(env.count("DISTRIBUTED_TRAINER_ENDPOINTS"), 0u);
+      EXPECT_EQ(env.count("FLEET_ENV_FILES") ? env.at("FLEET_ENV_FILES") : "", PodEnv().at("FLEET_ENV_FILES"));
+    }
+  }
+
+  fs::path files_;   // the mounted endpoints ConfigMap
+};
+
+TEST_F(FleetrunE2EEnvFiles, ListsThatTravelAsFilesAreRead) {
+  ExpectTheJobOfBothNodes(Run({"--nproc_per_node=2", "./worker.sh"}, PodEnv()));
+}
+
+// The kubelet refreshes a mounted ConfigMap a while after the operator wrote it: fleetrun waits
+// for its run's files, saying so.
+TEST_F(FleetrunE2EEnvFiles, FleetrunWaitsForItsRunsFiles) {
+  WriteFiles("6");
+  const pid_t pid = Start({"--nproc_per_node=2", "./worker.sh"}, PodEnv());
+  ASSERT_TRUE(WaitUntil([&] { return ReadFile(err_path_).find("waiting for") != std::string::npos; }, 10));
+  EXPECT_FALSE(fs::exists(root_ / "pids" / "worker.0")) << "nothing starts before the files are the run's";
+  WriteFiles("7");
+  const Outcome o = Finish(pid, 15);
+  EXPECT_THAT(o.err, HasSubstr("fleetrun: waiting for PADDLE_TRAINERS, DISTRIBUTED_TRAINER_ENDPOINTS of run 7 in " +
+                               files_.string()));
+  ExpectTheJobOfBothNodes(o);
+}
+
+TEST_F(FleetrunE2EEnvFiles, MalformedInputExitsTwoNamingItAndStartsNothing) {
+  const std::string not_utf8 = "127.0.0.1,\xff";
+  struct Case {
+    std::string fleet_env_files;
+    std::string message;
+  };
+  for (const Case& c : {Case{"PADDLE_TRAINERS", "FLEET_ENV_FILES: entry 'PADDLE_TRAINERS' is not VAR=FILE"},
+                        Case{"PADDLE_TRAINERS=PADDLE_TRAINERS,=x", "FLEET_ENV_FILES: entry '=x' is not VAR=FILE"},
+                        Case{"PADDLE_TRAINERS=", "FLEET_ENV_FILES: entry 'PADDLE_TRAINERS=' is not VAR=FILE"},
+                        Case{"PADDLE_TRAINERS=not-utf8", "PADDLE_TRAINERS: file " + (files_ / "not-utf8").string() +
+                                                             " is not UTF-8 text"}}) {
+    SCOPED_TRACE(c.fleet_env_files);
+    WriteFile(files_ / "not-utf8", not_utf8, 0644);
+    EnvMap env = PodEnv();
+    env["FLEET_ENV_FILES"] = c.fleet_env_files;
+    const Outcome o = Run({"./worker.sh"}, env);
+    EXPECT_EQ(o.code, 2) << Describe(o);
+    EXPECT_EQ(o.err, "fleetrun: error: " + c.message + "\n");
+    EXPECT_FALSE(fs::exists(root_ / "pids" / "worker.0"));
+  }
+  EnvMap env = PodEnv();
+  env.erase("FLEET_ENV_FILES_RUN");
+  const Outcome o = Run({"./worker.sh"}, env);
+  EXPECT_EQ(o.code, 2) << Describe(o);
+  EXPECT_THAT(o.err, HasSubstr("FLEET_ENV_FILES is set but FLEET_ENV_FILES_RUN is not"));
+}
 
 TEST_F(FleetrunE2E, SigkillToFleetrunKillsItsDirectChildren) {
   const pid_t pid = Start({"--nproc_per_node=2", "./worker.sh"}, {{"STAY", "1"}});

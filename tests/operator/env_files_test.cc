@@ -4,6 +4,7 @@
 // with the pod's ConfigMaps written where the pod mounts them — passes the contract check.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +12,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -48,10 +50,15 @@ World Published(Json job) {
   return world;
 }
 
+struct PythonRun {
+  int status = -1;      // the exit status, -1 when it did not exit
+  std::string errors;   // what it wrote to stderr
+};
+
 // Runs Python with exactly `env`; the env loader runs at its start-up (PYTHONPATH), then the
-// program writes its os.environ as JSON.
-Result<EnvMap> PythonEnviron(const EnvMap& env, const fs::path& dir) {
-  const std::string out = (dir / "environ.json").string();
+// program writes its os.environ as JSON to `dir`/environ.json.
+PythonRun RunPython(const EnvMap& env, const fs::path& dir) {
+  const std::string out = (dir / "environ.json").string(), errors = (dir / "stderr.txt").string();
   std::vector<std::string> entries;
   for (const auto& [k, v] : env) entries.push_back(k + "=" + v);
   std::vector<char*> envp;
@@ -60,12 +67,26 @@ Result<EnvMap> PythonEnviron(const EnvMap& env, const fs::path& dir) {
   std::string program = "import json, os, sys; json.dump(dict(os.environ), open(sys.argv[1], 'w'))";
   std::string python = FLEET_TEST_PYTHON3, dash_c = "-c", out_arg = out;
   char* argv[] = {python.data(), dash_c.data(), program.data(), out_arg.data(), nullptr};
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDERR_FILENO, errors.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
   pid_t pid = 0;
-  if (posix_spawn(&pid, python.c_str(), nullptr, nullptr, argv, envp.data()) != 0) return Error{"cannot start " + python};
-  int status = 0;
-  waitpid(pid, &status, 0);
-  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return Error{"python exited with status " + std::to_string(status)};
-  std::ifstream in(out);
+  PythonRun run;
+  if (posix_spawn(&pid, python.c_str(), &actions, nullptr, argv, envp.data()) == 0) {
+    int status = 0;
+    waitpid(pid, &status, 0);
+    if (WIFEXITED(status)) run.status = WEXITSTATUS(status);
+  }
+  posix_spawn_file_actions_destroy(&actions);
+  std::ifstream in(errors);
+  run.errors.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  return run;
+}
+
+Result<EnvMap> PythonEnviron(const EnvMap& env, const fs::path& dir) {
+  const PythonRun run = RunPython(env, dir);
+  if (run.status != 0) return Error{"python exited with status " + std::to_string(run.status) + ": " + run.errors};
+  std::ifstream in(dir / "environ.json");
   return Json::parse(in).get<EnvMap>();
 }
 
@@ -77,16 +98,17 @@ std::string ReplaceAll(std::string value, const std::string& from, const std::st
   return value;
 }
 
-// What container 0 of `pod` sees once the env loader ran: the kubelet's env, and the job's
-// ConfigMaps written as files where the pod mounts them, under `root` (paths in the env follow).
-Result<EnvMap> EnvAfterLoader(const World& world, const Json& pod, const fs::path& root) {
+// Container 0's env from the kubelet, with the job's ConfigMaps written as files where the pod
+// mounts them, under `root` (paths in the env follow).
+Result<EnvMap> MountedEnv(const World& world, const Json& pod, const fs::path& root) {
   FLEET_ASSIGN_OR_RETURN(EnvMap env, ResolveEnv(pod, world.observed.endpoints));
   const Json& container = pod["spec"]["containers"][0];
   for (const Json& mount : container.value("volumeMounts", Json::array())) {
     for (const Json& volume : pod["spec"]["volumes"]) {
       if (volume["name"] != mount["name"] || !volume.contains("configMap")) continue;
       const std::string name = volume["configMap"]["name"].get<std::string>();
-      const std::optional<Json>& cm = name == EnvLoaderConfigMapName("big") ? world.observed.env_loader
+      const std::optional<Json>& cm = name == EnvLoaderConfigMapName(world.job["metadata"]["name"].get<std::string>())
+                                            ? world.observed.env_loader
                                                                            : world.observed.endpoints;
       if (!cm || (*cm)["metadata"]["name"] != name) return Error{"the pod mounts ConfigMap " + name + ", which is missing"};
       const std::string path = mount["mountPath"].get<std::string>();
@@ -97,6 +119,12 @@ Result<EnvMap> EnvAfterLoader(const World& world, const Json& pod, const fs::pat
       for (auto& [k, v] : env) v = ReplaceAll(v, path, root.string() + path);
     }
   }
+  return env;
+}
+
+// What container 0 of `pod` sees once the env loader ran.
+Result<EnvMap> EnvAfterLoader(const World& world, const Json& pod, const fs::path& root) {
+  FLEET_ASSIGN_OR_RETURN(EnvMap env, MountedEnv(world, pod, root));
   return PythonEnviron(env, root);
 }
 
@@ -201,6 +229,59 @@ TEST(EnvFilesTest, WithoutTheLoaderThePodLacksItsList) {
   EXPECT_EQ(env->count("PADDLE_TRAINER_ENDPOINTS"), 0u);
   auto parsed = ParseProcessEnv(*env, RoleMakerKind::kCollective);
   EXPECT_TRUE(!parsed.ok() || parsed->trainer_endpoints.size() != 700u);
+}
+
+// The loader fails closed: whatever it cannot load ends the process with status 1 and a message
+// naming it, before the script runs (which without its peer lists would train with wrong ranks).
+class EnvLoaderFailsClosedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto env = MountedEnv(world_, world_.Pod(std::string(40, 'j') + "-worker-1"), dir_.path());
+    ASSERT_TRUE(env.ok()) << env.error();
+    env_ = *env;
+    ASSERT_TRUE(PythonEnviron(env_, dir_.path()).ok()) << "the pod as planned loads its lists";
+    fs::remove(dir_.path() / "environ.json");
+  }
+  // Runs the pod's Python and expects it to end with status 1, never running the script.
+  std::string ExpectFailsClosed() {
+    const PythonRun run = RunPython(env_, dir_.path());
+    EXPECT_EQ(run.status, 1) << run.errors;
+    EXPECT_FALSE(fs::exists(dir_.path() / "environ.json")) << "the script ran without its lists";
+    return run.errors;
+  }
+
+  World world_ = Published(LongNamesJob());
+  TempDir dir_;
+  EnvMap env_;
+};
+
+TEST_F(EnvLoaderFailsClosedTest, AFileThatIsNotUtf8) {
+  const std::string entry = env_.at("FLEET_ENV_FILES");
+  const std::string file = env_.at("FLEET_ENV_FILES_DIR") + "/" + entry.substr(entry.find('=') + 1);
+  std::ofstream(file, std::ios::trunc) << "10.0.0.1:6170,\xff\xfe";
+  const std::string errors = ExpectFailsClosed();
+  EXPECT_THAT(errors, HasSubstr("PADDLE_TRAINER_ENDPOINTS"));
+  EXPECT_THAT(errors, HasSubstr("not UTF-8"));
+  EXPECT_THAT(errors, Not(HasSubstr("Traceback")));
+}
+
+TEST_F(EnvLoaderFailsClosedTest, MalformedEntries) {
+  const std::string planned = env_.at("FLEET_ENV_FILES");
+  for (const std::string entry : {"PADDLE_PSERVERS_IP_PORT_LIST", "PADDLE_PSERVERS_IP_PORT_LIST=", "=list", ""}) {
+    SCOPED_TRACE(entry);
+    env_["FLEET_ENV_FILES"] = planned + "," + entry;
+    EXPECT_THAT(ExpectFailsClosed(), HasSubstr("FLEET_ENV_FILES: entry '" + entry + "' is not VAR=FILE"));
+  }
+}
+
+TEST_F(EnvLoaderFailsClosedTest, NoDirectoryOrRun) {
+  for (const std::string name : {"FLEET_ENV_FILES_DIR", "FLEET_ENV_FILES_RUN"}) {
+    SCOPED_TRACE(name);
+    EnvMap env = env_;
+    env_.erase(name);
+    EXPECT_THAT(ExpectFailsClosed(), HasSubstr(name + " is not"));
+    env_ = env;
+  }
 }
 
 // A PYTHONPATH the template sets (here from a ConfigMap) follows the loader's directory.

@@ -13,6 +13,10 @@ namespace fleet {
 // does a backslash: the result is for people, and escaping it again changes nothing.
 std::string EscapeControl(std::string_view text);
 
+// Whether `text` is valid UTF-8 throughout (no stray, truncated or overlong sequence, surrogate,
+// or code point past U+10FFFF), as Python's strict "utf-8" decoder accepts it.
+bool IsUtf8(std::string_view text);
+
 // `text` cut to at most `max_bytes` bytes at a UTF-8 character boundary, "..." ending what was cut
 // (within the bound): how much of an outside string a status or a line keeps.
 std::string BoundText(std::string_view text, size_t max_bytes);

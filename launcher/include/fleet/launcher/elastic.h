@@ -76,8 +76,8 @@ Members ChooseMembers(std::vector<Registration> registered, int max, int default
 Result<LaunchPlan> PlanGeneration(const LaunchOptions& options, const HostFacts& host,
                                   const std::vector<Endpoint>& members);
 
-// Runs the job; returns fleetrun's exit status. Messages go to stderr, banners to stdout. Removes
-// host.gloo_dir, this run's own, and everything in it before it returns, however the run ended.
+// Runs the job; returns fleetrun's exit status. Messages go to stderr, banners to stdout. The
+// caller owns host.gloo_dir (fleetrun removes it however the run ended: fleetrun_main.cc).
 int RunElastic(const LaunchOptions& options, const HostFacts& host, const ElasticSettings& settings);
 
 }  // namespace fleet::launcher

@@ -60,7 +60,8 @@ const sigset_t& SupervisedSignals();
 std::optional<int> WaitForSupervisedSignal(double seconds);
 
 // Returns fleetrun's exit status. `base_env` is the environment every child inherits before its
-// contract variables are applied.
+// contract variables are applied, less the variables FLEET_ENV_FILES names (env_files.h: an exec
+// could not carry them; a Python child's env loader reads them again).
 int Supervise(const LaunchPlan& plan, const EnvMap& base_env, const SupervisorOptions& options);
 
 }  // namespace fleet::launcher
