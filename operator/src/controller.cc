@@ -200,7 +200,7 @@ void Controller::Enqueue(const Json& object) {
   queue_.AddAfter(key, batch);
 }
 
-const Controller::Reconciled* Controller::FindReconciledLocked(const std::string& key) const {
+Controller::Reconciled* Controller::FindReconciledLocked(const std::string& key) {
   auto it = records_.find(key);
   return it != records_.end() && it->second.reconciled ? &*it->second.reconciled : nullptr;
 }
@@ -354,10 +354,9 @@ std::optional<Json> Controller::GetPodGroup(const FleetJob& job, const std::stri
 
 bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto record = records_.find(key);
-  if (record == records_.end() || !record->second.reconciled) return false;
-  std::optional<Written>& written = record->second.reconciled->written;
-  if (!written) return false;
+  Reconciled* reconciled = FindReconciledLocked(key);
+  if (!reconciled || !reconciled->written) return false;
+  std::optional<Written>& written = reconciled->written;
   if (MetaString(job, "resourceVersion") == written->read_version && Clock::now() - written->at < options_.expectation_timeout) {
     return true;
   }
@@ -368,9 +367,9 @@ bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
 bool Controller::Expected(const std::string& key, const Action& action, uint64_t epoch) {
   if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
   std::lock_guard<std::mutex> lock(mu_);
-  auto record = records_.find(key);
-  if (record == records_.end() || !record->second.reconciled) return false;
-  auto& expectations = record->second.reconciled->expectations;
+  Reconciled* reconciled = FindReconciledLocked(key);
+  if (!reconciled) return false;
+  auto& expectations = reconciled->expectations;
   auto e = expectations.find(ExpectationKey(action));
   if (e == expectations.end()) return false;
   const bool plan_knew = e->second.seen_at != 0 && e->second.seen_at <= epoch;
@@ -386,8 +385,8 @@ void Controller::Expect(const std::string& key, const Action& action, bool expec
   std::lock_guard<std::mutex> lock(mu_);
   if (expect) {
     ReconciledLocked(key).expectations[ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
-  } else if (auto record = records_.find(key); record != records_.end() && record->second.reconciled) {
-    record->second.reconciled->expectations.erase(ExpectationKey(action));
+  } else if (Reconciled* reconciled = FindReconciledLocked(key)) {
+    reconciled->expectations.erase(ExpectationKey(action));
   }
 }
 

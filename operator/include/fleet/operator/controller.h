@@ -119,8 +119,8 @@ class Controller {
     std::map<std::string, std::shared_ptr<const ObservedPod>> pods;
   };
   void Enqueue(const Json& object);         // a FleetJob
-  // Under mu_: the job's record, or null; its `reconciled`, added if it has none.
-  const Reconciled* FindReconciledLocked(const std::string& key) const;
+  // Under mu_: what reconciles keep about the job, or null; the same, added if there is none.
+  Reconciled* FindReconciledLocked(const std::string& key);
   Reconciled& ReconciledLocked(const std::string& key);
   // How long a child's event (or the echo of a status write) waits for the job's next events.
   static std::chrono::steady_clock::duration ChildBatch(const Reconciled* job);
