@@ -29,9 +29,9 @@ class Gate {
       --in_flight_;
     };
   }
-  void WaitInFlight(int n) {
+  void WaitInFlight(int at_least) {
     std::unique_lock<std::mutex> lock(mu_);
-    changed_.wait(lock, [&] { return in_flight_ == n; });
+    changed_.wait(lock, [&] { return in_flight_ >= at_least; });
   }
   void Open() {
     std::lock_guard<std::mutex> lock(mu_);
@@ -64,6 +64,10 @@ class Gate {
 void WaitQueued(const TaskPool& pool, size_t n) {
   while (pool.Queued() != n) std::this_thread::yield();
 }
+// Until `tasks` have been handed over: each is running (held at the gate) or queued.
+void WaitHandedOver(const TaskPool& pool, Gate& gate, size_t tasks) {
+  while (static_cast<size_t>(gate.in_flight()) + pool.Queued() != tasks) std::this_thread::yield();
+}
 
 TEST(TaskPoolTest, AtMostItsThreadsRunAtOnceWhateverTheNumberOfCallers) {
   TaskPool pool(3);
@@ -72,9 +76,10 @@ TEST(TaskPoolTest, AtMostItsThreadsRunAtOnceWhateverTheNumberOfCallers) {
   bool a_ran = false, b_ran = false;
   std::thread caller_a([&] { a_ran = pool.RunEach(5, a); });
   std::thread caller_b([&] { b_ran = pool.RunEach(5, b); });
+  WaitHandedOver(pool, gate, 10);
   gate.WaitInFlight(3);
-  WaitQueued(pool, 7);   // both batches handed over: 3 running, the other 7 waiting
   EXPECT_EQ(gate.in_flight(), 3);
+  EXPECT_EQ(pool.Queued(), 7u);
   gate.Open();
   caller_a.join();
   caller_b.join();
