@@ -94,7 +94,8 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
       metrics_(registry ? std::make_unique<ControllerMetrics>(*registry) : nullptr),
       queue_(kube::WorkQueueOptions{}, metrics_ ? metrics_->QueueHooks() : kube::WorkQueueMetrics{}),
       recorder_(client_),
-      ports_(options_.host_port_first, options_.host_port_last) {
+      ports_(options_.host_port_first, options_.host_port_last),
+      writers_(options_.create_concurrency) {
   kube::InformerOptions job_options;
   job_options.ns = options_.ns;
   job_options.resync_period = options_.resync;
@@ -174,6 +175,7 @@ void Controller::Stop() {
   queue_.ShutDownNow();
   jobs_->Stop();
   for (auto& [kind, informer] : children_) informer->Stop();
+  writers_.Stop();   // after the writes already handed over: their reconciles are waiting for them
 }
 
 void Controller::SetLeader(bool leader) {
@@ -188,17 +190,31 @@ void Controller::Enqueue(const Json& object) {
     // waits, as a child's event does, for the job's next events to share a plan (else every
     // status write of a bring-up would be followed at once by another plan and write).
     std::lock_guard<std::mutex> lock(mu_);
-    auto written = written_.find(key);
-    if (written != written_.end() && written->second.written_version == MetaString(object, "resourceVersion")) {
-      batch = ChildBatchLocked(key);
+    const Reconciled* reconciled = FindReconciledLocked(key);
+    if (reconciled && reconciled->written && reconciled->written->written_version == MetaString(object, "resourceVersion")) {
+      batch = ChildBatch(reconciled);
     }
   }
   queue_.AddAfter(key, batch);
 }
 
-Clock::duration Controller::ChildBatchLocked(const std::string& key) const {
-  auto took = reconcile_took_.find(key);
-  return took == reconcile_took_.end() ? Clock::duration{} : std::min(kChildBatchFactor * took->second, kMaxChildBatch);
+Controller::Reconciled* Controller::FindReconciledLocked(const std::string& key) {
+  auto it = records_.find(key);
+  return it != records_.end() && it->second.reconciled ? &*it->second.reconciled : nullptr;
+}
+
+Controller::Reconciled& Controller::ReconciledLocked(const std::string& key) {
+  auto it = records_.find(key);
+  if (it == records_.end()) {
+    std::lock_guard<std::mutex> pods_lock(pods_mu_);   // adding a record
+    it = records_.try_emplace(key).first;
+  }
+  if (!it->second.reconciled) it->second.reconciled.emplace();
+  return *it->second.reconciled;
+}
+
+Clock::duration Controller::ChildBatch(const Reconciled* job) {
+  return job ? std::min(kChildBatchFactor * job->took, kMaxChildBatch) : Clock::duration{};
 }
 
 std::string Controller::ExpectationKey(ObjectKind kind, const std::string& name) {
@@ -216,33 +232,47 @@ void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) 
   if (job.empty()) return;
   const std::string key = KeyOf(MetaString(child, "namespace"), job);
   const std::string name = MetaString(child, "name");
-  if (kind == ObjectKind::kPod) {
-    std::lock_guard<std::mutex> lock(pods_mu_);
-    if (deleted) {
-      auto it = pods_.find(key);
-      if (it != pods_.end()) {
-        it->second.erase(name);
-        if (it->second.empty()) pods_.erase(it);
-      }
-    } else {
-      pods_[key][name] = std::make_shared<const ObservedPod>(ObservedPod::Read(child));
-    }
-  }
+  // The pod first, then the epoch: a plan that reads the epoch before the pods (ObserveChildren)
+  // sees every pod event the epoch counts.
+  if (kind == ObjectKind::kPod) StorePod(key, name, deleted ? nullptr : std::make_shared<const ObservedPod>(ObservedPod::Read(child)));
   {
     // The caches now show this change (they are updated before handlers run): writes of this
     // child are done as far as plans from now on can tell.
     std::lock_guard<std::mutex> lock(mu_);
     ++epoch_;
-    auto it = expectations_.find(key);
-    if (it != expectations_.end()) {
+    auto record = records_.find(key);
+    Reconciled* reconciled = record != records_.end() && record->second.reconciled ? &*record->second.reconciled : nullptr;
+    if (reconciled) {
       const std::string prefix = ExpectationKey(kind, name) + "/";
-      for (auto e = it->second.lower_bound(prefix); e != it->second.end() && e->first.rfind(prefix, 0) == 0; ++e) {
+      auto& expectations = reconciled->expectations;
+      for (auto e = expectations.lower_bound(prefix); e != expectations.end() && e->first.rfind(prefix, 0) == 0; ++e) {
         if (e->second.seen_at == 0) e->second.seen_at = epoch_;
       }
+    } else if (record != records_.end() && deleted && kind == ObjectKind::kPod) {
+      std::lock_guard<std::mutex> pods_lock(pods_mu_);   // a deleted job's last pod gone: nothing left
+      if (record->second.pods.empty()) records_.erase(record);
     }
-    batch = ChildBatchLocked(key);
+    batch = ChildBatch(reconciled);
   }
   queue_.AddAfter(key, batch);
+}
+
+void Controller::StorePod(const std::string& key, const std::string& name, std::shared_ptr<const ObservedPod> pod) {
+  {
+    std::lock_guard<std::mutex> lock(pods_mu_);
+    auto record = records_.find(key);
+    if (record != records_.end()) {
+      if (pod) {
+        record->second.pods[name] = std::move(pod);
+      } else {
+        record->second.pods.erase(name);
+      }
+      return;
+    }
+    if (!pod) return;
+  }
+  std::scoped_lock lock(mu_, pods_mu_);   // adding a record
+  records_[key].pods[name] = std::move(pod);
 }
 
 Observed Controller::ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const {
@@ -254,10 +284,10 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
   Observed observed;
   {
     std::lock_guard<std::mutex> lock(pods_mu_);
-    auto it = pods_.find(KeyOf(ns, job_name));
-    if (it != pods_.end()) {
-      observed.pods.reserve(it->second.size());
-      for (const auto& [name, pod] : it->second) observed.pods.push_back(pod);
+    auto record = records_.find(KeyOf(ns, job_name));
+    if (record != records_.end()) {
+      observed.pods.reserve(record->second.pods.size());
+      for (const auto& [name, pod] : record->second.pods) observed.pods.push_back(pod);
     }
   }
   auto find = [&](ObjectKind kind, const std::string& name) -> std::optional<Json> {
@@ -293,12 +323,13 @@ std::vector<ProgressJob> Controller::ProgressTargets() const {
     }
     const std::string run = std::to_string(status.run);
     std::lock_guard<std::mutex> lock(pods_mu_);
-    auto pods = pods_.find(target.key);
-    if (pods == pods_.end()) continue;
+    auto record = records_.find(target.key);
+    if (record == records_.end()) continue;
+    const auto& pods = record->second.pods;
     for (const PodSlot& slot : PodSlots(*job)) {
       if (slot.role->kind == RoleKind::kServer) continue;
-      auto pod = pods->second.find(slot.name);
-      if (pod == pods->second.end()) continue;
+      auto pod = pods.find(slot.name);
+      if (pod == pods.end()) continue;
       const ObservedPod& p = *pod->second;
       if (p.pod_ip.empty() || p.phase != PodPhase::kRunning || p.run != run) continue;
       ProgressJob::Pod target_pod{slot.name, slot.role->name, p.pod_ip, SidecarPort(*job, slot, status.host_port_base.value_or(0))};
@@ -321,27 +352,27 @@ std::optional<Json> Controller::GetPodGroup(const FleetJob& job, const std::stri
 
 bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = written_.find(key);
-  if (it == written_.end()) return false;
-  if (MetaString(job, "resourceVersion") == it->second.read_version &&
-      Clock::now() - it->second.at < options_.expectation_timeout) {
+  Reconciled* reconciled = FindReconciledLocked(key);
+  if (!reconciled || !reconciled->written) return false;
+  std::optional<Written>& written = reconciled->written;
+  if (MetaString(job, "resourceVersion") == written->read_version && Clock::now() - written->at < options_.expectation_timeout) {
     return true;
   }
-  written_.erase(it);
+  written.reset();
   return false;
 }
 
 bool Controller::Expected(const std::string& key, const Action& action, uint64_t epoch) {
   if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
   std::lock_guard<std::mutex> lock(mu_);
-  auto it = expectations_.find(key);
-  if (it == expectations_.end()) return false;
-  auto e = it->second.find(ExpectationKey(action));
-  if (e == it->second.end()) return false;
+  Reconciled* reconciled = FindReconciledLocked(key);
+  if (!reconciled) return false;
+  auto& expectations = reconciled->expectations;
+  auto e = expectations.find(ExpectationKey(action));
+  if (e == expectations.end()) return false;
   const bool plan_knew = e->second.seen_at != 0 && e->second.seen_at <= epoch;
   if (plan_knew || Clock::now() >= e->second.deadline) {
-    it->second.erase(e);
-    if (it->second.empty()) expectations_.erase(it);
+    expectations.erase(e);
     return false;
   }
   return true;
@@ -351,9 +382,9 @@ void Controller::Expect(const std::string& key, const Action& action, bool expec
   if (!children_.count(action.kind)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (expect) {
-    expectations_[key][ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
-  } else if (auto it = expectations_.find(key); it != expectations_.end()) {
-    it->second.erase(ExpectationKey(action));
+    ReconciledLocked(key).expectations[ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
+  } else if (Reconciled* reconciled = FindReconciledLocked(key)) {
+    reconciled->expectations.erase(ExpectationKey(action));
   }
 }
 
@@ -361,11 +392,13 @@ void Controller::Forget(const std::string& key) {
   // Jobs waiting for host ports would otherwise notice the freed block only on their 30 s requeue.
   for (const std::string& waiting : ports_.Release(key)) queue_.Add(waiting);
   std::lock_guard<std::mutex> lock(mu_);
-  written_.erase(key);
-  expectations_.erase(key);
-  phases_.erase(key);
-  reconcile_took_.erase(key);
-  wired_.erase(key);
+  auto record = records_.find(key);
+  if (record == records_.end()) return;
+  record->second.reconciled.reset();
+  // Its pods stay until their deletions are observed (ObserveChild): a job of the same name
+  // created meanwhile must see them, as its plans would through the cache.
+  std::lock_guard<std::mutex> pods_lock(pods_mu_);
+  if (record->second.pods.empty()) records_.erase(record);
 }
 
 void Controller::ReserveRecordedPortBlocks() {
@@ -408,7 +441,7 @@ ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const
   const std::string read_version = MetaString(job, "resourceVersion");
   if (MetaString(*written, "resourceVersion") == read_version) return ApiStatus();
   std::lock_guard<std::mutex> lock(mu_);
-  written_[key] = {read_version, MetaString(*written, "resourceVersion"), Clock::now()};
+  ReconciledLocked(key).written = Written{read_version, MetaString(*written, "resourceVersion"), Clock::now()};
   return ApiStatus();
 }
 
@@ -467,37 +500,8 @@ ApiStatus Controller::Execute(const std::string& key, const FleetJobObject& job,
   }
   if (pods.empty()) return first_error;
 
-  std::atomic<size_t> next{0};
-  std::atomic<int> created{0}, deleted{0};
-  std::mutex error_mu;
-  ApiStatus pod_error;
   std::string rejected;   // a pod the API server refused as invalid: the template is wrong
-  auto work = [&] {
-    for (size_t i = next++; i < pods.size(); i = next++) {
-      const Action& action = *pods[i];
-      ApiStatus status = Write(key, job, action);
-      if (status.ok()) {
-        ++(action.verb == Verb::kCreate ? created : deleted);
-        continue;
-      }
-      std::lock_guard<std::mutex> lock(error_mu);
-      if (pod_error.ok()) pod_error = status;
-      if (rejected.empty() && action.verb == Verb::kCreate &&
-          (status.code() == Code::kInvalid || status.code() == Code::kBadRequest)) {
-        rejected = "the API server refused pod " + action.name + ": " + status.message();
-      }
-    }
-  };
-  const size_t threads = std::min(pods.size(), static_cast<size_t>(std::max(1, options_.create_concurrency)));
-  std::vector<std::thread> pool;
-  pool.reserve(threads - 1);
-  for (size_t i = 1; i < threads; ++i) pool.emplace_back(work);
-  work();
-  for (std::thread& t : pool) t.join();
-  if (metrics_) {
-    metrics_->PodsCreated(created);
-    metrics_->PodsDeleted(deleted);
-  }
+  const ApiStatus pod_error = WritePods(key, job, pods, &rejected);
   if (!rejected.empty()) {
     // Retrying cannot help: the job fails, saying what to fix; the next reconcile removes the
     // pods that were made (cleanPodPolicy).
@@ -514,6 +518,33 @@ ApiStatus Controller::Execute(const std::string& key, const FleetJobObject& job,
     }
   }
   return first_error.ok() ? pod_error : first_error;
+}
+
+ApiStatus Controller::WritePods(const std::string& key, const FleetJobObject& job, const std::vector<const Action*>& pods,
+                                std::string* rejected) {
+  std::atomic<int> created{0}, deleted{0};
+  std::mutex error_mu;
+  ApiStatus pod_error;
+  const bool sent = writers_.RunEach(pods.size(), [&](size_t i) {
+    const Action& action = *pods[i];
+    ApiStatus status = Write(key, job, action);
+    if (status.ok()) {
+      ++(action.verb == Verb::kCreate ? created : deleted);
+      return;
+    }
+    std::lock_guard<std::mutex> lock(error_mu);
+    if (pod_error.ok()) pod_error = status;
+    if (rejected->empty() && action.verb == Verb::kCreate &&
+        (status.code() == Code::kInvalid || status.code() == Code::kBadRequest)) {
+      *rejected = "the API server refused pod " + action.name + ": " + status.message();
+    }
+  });
+  if (!sent) return ApiStatus(Code::kCancelled, "the operator is stopping: " + std::to_string(pods.size()) + " pod writes not sent");
+  if (metrics_) {
+    metrics_->PodsCreated(created);
+    metrics_->PodsDeleted(deleted);
+  }
+  return pod_error;
 }
 
 kube::ProcessResult Controller::Reconcile(const std::string& key) {
@@ -541,18 +572,13 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   if (progress_) observed.progress = progress_->Latest(key, status.run);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    auto wired = wired_.find(key);
-    if (wired != wired_.end()) observed.wired = wired->second;
+    if (const Reconciled* reconciled = FindReconciledLocked(key)) observed.wired = reconciled->wired;
   }
 
   const ReconcilePlan plan = PlanReconcile(job, status, observed, std::chrono::system_clock::now(), options_.settings);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (plan.wired) {
-      wired_[key] = plan.wired;
-    } else {
-      wired_.erase(key);
-    }
+    ReconciledLocked(key).wired = plan.wired;
   }
   const bool status_changed = plan.status != status;
   if (status_changed) {
@@ -570,7 +596,7 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);
-    reconcile_took_[key] = Clock::now() - started;
+    ReconciledLocked(key).took = Clock::now() - started;
   }
   // Events come with the transitions that cause them, which always change the status: a plan
   // from a cache still behind our own writes repeats a transition's events, but not its status.
@@ -583,8 +609,10 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     std::map<std::string, int> by_phase;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      phases_[key] = PhaseName(plan.status.phase);
-      for (const auto& [k, phase] : phases_) ++by_phase[phase];
+      ReconciledLocked(key).phase = PhaseName(plan.status.phase);
+      for (const auto& [k, record] : records_) {
+        if (record.reconciled && !record.reconciled->phase.empty()) ++by_phase[record.reconciled->phase];
+      }
     }
     metrics_->SetJobPhases(by_phase);
   }

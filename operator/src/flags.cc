@@ -19,7 +19,7 @@ std::unique_ptr<CLI::App> OperatorApp(OperatorFlags& f) {
   app->add_option("--namespace", f.controller.ns, "watch one namespace (default: all)")->type_name("NS");
   app->add_option("--workers", f.controller.workers, "jobs reconciled in parallel")
       ->type_name("N")->transform(cmdline::IntegerIn(1, 256))->capture_default_str();
-  app->add_option("--create-concurrency", f.controller.create_concurrency, "pod writes in flight per job")
+  app->add_option("--create-concurrency", f.controller.create_concurrency, "pod writes in flight, all jobs together")
       ->type_name("N")->transform(cmdline::IntegerIn(1, 1024))->capture_default_str();
   app->add_option("--kube-api-qps", f.qps, "client-side API rate limit (0: none)")
       ->type_name("Q")->transform(cmdline::IntegerIn(0, 100000))->capture_default_str();

@@ -4,7 +4,8 @@
 //   RoleBindings, selected by the job-name label) -> work queue of job keys -> workers:
 //   read the job and its children from the caches -> PlanReconcile -> write the status (optimistic
 //   concurrency: the plan is committed only if the job has not changed since it was read) ->
-//   carry out the actions (pod creates and deletes in parallel) -> record events -> requeue.
+//   carry out the actions (pod creates and deletes in parallel, on a pool of writer threads shared
+//   by all jobs) -> record events -> requeue.
 //   A child's event queues its job after a pause of twice the job's last reconcile (caches,
 //   planning and status write; at most 200 ms), so that the events of a burst (a big job's pods
 //   coming up) share a plan and a status write.
@@ -21,9 +22,9 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "fleet/kube/client.h"
@@ -33,6 +34,7 @@
 #include "fleet/operator/planner.h"
 #include "fleet/operator/port_allocator.h"
 #include "fleet/operator/progress_collector.h"
+#include "fleet/operator/task_pool.h"
 
 namespace prometheus {
 class Registry;
@@ -43,7 +45,7 @@ namespace fleet::op {
 struct ControllerOptions {
   std::string ns;                     // "" = every namespace
   int workers = 4;                    // jobs reconciled at once
-  int create_concurrency = 64;        // API writes in flight for one job's pods
+  int create_concurrency = 64;        // pod writes in flight, all jobs together
   OperatorSettings settings;
   // Training progress (status.progress) is collected every settings.progress_interval.
   ProgressCollectorOptions progress;
@@ -92,11 +94,39 @@ class Controller {
     std::string written_version;  // the resourceVersion it made
     std::chrono::steady_clock::time_point at;
   };
+  // A write of a child, expected until a plan made from caches that show its effect (seen_at: the
+  // observation epoch of the first event about the child after the write).
+  struct Expectation {
+    std::chrono::steady_clock::time_point deadline;
+    uint64_t seen_at = 0;   // 0 = not seen yet
+  };
+  // What reconciles keep about a job; forgotten when the job is deleted.
+  struct Reconciled {
+    std::optional<Written> written;                   // the last status write, until the cache shows it
+    std::map<std::string, Expectation> expectations;  // "Kind/name/verb" -> a write of a child
+    std::string phase;                                // for metrics; "" until its actions are done
+    // How long its last reconcile took until its status was written: its children's events are
+    // batched for a multiple of it.
+    std::chrono::steady_clock::duration took{};
+    std::shared_ptr<const WiredJob> wired;            // its last plan's wiring, for the next plan to reuse
+  };
+  // One job, by key. A record that holds nothing is removed: an absent one reads as empty.
+  struct JobRecord {
+    std::optional<Reconciled> reconciled;   // under mu_
+    // Pod name -> the pod as the planner reads it, kept up to date by the pod informer's handlers
+    // (a reconcile reads them without unpacking the cached pods). Under pods_mu_. The pods outlive
+    // a deleted job's `reconciled`: they go when the pod informer says so.
+    std::map<std::string, std::shared_ptr<const ObservedPod>> pods;
+  };
   void Enqueue(const Json& object);         // a FleetJob
+  // Under mu_: what reconciles keep about the job, or null; the same, added if there is none.
+  Reconciled* FindReconciledLocked(const std::string& key);
+  Reconciled& ReconciledLocked(const std::string& key);
   // How long a child's event (or the echo of a status write) waits for the job's next events.
-  std::chrono::steady_clock::duration ChildBatchLocked(const std::string& key) const;   // under mu_
-  // A child changed: update the pod store, clear expectations for it, queue its job (by label).
+  static std::chrono::steady_clock::duration ChildBatch(const Reconciled* job);
+  // A child changed: update the job's pods, clear expectations for it, queue its job (by label).
   void ObserveChild(ObjectKind kind, const Json& child, bool deleted);
+  void StorePod(const std::string& key, const std::string& name, std::shared_ptr<const ObservedPod> pod);  // null: deleted
   static std::string ExpectationKey(ObjectKind kind, const std::string& name);   // "Kind/name"
   static std::string ExpectationKey(const Action& action);                      // "Kind/name/verb"
   // The job's children from the caches, and the observation epoch they reflect.
@@ -108,6 +138,10 @@ class Controller {
   kube::ApiStatus WriteStatus(const std::string& key, const Json& job, const FleetJobStatus& status);
   // Carries out the plan's actions; returns the first failure (the others still run).
   kube::ApiStatus Execute(const std::string& key, const FleetJobObject& job, const ReconcilePlan& plan, uint64_t epoch);
+  // The pod writes, on writers_ (none once stopped: Cancelled); returns the first failure, and in
+  // `rejected` why the API server refused a pod as invalid, if it did.
+  kube::ApiStatus WritePods(const std::string& key, const FleetJobObject& job, const std::vector<const Action*>& pods,
+                            std::string* rejected);
   kube::ApiStatus Write(const std::string& key, const FleetJobObject& job, const Action& action);  // with expectations
   kube::ApiStatus ExecuteOne(const FleetJobObject& job, const Action& action);
   // Whether `action` was done already and a plan from the caches as of `epoch` could not know.
@@ -126,28 +160,19 @@ class Controller {
   HostPortAllocator ports_;
   std::unique_ptr<kube::Informer> jobs_;
   std::map<ObjectKind, std::unique_ptr<kube::Informer>> children_;
+  // Two locks, so that the pod informer's handler (every pod event of a 10,000-pod job) and the
+  // plans that read a job's pods do not wait for the status bookkeeping, nor it for them. A
+  // record's `reconciled` is guarded by mu_, its `pods` by pods_mu_; records are added and removed
+  // with both held (mu_ first), so either one alone may look a record up.
   mutable std::mutex mu_;
-  std::map<std::string, Written> written_;                           // job key -> last status write
-  // job key -> "Kind/name/verb" -> a write of a child, until a plan made from caches that show
-  // its effect (seen_at: the observation epoch of the first event about the child after the write).
-  struct Expectation {
-    std::chrono::steady_clock::time_point deadline;
-    uint64_t seen_at = 0;   // 0 = not seen yet
-  };
-  std::map<std::string, std::map<std::string, Expectation>> expectations_;
-  uint64_t epoch_ = 0;      // child events observed so far (under mu_)
-  std::map<std::string, std::string> phases_;                        // job key -> phase, for metrics
-  // job key -> how long its last reconcile took until its status was written: its children's
-  // events are batched for a multiple of it.
-  std::map<std::string, std::chrono::steady_clock::duration> reconcile_took_;
-  // job key -> the wiring of its last plan (ReconcilePlan::wired), for the next plan to reuse.
-  std::map<std::string, std::shared_ptr<const WiredJob>> wired_;
-  // job key -> pod name -> the pod as the planner reads it (ObservedPod), kept up to date by the
-  // pod informer's handlers: a reconcile reads them without unpacking the cached pods.
   mutable std::mutex pods_mu_;
-  std::map<std::string, std::map<std::string, std::shared_ptr<const ObservedPod>>> pods_;
+  std::map<std::string, JobRecord> records_;   // job key -> what the controller keeps about the job
+  uint64_t epoch_ = 0;      // child events observed so far (under mu_)
   std::unique_ptr<ProgressCollector> progress_;   // null: progress is not collected
   std::atomic<bool> stopping_{false};
+  // Every job's pod writes: at most options_.create_concurrency in flight. Declared last: its
+  // threads, which call into the members above, are stopped first.
+  TaskPool writers_;
 };
 
 // The resource each child kind lives at.
