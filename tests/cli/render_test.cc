@@ -146,6 +146,17 @@ TEST(FleetctlRenderTest, StatusOfAJobTheOperatorHasNotSeen) {
   EXPECT_NE(text.find("Events:\n  <none>\n"), std::string::npos) << text;
 }
 
+// A phase this fleetctl cannot read (a newer operator's) is printed as written, not as <none>.
+TEST(FleetctlRenderTest, APhaseFromANewerOperatorIsPrintedAsWritten) {
+  const Json job = Job("j", "Draining");
+  EXPECT_NE(JobsTable(Json::array({job}), false, kNow).find("ps-heter   Draining   2/2"), std::string::npos);
+  EXPECT_EQ(ProgressLine(job).substr(0, 10), "Draining  ");
+  const Json doc = StatusDocument(job, Json::array(), Json::array(), 10);
+  EXPECT_EQ(doc["phase"], "Draining");
+  EXPECT_NE(StatusText(doc, kNow).find("Phase:      Draining\n"), std::string::npos);
+  EXPECT_EQ(TopText(job, kNow), "j  Draining  no progress reported yet\n");
+}
+
 TEST(FleetctlRenderTest, ProgressLine) {
   EXPECT_EQ(ProgressLine(Job("j", "Starting")),
             "Starting  server 2/2 ready  worker 3/4 ready  gpu 1/1 ready  heter2 1/2 ready  restarts 1");
@@ -259,6 +270,15 @@ TEST(FleetctlRenderTest, StatusShowsTheProgress) {
       StatusDocument(WithProgress(Job("j", "Running"), Json::parse(R"({"step": 3})")), Json::array(), Json::array(), 10),
       kNow);
   EXPECT_NE(bare.find("\nProgress:   step 3\n\nPods:"), std::string::npos) << bare;
+}
+
+// updateTime as the operator writes it, in milliseconds: shown as written.
+TEST(FleetctlRenderTest, StatusShowsTheUpdateTimeAsWritten) {
+  Json progress = Progress();
+  progress["updateTime"] = "2023-11-14T22:13:18.250Z";
+  const std::string text =
+      StatusText(StatusDocument(WithProgress(Job("j", "Running"), progress), Json::array(), Json::array(), 10), kNow);
+  EXPECT_NE(text.find("Updated:    2023-11-14T22:13:18.250Z (2s ago)\n"), std::string::npos) << text;
 }
 
 TEST(FleetctlRenderTest, TopPutsTheStragglerOnTop) {
