@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "fleet/base/escape.h"
+#include "json_int.h"
 
 namespace fleet::api {
 namespace {
@@ -104,10 +105,9 @@ constexpr const char* kFailed = "failed";
 
 template <typename T>
 std::optional<T> AsInt(const Json& v) {
-  if (!v.is_number_integer()) return std::nullopt;
-  const int64_t n = v.get<int64_t>();
-  if (n < std::numeric_limits<T>::min() || n > std::numeric_limits<T>::max()) return std::nullopt;
-  return static_cast<T>(n);
+  const auto n = AsInt64(v);
+  if (!n || *n < std::numeric_limits<T>::min() || *n > std::numeric_limits<T>::max()) return std::nullopt;
+  return static_cast<T>(*n);
 }
 std::optional<std::string> AsString(const Json& v) {
   if (!v.is_string()) return std::nullopt;

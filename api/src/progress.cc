@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "fleet/base/time.h"
+#include "json_int.h"
 
 namespace fleet::api {
 namespace {
@@ -49,7 +50,7 @@ const Json* Member(const Json& object, const char* name) {
 }
 std::optional<int64_t> Int(const Json& object, const char* name) {
   const Json* v = Member(object, name);
-  return v && v->is_number_integer() ? std::optional<int64_t>(v->get<int64_t>()) : std::nullopt;
+  return v ? AsInt64(*v) : std::nullopt;
 }
 std::optional<int> SmallInt(const Json& object, const char* name) {
   auto n = Int(object, name);
@@ -95,8 +96,8 @@ RankProgress ReadRank(const Json& v) {
   r.role = String(v, key::kRole).value_or("");
   r.rank = SmallInt(v, key::kRank).value_or(0);
   r.pod = String(v, key::kPod).value_or("");
-  r.step = Int(v, key::kStep).value_or(0);
-  r.lag = Int(v, key::kLag).value_or(0);
+  r.step = Int(v, key::kStep);
+  r.lag = Int(v, key::kLag);
   r.idle_seconds = Int(v, key::kIdleSeconds);
   r.stalled = Bool(v, key::kStalled);
   r.steps_per_second = Number(v, key::kStepsPerSecond);
@@ -105,7 +106,9 @@ RankProgress ReadRank(const Json& v) {
 }
 
 Json WriteRank(const RankProgress& r) {
-  Json out = {{key::kRole, r.role}, {key::kRank, r.rank}, {key::kPod, r.pod}, {key::kStep, r.step}, {key::kLag, r.lag}};
+  Json out = {{key::kRole, r.role}, {key::kRank, r.rank}, {key::kPod, r.pod}};
+  if (r.step) out[key::kStep] = *r.step;
+  if (r.lag) out[key::kLag] = *r.lag;
   if (r.idle_seconds) out[key::kIdleSeconds] = *r.idle_seconds;
   if (r.stalled) out[key::kStalled] = *r.stalled;
   if (r.steps_per_second) out[key::kStepsPerSecond] = *r.steps_per_second;
@@ -166,7 +169,7 @@ Json Progress::ToJson() const {
   Json out = unknown_fields.is_object() ? unknown_fields : Json::object();
   // Milliseconds (metav1.MicroTime-like): whole seconds would let writes come up to 1 s early.
   if (update_time) out[key::kUpdateTime] = FormatRfc3339(*update_time, TimePrecision::kMillis);
-  out[key::kStep] = step;
+  if (step) out[key::kStep] = *step;
   if (total_steps) out[key::kTotalSteps] = *total_steps;
   if (percent) out[key::kPercent] = *percent;
   if (eta_seconds) out[key::kEtaSeconds] = *eta_seconds;

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "fleet/api/job_status.h"
 #include "fleet/api/names.h"
 #include "fleet/cli/command_line.h"
 #include "fleet/cli/job_spec.h"
@@ -47,9 +48,12 @@ std::string OneLine(std::string text) {
   return Printable(text);
 }
 
-std::string Phase(const Json& job) {
-  const Json status = job.value("status", Json::object());
-  return status.is_object() ? status.value("phase", "") : "";
+// The job's phase as written ("" before the operator has seen it).
+std::string Phase(const Json& job) { return PhaseText(StatusOf(job)); }
+
+// Whether the job has stopped for good or until resumed: nothing will change by waiting.
+bool HasStopped(const api::FleetJobStatus& status) {
+  return api::IsFinished(status.phase) || status.phase == api::JobPhase::kSuspended;
 }
 
 std::string NameOf(const Json& obj) { return obj.value("metadata", Json::object()).value("name", ""); }
@@ -249,12 +253,12 @@ class Session {
       std::optional<Failure> failure;
     };
     auto ended = [&](const Json& j) -> std::optional<End> {
-      const std::string phase = Phase(j);
-      if ((phase == "Running" && !s.until_done) || phase == "Succeeded") return End{};
-      if (phase == "Failed") {
-        return End{Failure{"fleetjob \"" + name + "\" failed: " + j.value("status", Json::object()).value("message", "")}};
+      const api::FleetJobStatus status = StatusOf(j);
+      if ((status.phase == api::JobPhase::kRunning && !s.until_done) || status.phase == api::JobPhase::kSucceeded) {
+        return End{};
       }
-      if (phase == "Suspended") return End{Failure{"fleetjob \"" + name + "\" is suspended (fleetctl resume " + name + ")"}};
+      if (status.phase == api::JobPhase::kFailed) return End{Failure{"fleetjob \"" + name + "\" failed: " + status.message}};
+      if (status.phase == api::JobPhase::kSuspended) return End{Failure{"fleetjob \"" + name + "\" is suspended (fleetctl resume " + name + ")"}};
       return std::nullopt;
     };
     report(*job);
@@ -367,9 +371,11 @@ class Session {
         if (shown && job.status().code() == Code::kNotFound) return Failure{"fleetjob \"" + name + "\" was deleted"};
         return Explain(job.status(), name);
       }
-      const std::string phase = Phase(*job);
-      const Json status = job->value("status", Json::object());
-      const Json progress = status.is_object() ? status.value("progress", Json()) : Json();
+      const api::FleetJobStatus status = StatusOf(*job);
+      const std::string phase = PhaseText(status);
+      // status.progress as the API has it, for -o (as in status -o); top's table reads it typed.
+      const Json written = job->value("status", Json::object());
+      const Json progress = status.progress && written.is_object() ? written.value("progress", Json()) : Json();
       const std::string state = phase + "\n" + progress.dump();
       if (live) {
         out_ << "\x1b[H\x1b[2J" << TopText(*job, Now()) << std::flush;   // cursor home, clear the screen
@@ -381,7 +387,7 @@ class Session {
         }
       }
       shown = state;
-      if (cl_.top.once || phase == "Succeeded" || phase == "Failed" || phase == "Suspended") return std::nullopt;
+      if (cl_.top.once || HasStopped(status)) return std::nullopt;
       std::this_thread::sleep_for(std::chrono::seconds(cl_.top.interval_seconds));
     }
   }
@@ -484,8 +490,9 @@ class Session {
           if (job.status().code() == Code::kNotFound) return Failure{"fleetjob \"" + job_name + "\" was deleted"};
           return Explain(job.status());
         }
-        const std::string phase = Phase(*job);
-        if (phase == "Succeeded" || phase == "Failed" || phase == "Suspended") {
+        const api::FleetJobStatus status = StatusOf(*job);
+        const std::string phase = PhaseText(status);
+        if (HasStopped(status)) {
           note_once("pod " + pod_name + " is gone and fleetjob \"" + job_name + "\" is " + phase);
           return std::nullopt;
         }

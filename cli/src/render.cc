@@ -6,6 +6,7 @@
 #include <map>
 #include <optional>
 
+#include "fleet/api/job_status.h"
 #include "fleet/base/escape.h"
 #include "fleet/base/strings.h"
 #include "fleet/base/time.h"
@@ -36,13 +37,6 @@ int64_t Int(const Json& obj, const char* key) {
   return v.is_number_integer() ? v.get<int64_t>() : 0;
 }
 
-// A JSON number, when the key holds one.
-std::optional<double> Number(const Json& obj, const char* key) {
-  const Json& v = Field(obj, key);
-  if (!v.is_number()) return std::nullopt;
-  return v.get<double>();
-}
-
 // Speeds and losses as people read them: 3 significant digits ("3.1", "0.0421"), whole numbers
 // from 100 on ("812", "12345"), "-" when unknown.
 std::string FormatNumber(std::optional<double> value) {
@@ -51,6 +45,8 @@ std::string FormatNumber(std::optional<double> value) {
   std::snprintf(buf, sizeof buf, std::fabs(*value) >= 100 ? "%.0f" : "%.3g", *value);
   return buf;
 }
+
+int64_t UnixSeconds(api::Time t) { return std::chrono::floor<std::chrono::seconds>(t.time_since_epoch()).count(); }
 
 std::string Ago(const std::string& time, int64_t now) {
   const int64_t t = ParseTime(time);
@@ -115,38 +111,47 @@ std::vector<RoleOfJob> Roles(const Json& job) {
   return roles;
 }
 
+// status.replicaStatuses[role]: zero counts for a role the operator has not counted.
+api::ReplicaStatus CountsOf(const api::FleetJobStatus& status, const std::string& role) {
+  auto it = status.replica_statuses.find(role);
+  return it == status.replica_statuses.end() ? api::ReplicaStatus{} : it->second;
+}
+
 // "ready/replicas" for one role or several together, the same in every column and line: ready
 // pods from status.replicaStatuses (the pods that exist), replicas from the spec (what the job
 // asks for, also before the operator has seen it).
-std::string ReadyOfReplicas(const Json& job, const std::vector<RoleOfJob>& roles) {
+std::string ReadyOfReplicas(const api::FleetJobStatus& status, const std::vector<RoleOfJob>& roles) {
   int64_t ready = 0, replicas = 0;
   for (const RoleOfJob& role : roles) {
-    ready += Int(Field(Field(Field(job, "status"), "replicaStatuses"), role.name.c_str()), "ready");
+    ready += CountsOf(status, role.name).ready;
     replicas += Int(*role.spec, "replicas");
   }
   return std::to_string(ready) + "/" + std::to_string(replicas);
 }
 
+// The phase as people read it: "<none>" before the operator has seen the job.
+std::string PhaseOrNone(const api::FleetJobStatus& status) {
+  const std::string phase = PhaseText(status);
+  return phase.empty() ? "<none>" : Printable(phase);
+}
+
+// A status time as the operator wrote it: metav1.Time's whole seconds, milliseconds when it has them
+// (status.progress.updateTime); "" when there is none.
+std::string TimeText(const std::optional<api::Time>& t) {
+  if (!t) return "";
+  return FormatRfc3339(*t, api::WholeSeconds(*t) == *t ? TimePrecision::kSeconds : TimePrecision::kMillis);
+}
+
 // ---- training progress ----------------------------------------------------------------------------
 
-// A whole number from any JSON number: clamped to what an int64 holds (converting one past it is
-// undefined: a status's step of 9.3e18 printed as a negative number).
-int64_t Whole(double v) {
-  constexpr double kMost = 9.2e18;
-  return static_cast<int64_t>(std::clamp(v, -kMost, kMost));
-}
-
-std::string Steps(std::optional<double> steps) {
-  return steps ? std::to_string(Whole(*steps)) : "-";
-}
+// A count as people read it; "-" when unknown.
+std::string Count(std::optional<int64_t> n) { return n ? std::to_string(*n) : "-"; }
 
 // How far done, in percent: status.progress.percent, else step/totalSteps.
-std::optional<double> PercentDone(const Json& progress) {
-  if (auto percent = Number(progress, "percent")) return percent;
-  const auto step = Number(progress, "step");
-  const auto total = Number(progress, "totalSteps");
-  if (!step || !total || *total <= 0) return std::nullopt;
-  return 100.0 * *step / *total;
+std::optional<double> PercentDone(const api::Progress& progress) {
+  if (progress.percent) return progress.percent;
+  if (!progress.step || !progress.total_steps || *progress.total_steps <= 0) return std::nullopt;
+  return 100.0 * static_cast<double>(*progress.step) / static_cast<double>(*progress.total_steps);
 }
 
 // "24%": whole percents, rounded down (a job 99.7% done is not 100% done).
@@ -155,61 +160,80 @@ std::string Percent(double percent) {
 }
 
 // How old status.progress is, when that is worth saying (it is stale): "updated 5m ago".
-std::string StaleNote(const Json& progress, int64_t now) {
-  const int64_t updated = ParseTime(Str(progress, "updateTime"));
-  if (updated < 0 || now - updated <= kStaleProgressSeconds) return "";
+std::string StaleNote(const api::Progress& progress, int64_t now) {
+  if (!progress.update_time) return "";
+  const int64_t updated = UnixSeconds(*progress.update_time);
+  if (now - updated <= kStaleProgressSeconds) return "";
   return "updated " + HumanDuration(now - updated) + " ago";
 }
 
 // A rank's steps behind the median as top shows it: "-10" behind, "+2" ahead, "0".
-std::string Lag(std::optional<double> lag) {
+std::string Lag(std::optional<int64_t> lag) {
   if (!lag) return "-";
   if (*lag == 0) return "0";
-  return (*lag > 0 ? "-" : "+") + Steps(std::fabs(*lag));
+  if (*lag > 0) return "-" + std::to_string(*lag);
+  return "+" + std::to_string(0 - static_cast<uint64_t>(*lag));   // INT64_MIN has no int64 negation
 }
 
 // "worker-3 (job-worker-3) at step 1190, 10 steps behind the median".
-std::string SlowestRank(const Json& slowest) {
-  if (!slowest.is_object()) return "";
-  std::string text = Str(slowest, "role", "?") + "-" + Steps(Number(slowest, "rank"));
-  if (!Str(slowest, "pod").empty()) text += " (" + Str(slowest, "pod") + ")";
-  if (Number(slowest, "step")) text += " at step " + Steps(Number(slowest, "step"));
-  if (auto lag = Number(slowest, "lag")) text += ", " + Steps(lag) + " steps behind the median";
+std::string SlowestRank(const std::optional<api::RankProgress>& slowest) {
+  if (!slowest) return "";
+  std::string text = (slowest->role.empty() ? "?" : Printable(slowest->role)) + "-" + std::to_string(slowest->rank);
+  if (!slowest->pod.empty()) text += " (" + Printable(slowest->pod) + ")";
+  if (slowest->step) text += " at step " + Count(slowest->step);
+  if (slowest->lag) text += ", " + Count(slowest->lag) + " steps behind the median";
   return text;
 }
 
-// "7/8 reporting, 1 stalled"; "" when the number of ranks is unknown.
-std::string RanksReporting(const Json& progress) {
-  const auto expected = Number(progress, "ranks");
-  if (!expected) return "";
-  std::string text = Steps(Number(progress, "reportingRanks").value_or(0)) + "/" + Steps(expected) + " reporting";
-  if (auto stalled = Number(progress, "stalledRanks"); stalled && *stalled > 0) text += ", " + Steps(stalled) + " stalled";
+// "7/8 reporting, 1 stalled"; "" when the number of ranks is unknown (the operator writes it, and
+// more than 0, whenever it writes status.progress).
+std::string RanksReporting(const api::Progress& progress) {
+  if (progress.ranks <= 0) return "";
+  std::string text = std::to_string(progress.reporting_ranks) + "/" + std::to_string(progress.ranks) + " reporting";
+  if (progress.stalled_ranks > 0) text += ", " + std::to_string(progress.stalled_ranks) + " stalled";
   return text;
+}
+
+// The one-line summary of ProgressSummary, typed.
+std::string SummaryOf(const api::Progress& progress, int64_t now) {
+  std::vector<std::string> parts;
+  const auto percent = PercentDone(progress);
+  if (percent) parts.push_back(ProgressBar(*percent) + " " + Percent(*percent));
+  if (progress.step) {
+    parts.push_back("step " + Count(progress.step) + (progress.total_steps ? "/" + Count(progress.total_steps) : ""));
+  } else {
+    parts.push_back("no step reported yet");
+  }
+  if (progress.steps_per_second) parts.push_back(FormatNumber(progress.steps_per_second) + " step/s");
+  if (progress.eta_seconds && percent) parts.push_back("ETA " + HumanDuration(*progress.eta_seconds));
+  if (progress.loss) parts.push_back("loss " + FormatNumber(progress.loss));
+  const std::string stale = StaleNote(progress, now);
+  if (!stale.empty()) parts.push_back("(" + stale + ")");
+  return JoinStrings(parts, "  ");
 }
 
 // status's "Progress:" section.
-std::string ProgressText(const Json& progress, int64_t now) {
-  if (!progress.is_object()) return "Progress:   no progress reported yet\n";
-  std::string out = "Progress:   " + ProgressSummary(progress, now) + "\n";
-  std::string ranks = RanksReporting(progress);
-  if (auto samples = Number(progress, "samplesPerSecond")) {
-    ranks += (ranks.empty() ? "" : ", ") + FormatNumber(samples) + " samples/s";
+std::string ProgressText(const std::optional<api::Progress>& progress, int64_t now) {
+  if (!progress) return "Progress:   no progress reported yet\n";
+  std::string out = "Progress:   " + SummaryOf(*progress, now) + "\n";
+  std::string ranks = RanksReporting(*progress);
+  if (progress->samples_per_second) {
+    ranks += (ranks.empty() ? "" : ", ") + FormatNumber(progress->samples_per_second) + " samples/s";
   }
   if (!ranks.empty()) out += "Ranks:      " + ranks + "\n";
-  const std::string slowest = SlowestRank(Field(progress, "slowest"));
+  const std::string slowest = SlowestRank(progress->slowest);
   if (!slowest.empty()) out += "Slowest:    " + slowest + "\n";
-  const std::string updated = Str(progress, "updateTime");
-  if (!updated.empty()) {
-    const bool stale = !StaleNote(progress, now).empty();
+  if (progress->update_time) {
+    const std::string updated = TimeText(progress->update_time);
+    const bool stale = !StaleNote(*progress, now).empty();
     out += "Updated:    " + updated + " (" + Ago(updated, now) + " ago" + (stale ? ", stale" : "") + ")\n";
   }
-  const Json& roles = Field(progress, "roles");
-  if (roles.is_object() && !roles.empty()) {
+  if (!progress->roles.empty()) {
     std::vector<std::vector<std::string>> rows = {{"ROLE", "RANKS", "REPORTING", "MIN STEP", "MEDIAN", "MAX STEP", "SPEED", "LOSS"}};
-    for (const auto& [role, r] : roles.items()) {
-      rows.push_back({Printable(role), Steps(Number(r, "ranks")), Steps(Number(r, "reportingRanks")), Steps(Number(r, "minStep")),
-                      Steps(Number(r, "medianStep")), Steps(Number(r, "maxStep")),
-                      FormatNumber(Number(r, "stepsPerSecond")), FormatNumber(Number(r, "loss"))});
+    for (const auto& [role, r] : progress->roles) {
+      rows.push_back({Printable(role), std::to_string(r.ranks), std::to_string(r.reporting_ranks), std::to_string(r.min_step),
+                      std::to_string(r.median_step), std::to_string(r.max_step), FormatNumber(r.steps_per_second),
+                      FormatNumber(r.loss)});
     }
     out += FormatTable(rows);
   }
@@ -248,7 +272,14 @@ std::string Printable(std::string_view text) { return EscapeControl(BoundText(te
 
 int64_t ParseTime(const std::string& text) {
   const auto t = ParseRfc3339(text);
-  return t ? std::chrono::floor<std::chrono::seconds>(t->time_since_epoch()).count() : -1;
+  return t ? UnixSeconds(*t) : -1;
+}
+
+api::FleetJobStatus StatusOf(const Json& job) { return api::FleetJobStatus::FromJson(Field(job, "status")); }
+
+std::string PhaseText(const api::FleetJobStatus& status) {
+  if (status.phase != api::JobPhase::kNone) return api::PhaseName(status.phase);
+  return Raw(status.unknown_fields, "phase");   // one this fleetctl cannot read: kept, as written
 }
 
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows) {
@@ -283,21 +314,21 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
   rows.push_back(header);
   for (const Json& job : jobs) {
     const Json& meta = Field(job, "metadata");
-    const Json& status = Field(job, "status");
+    const api::FleetJobStatus status = StatusOf(job);
     const Json& spec = Field(job, "spec");
     // SERVERS, WORKERS, and every heter stage in one column (as kubectl's Heter column).
     std::vector<RoleOfJob> servers, workers, heter;
     for (const RoleOfJob& role : Roles(job)) (role.heter ? heter : role.name == "server" ? servers : workers).push_back(role);
     auto counts = [&](const std::vector<RoleOfJob>& roles) -> std::string {
-      return roles.empty() ? "-" : ReadyOfReplicas(job, roles);
+      return roles.empty() ? "-" : ReadyOfReplicas(status, roles);
     };
     std::vector<std::string> row = {Str(meta, "name"),
-                                    Str(status, "mode", Str(spec, "mode", "")),
-                                    Str(status, "phase", "<none>"),
+                                    status.mode.empty() ? Str(spec, "mode") : Printable(status.mode),
+                                    PhaseOrNone(status),
                                     counts(servers),
                                     counts(workers),
                                     counts(heter),
-                                    std::to_string(Int(status, "restartCount")),
+                                    std::to_string(status.restart_count),
                                     Ago(Str(meta, "creationTimestamp"), now)};
     if (row[1].empty()) row[1] = "<none>";
     if (with_namespace) row.insert(row.begin(), Str(meta, "namespace"));
@@ -308,33 +339,33 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
 
 Json StatusDocument(const Json& job, const Json& pods, const Json& events, int max_events) {
   const Json& meta = Field(job, "metadata");
-  const Json& status = Field(job, "status");
+  const api::FleetJobStatus status = StatusOf(job);
   const Json& spec = Field(job, "spec");
   Json doc = {{"name", Raw(meta, "name")}, {"namespace", Raw(meta, "namespace")},
-              {"phase", Raw(status, "phase")}, {"mode", Raw(status, "mode", Raw(spec, "mode"))},
-              {"network", Raw(status, "network", Raw(spec, "network", "PodIP"))}, {"run", Int(status, "run")},
-              {"restartCount", Int(status, "restartCount")}, {"message", Raw(status, "message")},
-              {"created", Raw(meta, "creationTimestamp")}, {"startTime", Raw(status, "startTime")},
-              {"completionTime", Raw(status, "completionTime")}};
+              {"phase", PhaseText(status)}, {"mode", status.mode.empty() ? Raw(spec, "mode") : status.mode},
+              {"network", status.network.empty() ? Raw(spec, "network", "PodIP") : status.network},
+              {"run", status.run}, {"restartCount", status.restart_count}, {"message", status.message},
+              {"created", Raw(meta, "creationTimestamp")}, {"startTime", TimeText(status.start_time)},
+              {"completionTime", TimeText(status.completion_time)}};
   Json roles = Json::array();
   for (const std::string& role : RoleNames(job)) {
-    const Json& rs = Field(Field(status, "replicaStatuses"), role.c_str());
-    Json entry = {{"role", role}};
-    for (const char* k : {"replicas", "active", "ready", "succeeded", "failed"}) entry[k] = Int(rs, k);
-    roles.push_back(entry);
+    const api::ReplicaStatus counts = CountsOf(status, role);
+    roles.push_back({{"role", role}, {"replicas", counts.replicas}, {"active", counts.active}, {"ready", counts.ready},
+                     {"succeeded", counts.succeeded}, {"failed", counts.failed}});
   }
   doc["roles"] = roles;
-  doc["progress"] = Field(status, "progress").is_object() ? Field(status, "progress") : Json();
+  // status.progress and the conditions as the API has them (what this fleetctl cannot read too);
+  // they are read typed only to be printed (StatusText).
+  const Json& written = Field(job, "status");
+  doc["progress"] = status.progress ? Field(written, "progress") : Json();
   if (const Json& elastic = Field(spec, "elastic"); elastic.is_object()) {
-    const Json& observed = Field(status, "elastic");
-    const Json& members = Field(observed, "members");
+    const api::ElasticStatus observed = status.elastic.value_or(api::ElasticStatus{});
     doc["elastic"] = {{"minReplicas", Int(elastic, "minReplicas")}, {"maxReplicas", Int(elastic, "maxReplicas")},
                       {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Raw(elastic, "etcdEndpoint")},
-                      {"members", members.is_array() ? members : Json::array()},
-                      {"rendezvous", Int(observed, "rendezvous")},
-                      {"belowMinimumSince", Raw(observed, "belowMinimumSince")}};
+                      {"members", observed.members}, {"rendezvous", observed.rendezvous},
+                      {"belowMinimumSince", TimeText(observed.below_minimum_since)}};
   }
-  doc["conditions"] = Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array();
+  doc["conditions"] = Field(written, "conditions").is_array() ? Field(written, "conditions") : Json::array();
 
   Json waiting = Json::array();
   std::vector<Json> sorted_pods(pods.begin(), pods.end());
@@ -382,7 +413,8 @@ std::string StatusText(const Json& d, int64_t now) {
   line("Started:", Str(d, "startTime"));
   line("Completed:", Str(d, "completionTime"));
 
-  out += ProgressText(Field(d, "progress"), now);
+  const Json& progress = Field(d, "progress");
+  out += ProgressText(progress.is_object() ? std::optional(api::Progress::FromJson(progress)) : std::nullopt, now);
   out += ElasticText(Field(d, "elastic"), now);
 
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
@@ -429,12 +461,11 @@ std::string StatusText(const Json& d, int64_t now) {
 }
 
 std::string ProgressLine(const Json& job) {
-  const Json& status = Field(job, "status");
-  std::string line = Str(status, "phase", "<none>");
-  for (const RoleOfJob& role : Roles(job)) line += "  " + role.name + " " + ReadyOfReplicas(job, {role}) + " ready";
-  if (Int(status, "restartCount") > 0) line += "  restarts " + std::to_string(Int(status, "restartCount"));
-  const std::string message = Str(status, "message");
-  if (!message.empty()) line += "  (" + message + ")";
+  const api::FleetJobStatus status = StatusOf(job);
+  std::string line = PhaseOrNone(status);
+  for (const RoleOfJob& role : Roles(job)) line += "  " + role.name + " " + ReadyOfReplicas(status, {role}) + " ready";
+  if (status.restart_count > 0) line += "  restarts " + std::to_string(status.restart_count);
+  if (!status.message.empty()) line += "  (" + Printable(status.message) + ")";
   return line;
 }
 
@@ -444,29 +475,13 @@ std::string ProgressBar(double percent, int width) {
 }
 
 std::string ProgressSummary(const Json& progress, int64_t now) {
-  if (!progress.is_object()) return "";
-  std::vector<std::string> parts;
-  const auto percent = PercentDone(progress);
-  if (percent) parts.push_back(ProgressBar(*percent) + " " + Percent(*percent));
-  if (auto step = Number(progress, "step")) {
-    const auto total = Number(progress, "totalSteps");
-    parts.push_back("step " + Steps(step) + (total ? "/" + Steps(total) : ""));
-  } else {
-    parts.push_back("no step reported yet");
-  }
-  if (auto speed = Number(progress, "stepsPerSecond")) parts.push_back(FormatNumber(speed) + " step/s");
-  if (auto eta = Number(progress, "etaSeconds"); eta && percent) {
-    parts.push_back("ETA " + HumanDuration(Whole(std::ceil(*eta))));
-  }
-  if (auto loss = Number(progress, "loss")) parts.push_back("loss " + FormatNumber(loss));
-  const std::string stale = StaleNote(progress, now);
-  if (!stale.empty()) parts.push_back("(" + stale + ")");
-  return JoinStrings(parts, "  ");
+  return progress.is_object() ? SummaryOf(api::Progress::FromJson(progress), now) : "";
 }
 
 std::string WaitProgress::Update(const Json& job, int64_t now) {
   const std::string state = ProgressLine(job);
-  const std::string progress = ProgressSummary(Field(Field(job, "status"), "progress"), now);
+  const std::optional<api::Progress> training = StatusOf(job).progress;
+  const std::string progress = training ? SummaryOf(*training, now) : "";
   const std::string line = name_ + ": " + state + (progress.empty() ? "" : "  " + progress);
   if (line == line_) return "";
   const bool new_state = state != state_ || line_.empty();
@@ -491,41 +506,32 @@ std::string WaitProgress::Finish() {
 }
 
 std::string TopText(const Json& job, int64_t now) {
-  const Json& status = Field(job, "status");
-  const Json& progress = Field(status, "progress");
-  std::string out = Str(Field(job, "metadata"), "name") + "  " + Str(status, "phase", "<none>");
-  if (!progress.is_object()) return out + "  no progress reported yet\n";
-  out += "  " + ProgressSummary(progress, now);
+  const api::FleetJobStatus status = StatusOf(job);
+  std::string out = Str(Field(job, "metadata"), "name") + "  " + PhaseOrNone(status);
+  if (!status.progress) return out + "  no progress reported yet\n";
+  const api::Progress& progress = *status.progress;
+  out += "  " + SummaryOf(progress, now);
   const std::string reporting = RanksReporting(progress);
   out += (reporting.empty() ? "" : "  " + reporting) + "\n\n";
 
-  const Json& details = Field(progress, "rankDetails");
-  std::vector<Json> ranks;
-  if (details.is_array()) ranks.assign(details.begin(), details.end());
+  std::vector<api::RankProgress> ranks = progress.rank_details;
   // The straggler first: the lowest step (none at all is lowest), then the longest idle.
-  std::stable_sort(ranks.begin(), ranks.end(), [](const Json& a, const Json& b) {
-    const double step_a = Number(a, "step").value_or(-1), step_b = Number(b, "step").value_or(-1);
-    if (step_a != step_b) return step_a < step_b;
-    return Number(a, "idleSeconds").value_or(0) > Number(b, "idleSeconds").value_or(0);
+  std::stable_sort(ranks.begin(), ranks.end(), [](const api::RankProgress& a, const api::RankProgress& b) {
+    if (a.step != b.step) return a.step < b.step;
+    return a.idle_seconds.value_or(0) > b.idle_seconds.value_or(0);
   });
   const size_t total = ranks.size();
   if (ranks.size() > kTopRows) ranks.resize(kTopRows);
   std::vector<std::vector<std::string>> rows = {{"ROLE", "RANK", "POD", "STEP", "SPEED", "LOSS", "LAG", "IDLE", ""}};
-  for (const Json& r : ranks) {
-    const auto lag = Number(r, "lag");
-    const auto idle = Number(r, "idleSeconds");
-    const Json& stalled = Field(r, "stalled");
-    rows.push_back({Str(r, "role", "-"), Steps(Number(r, "rank")), Str(r, "pod", "-"), Steps(Number(r, "step")),
-                    FormatNumber(Number(r, "stepsPerSecond")), FormatNumber(Number(r, "loss")),
-                    Lag(lag), idle ? FormatNumber(idle) + "s" : "-",
-                    stalled.is_boolean() && stalled.get<bool>() ? "stalled" : ""});
+  for (const api::RankProgress& r : ranks) {
+    rows.push_back({r.role.empty() ? "-" : Printable(r.role), std::to_string(r.rank), r.pod.empty() ? "-" : Printable(r.pod),
+                    Count(r.step), FormatNumber(r.steps_per_second), FormatNumber(r.loss), Lag(r.lag),
+                    r.idle_seconds ? std::to_string(*r.idle_seconds) + "s" : "-", r.stalled.value_or(false) ? "stalled" : ""});
   }
   if (ranks.empty()) return out + "no rank has reported yet\n";
   out += FormatTable(rows);
-  const double of = std::max(Number(progress, "ranks").value_or(0), static_cast<double>(total));
-  if (of > static_cast<double>(ranks.size())) {
-    out += "(the " + std::to_string(ranks.size()) + " slowest of " + Steps(of) + " ranks)\n";
-  }
+  const size_t of = std::max(static_cast<size_t>(std::max(progress.ranks, 0)), total);
+  if (of > ranks.size()) out += "(the " + std::to_string(ranks.size()) + " slowest of " + std::to_string(of) + " ranks)\n";
   return out;
 }
 

@@ -211,7 +211,7 @@ std::optional<Progress> SummarizeProgress(const ProgressInput& in) {
   };
   const RankRow& slowest = all.front();
   progress.slowest = rank_of(slowest);
-  const int64_t lag = progress.slowest->lag;
+  const int64_t lag = progress.slowest->lag.value_or(0);
   progress.slowest_text = slowest.report->role + "-" + std::to_string(slowest.report->rank) +
                           (lag > 0 ? " (-" + std::to_string(lag) + ")" : "");
   for (size_t i = 0; i < all.size() && i < kProgressRankDetails; ++i) {

@@ -172,15 +172,51 @@ TEST(ProgressTest, WrongTypesReadAsUnsetAndUnknownKeysAreKept) {
   newer["rankDetails"] = {1, "x"};
   newer["tokensPerSecond"] = 1e6;   // a newer operator's
   const Progress p = Progress::FromJson(newer);
-  EXPECT_EQ(p.step, 0);
+  EXPECT_FALSE(p.step.has_value()) << "unknown, not step 0";
   EXPECT_TRUE(p.roles.empty());
   EXPECT_TRUE(p.rank_details.empty());
   const Json back = p.ToJson();
   EXPECT_EQ(back["tokensPerSecond"], 1e6);
-  EXPECT_EQ(back["step"], 0) << "always written: a reader that cannot read it shows 0";
+  EXPECT_EQ(back["step"], "many") << "kept as it was, as any member this version cannot read";
   for (const Json& odd : {Json(nullptr), Json(3), Json::array()}) {
-    EXPECT_EQ(Progress::FromJson(odd).ToJson()["step"], 0) << odd.dump();
+    EXPECT_FALSE(Progress::FromJson(odd).step.has_value()) << odd.dump();
+    EXPECT_FALSE(Progress::FromJson(odd).ToJson().contains("step")) << odd.dump();
   }
+}
+
+// A rank without a step or a lag (the CRD requires neither): unknown, not step 0 and on time.
+TEST(ProgressTest, AbsentStepsReadAsUnknown) {
+  Json written = EveryProgressMember();
+  written.erase("step");
+  written["rankDetails"][0].erase("step");
+  written["rankDetails"][0].erase("lag");
+  const Progress p = Progress::FromJson(written);
+  EXPECT_FALSE(p.step.has_value());
+  EXPECT_FALSE(p.rank_details[0].step.has_value());
+  EXPECT_FALSE(p.rank_details[0].lag.has_value());
+  EXPECT_EQ(p.ToJson(), written) << "and written back without them";
+}
+
+// Integers as the API server accepts them (60.0 is an integer to it), and none past int64: a
+// hostile or broken server's 10000000000000000000 is not read as a negative number.
+TEST(ProgressTest, IntegersAreReadWholeAndNeverWrapped) {
+  Json written = EveryProgressMember();
+  written["rankDetails"][0]["idleSeconds"] = 60.0;
+  written["step"] = Json::parse("10000000000000000000");
+  written["totalSteps"] = 1e19;
+  written["etaSeconds"] = 0.5;
+  written["ranks"] = Json::parse("18446744073709551615");
+  const Progress p = Progress::FromJson(written);
+  EXPECT_EQ(p.rank_details[0].idle_seconds, 60);
+  EXPECT_FALSE(p.step.has_value());
+  EXPECT_FALSE(p.total_steps.has_value());
+  EXPECT_FALSE(p.eta_seconds.has_value()) << "not a whole number";
+  EXPECT_EQ(p.ranks, 0) << "not -1";
+  EXPECT_EQ(Progress::FromJson(Json{{"step", INT64_MAX}}).step, INT64_MAX);
+  EXPECT_EQ(Progress::FromJson(Json{{"step", INT64_MIN}}).step, INT64_MIN);
+  const FleetJobStatus s = FleetJobStatus::FromJson(Json::parse(R"({"run": 18446744073709551615, "restartCount": 2.0})"));
+  EXPECT_EQ(s.run, 0) << "not -1";
+  EXPECT_EQ(s.restart_count, 2);
 }
 
 // The check itself finds a key the schema lacks.

@@ -392,7 +392,7 @@ def progress(job, step=1200, seconds_ago=1):
             "roles": {"worker": {"ranks": 4, "reportingRanks": 4, "minStep": step - 10, "medianStep": step,
                                  "maxStep": step + 10, "stepsPerSecond": 3.1, "loss": 0.42}},
             "slowest": {"role": "worker", "rank": 3, "pod": job + "-worker-3", "step": step - 10, "lag": 10},
-            "rankDetails": [rank(0, step, 0.5), rank(1, step + 10, 0.2), rank(2, step - 10, 1.0),
+            "rankDetails": [rank(0, step, 1), rank(1, step + 10, 0), rank(2, step - 10, 1),
                             rank(3, step - 10, 60.0, stalled=True)]}
 
 

@@ -2,7 +2,9 @@
 // (docs/operator.md, "Training progress"), typed for the operator that writes it and fleetctl
 // that reads it. The keys are spelt once, in progress.cc, and declared in the CRD's schema.
 //
-// FromJson never throws: a member of the wrong type reads as unset, and keys this version does not
+// FromJson never throws: a member of the wrong type reads as unset (an integer member also from a
+// whole JSON float such as 60.0, which the API server accepts as an integer, but not from one past
+// int64: never wrapped), and keys this version does not
 // know are kept for ToJson (written by a newer operator); unknown keys inside a role or a rank are
 // dropped, as the operator writes each whole. ToJson(FromJson(x)) == x for what an operator writes.
 #pragma once
@@ -37,8 +39,9 @@ struct RankProgress {
   std::string role;
   int rank = 0;
   std::string pod;
-  int64_t step = 0;
-  int64_t lag = 0;                           // steps behind its role's median
+  // The operator writes both; a reader shows them unknown when absent (not step 0, not on time).
+  std::optional<int64_t> step;
+  std::optional<int64_t> lag;                // steps behind its role's median
   // rankDetails only (slowest has none of these):
   std::optional<int64_t> idle_seconds;
   std::optional<bool> stalled;
@@ -48,7 +51,7 @@ struct RankProgress {
 
 struct Progress {
   std::optional<Time> update_time;           // when the operator wrote it (milliseconds)
-  int64_t step = 0;                          // the median worker's steps trained
+  std::optional<int64_t> step;               // the median worker's steps trained (none: not reported yet)
   std::optional<int64_t> total_steps;
   std::optional<double> percent;
   std::optional<int64_t> eta_seconds;

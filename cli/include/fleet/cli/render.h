@@ -10,6 +10,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/job_status.h"
+
 namespace fleet::cli {
 
 using Json = nlohmann::json;
@@ -24,6 +26,12 @@ std::string Printable(std::string_view text);
 
 // RFC 3339 (as the API writes it) -> Unix seconds; -1 when `text` is not one.
 int64_t ParseTime(const std::string& text);
+
+// A job's .status, typed (fleet::api): an empty status before the operator has seen the job.
+api::FleetJobStatus StatusOf(const Json& job);
+// status.phase as written, a phase this fleetctl does not know (a newer operator's) included; ""
+// when the job has none yet.
+std::string PhaseText(const api::FleetJobStatus& status);
 
 // Columns padded to the widest cell, separated by three spaces; no trailing blanks.
 std::string FormatTable(const std::vector<std::vector<std::string>>& rows);
