@@ -1,0 +1,420 @@
+"""The kubelet stand-in: nodes, scheduling (binding, pod anti-affinity), the pod lifecycle
+(init containers, Running, readiness, graceful termination) and the test's pod actions."""
+
+import collections
+import hashlib
+import heapq
+import itertools
+import sys
+import threading
+import time
+
+from .errors import ApiError
+from .util import rfc3339
+
+
+class Kubelet:
+    def __init__(self, server, nodes):
+        self.server = server
+        self.store = server.store
+        self.mode = server.kubelet_mode
+        self.run_delay_ms = server.run_delay_ms
+        self.termination_delay_ms = 0
+        self.probe_ready_default = True
+        self.pod_network = "cluster"   # "loopback": pod IPs in 127.0.0.0/8, so tests can run the pods
+        self.node_ips = collections.OrderedDict(("node-%d" % i, "172.18.0.%d" % (i + 2)) for i in range(nodes))
+        self.rr = itertools.count()
+        self.ip_counter = itertools.count(1)
+        self.ready = {}        # (pod uid, container) -> bool (set by tests)
+        self.gateway = None    # where pods reach the API server (the podman kubelet's network)
+        self.tasks = []
+        self.seq = itertools.count()
+        self.cond = threading.Condition()
+        self.stopped = False
+        self.thread = threading.Thread(target=self._loop, name="fake-kubelet", daemon=True)
+
+    def start(self):
+        self.thread.start()
+
+    def stop(self):
+        with self.cond:
+            self.stopped = True
+            self.cond.notify()
+
+    def _loop(self):
+        while True:
+            with self.cond:
+                while not self.stopped and (not self.tasks or self.tasks[0][0] > time.monotonic()):
+                    self.cond.wait(None if not self.tasks else max(0.0, self.tasks[0][0] - time.monotonic()))
+                if self.stopped:
+                    return
+                _t, _s, fn = heapq.heappop(self.tasks)
+            try:
+                with self.store.lock:
+                    fn()
+            except Exception as e:  # keep the kubelet alive whatever a test does
+                sys.stderr.write("fake kubelet: %r\n" % (e,))
+
+    def later(self, delay_ms, fn):
+        with self.cond:
+            heapq.heappush(self.tasks, (time.monotonic() + delay_ms / 1000.0, next(self.seq), fn))
+            self.cond.notify()
+
+    # ---- helpers --------------------------------------------------------
+    @property
+    def pods(self):
+        return self.store.registry.get("", "v1", "pods")
+
+    def _current(self, ns, name, uid):
+        pod = self.store._find(self.pods, ns, name)
+        if pod is None or pod["metadata"]["uid"] != uid:
+            return None
+        return pod
+
+    def _update(self, pod, mutate):
+        return self.store.internal_update(self.pods, pod, mutate)
+
+    def new_pod_ip(self):
+        n = next(self.ip_counter)
+        if self.pod_network == "loopback":   # every 127/8 address is this host's: processes can bind them
+            return "127.%d.%d.%d" % (1 + n // 65000, (n % 65000) // 250, n % 250 + 2)
+        return "10.%d.%d.%d" % (244 + n // 65000, (n % 65000) // 250, n % 250 + 2)
+
+    @staticmethod
+    def _set_cond(pod, ctype, status, reason=None, message=None):
+        conds = pod.setdefault("status", {}).setdefault("conditions", [])
+        for c in conds:
+            if c["type"] == ctype:
+                if c["status"] != status:
+                    c["lastTransitionTime"] = rfc3339()
+                c["status"] = status
+                for k, v in (("reason", reason), ("message", message)):
+                    if v is None:
+                        c.pop(k, None)
+                    else:
+                        c[k] = v
+                return
+        c = {"type": ctype, "status": status, "lastProbeTime": None, "lastTransitionTime": rfc3339()}
+        if reason:
+            c["reason"] = reason
+        if message:
+            c["message"] = message
+        conds.append(c)
+        order = ["PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady", "PodScheduled",
+                 "DisruptionTarget"]
+        conds.sort(key=lambda x: order.index(x["type"]) if x["type"] in order else 99)
+
+    @staticmethod
+    def _container_id(uid, name, restarts):
+        return "containerd://" + hashlib.sha256(("%s/%s/%d" % (uid, name, restarts)).encode()).hexdigest()
+
+    def _cstatus(self, pod, c, state, ready=False, restarts=0, last=None, started=None):
+        image = c.get("image", "")
+        st = {"name": c["name"], "image": image,
+              "imageID": image.split("@")[0] + "@sha256:" + hashlib.sha256(image.encode()).hexdigest(),
+              "ready": ready, "restartCount": restarts, "state": state, "lastState": last or {}}
+        if "running" in state or "terminated" in state:
+            st["containerID"] = self._container_id(pod["metadata"]["uid"], c["name"], restarts)
+        st["started"] = bool(started if started is not None else "running" in state)
+        return st
+
+    def _want_ready(self, pod, c):
+        v = self.ready.get((pod["metadata"]["uid"], c["name"]))
+        if v is not None:
+            return v
+        if c.get("readinessProbe") or c.get("startupProbe"):
+            return self.probe_ready_default
+        return True
+
+    def _recompute_ready(self, pod):
+        st = pod["status"]
+        cs = st.get("containerStatuses") or []
+        sidecars = [s for s in st.get("initContainerStatuses") or []
+                    if self._is_sidecar(pod, s["name"])]
+        all_ready = bool(cs) and all(s["ready"] for s in cs + sidecars) and st.get("phase") == "Running"
+        not_ready = [s["name"] for s in cs + sidecars if not s["ready"]]
+        msg = "containers with unready status: [%s]" % " ".join(not_ready) if not_ready else None
+        self._set_cond(pod, "ContainersReady", "True" if all_ready else "False",
+                       None if all_ready else "ContainersNotReady", None if all_ready else msg)
+        gates_ok = True
+        for g in pod.get("spec", {}).get("readinessGates") or []:
+            ok = any(c["type"] == g.get("conditionType") and c["status"] == "True" for c in st.get("conditions", []))
+            gates_ok = gates_ok and ok
+        ready = all_ready and gates_ok
+        if st.get("phase") in ("Succeeded", "Failed"):
+            self._set_cond(pod, "Ready", "False", "PodCompleted")
+        else:
+            self._set_cond(pod, "Ready", "True" if ready else "False",
+                           None if ready else ("ContainersNotReady" if not all_ready else "ReadinessGatesNotReady"),
+                           None if ready else (msg or "the status of pod readiness gates are not \"True\""))
+
+    @staticmethod
+    def _is_sidecar(pod, name):
+        return any(c.get("name") == name and c.get("restartPolicy") == "Always"
+                   for c in pod.get("spec", {}).get("initContainers") or [])
+
+    # ---- lifecycle steps --------------------------------------------------
+    def _bind(self, pod, node):
+        pod["spec"]["nodeName"] = node
+        self._set_cond(pod, "PodScheduled", "True")
+
+    def _start(self, pod):
+        spec, st = pod["spec"], pod.setdefault("status", {})
+        node = spec["nodeName"]
+        st["hostIP"] = self.node_ips[node]
+        st["hostIPs"] = [{"ip": st["hostIP"]}]
+        if not st.get("podIP"):
+            st["podIP"] = st["hostIP"] if spec.get("hostNetwork") else self.new_pod_ip()
+            st["podIPs"] = [{"ip": st["podIP"]}]
+        st.setdefault("startTime", rfc3339())
+        self._set_cond(pod, "PodReadyToStartContainers", "True")
+
+    def _pending_init(self, pod):
+        st, inits = pod["status"], pod["spec"].get("initContainers") or []
+        st["phase"] = "Pending"
+        st["initContainerStatuses"] = [
+            self._cstatus(pod, c, {"running": {"startedAt": rfc3339()}} if i == 0 else
+                          {"waiting": {"reason": "PodInitializing"}}) for i, c in enumerate(inits)]
+        st["containerStatuses"] = [self._cstatus(pod, c, {"waiting": {"reason": "PodInitializing"}})
+                                   for c in pod["spec"]["containers"]]
+        self._set_cond(pod, "Initialized", "False", "ContainersNotInitialized",
+                       "containers with incomplete status: [%s]" % " ".join(
+                           c["name"] for c in inits if c.get("restartPolicy") != "Always"))
+        self._recompute_ready(pod)
+
+    def _creating(self, pod):
+        st = pod["status"]
+        st["phase"] = "Pending"
+        st["containerStatuses"] = [self._cstatus(pod, c, {"waiting": {"reason": "ContainerCreating"}})
+                                   for c in pod["spec"]["containers"]]
+        self._set_cond(pod, "Initialized", "True")
+        self._recompute_ready(pod)
+
+    def _running(self, pod):
+        st, now = pod["status"], rfc3339()
+        old_init = {s["name"]: s for s in st.get("initContainerStatuses") or []}
+        inits = pod["spec"].get("initContainers") or []
+        if inits:
+            out = []
+            for c in inits:
+                prev = old_init.get(c["name"], {})
+                if c.get("restartPolicy") == "Always":
+                    out.append(self._cstatus(pod, c, {"running": {"startedAt": now}}, self._want_ready(pod, c),
+                                             prev.get("restartCount", 0)))
+                else:
+                    out.append(self._cstatus(pod, c, {"terminated": {
+                        "exitCode": 0, "reason": "Completed", "startedAt": now, "finishedAt": now,
+                        "containerID": self._container_id(pod["metadata"]["uid"], c["name"], 0)}},
+                        False, prev.get("restartCount", 0), started=False))
+            st["initContainerStatuses"] = out
+        st["phase"] = "Running"
+        st["containerStatuses"] = [self._cstatus(pod, c, {"running": {"startedAt": now}}, self._want_ready(pod, c))
+                                   for c in pod["spec"]["containers"]]
+        self._set_cond(pod, "PodReadyToStartContainers", "True")
+        self._set_cond(pod, "Initialized", "True")
+        self._set_cond(pod, "PodScheduled", "True")
+        self._recompute_ready(pod)
+
+    # ---- automatic flow -------------------------------------------------
+    def pod_created(self, pod):
+        """Called under the store lock after a pod was created."""
+        if self.mode != "auto":
+            return
+        spec = pod.get("spec", {})
+        if spec.get("nodeName"):
+            if spec["nodeName"] in self.node_ips:
+                self._schedule_start(pod)
+            return
+        if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
+            return   # a gang scheduler that does not exist here: stays Pending
+        ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+
+        def bind():
+            cur = self._current(ns, name, uid)
+            if cur is None or cur["spec"].get("nodeName") or cur["metadata"].get("deletionTimestamp"):
+                return
+            node = self._node_for(cur)
+            if node is None:
+                return   # no node fits: Pending, as with the real scheduler
+            cur = self._update(cur, lambda p: self._bind(p, node))
+            self._schedule_start(cur)
+        self.later(0, bind)
+
+    def _node_for(self, pod):
+        """The next node round robin that satisfies the pod's required pod anti-affinity on
+        kubernetes.io/hostname (matchLabels terms, the pod's namespace), as the default scheduler
+        would place it; None when no node does."""
+        affinity = (pod["spec"].get("affinity") or {}).get("podAntiAffinity") or {}
+        terms = [t for t in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
+                 if t.get("topologyKey") == "kubernetes.io/hostname"]
+        ns = pod["metadata"]["namespace"]
+        nodes = list(self.node_ips)
+        start = next(self.rr)
+
+        def taken(node, term):
+            want = (term.get("labelSelector") or {}).get("matchLabels") or {}
+            for (pns, _), other in self.store.objects[self.pods.storage_key].items():
+                labels = other["metadata"].get("labels") or {}
+                if (pns == ns and other["spec"].get("nodeName") == node and
+                        other.get("status", {}).get("phase") not in ("Succeeded", "Failed") and
+                        all(labels.get(k) == v for k, v in want.items())):
+                    return True
+            return False
+        for i in range(len(nodes)):
+            node = nodes[(start + i) % len(nodes)]
+            if not any(taken(node, t) for t in terms):
+                return node
+        return None
+
+    def _schedule_start(self, pod):
+        ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+        has_init = bool(pod["spec"].get("initContainers"))
+
+        def start():
+            cur = self._current(ns, name, uid)
+            if cur is None or cur["metadata"].get("deletionTimestamp") or cur["status"].get("phase") != "Pending":
+                return
+            if cur["status"].get("containerStatuses"):
+                return
+            if has_init:
+                cur = self._update(cur, lambda p: (self._start(p), self._pending_init(p)))
+            elif self.run_delay_ms > 0:
+                cur = self._update(cur, lambda p: (self._start(p), self._creating(p)))
+            else:
+                cur = self._update(cur, lambda p: (self._start(p), self._running(p)))
+                return
+            self.later(self.run_delay_ms, run)
+
+        def run():
+            cur = self._current(ns, name, uid)
+            if cur is None or cur["metadata"].get("deletionTimestamp") or cur["status"].get("phase") != "Pending":
+                return
+            self._update(cur, self._running)
+        self.later(0, start)
+
+    def terminate(self, pod):
+        """Graceful deletion: stop the containers and remove the pod."""
+        ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
+
+        def finish():
+            cur = self._current(ns, name, uid)
+            if cur is None:
+                return
+            self.store.pending_termination.discard(uid)
+            self.store._check_foreground(uid)
+            cur = self._current(ns, name, uid)
+            if cur is not None and not cur["metadata"].get("finalizers"):
+                self.store._delete_now(self.pods, cur)
+        self.later(self.termination_delay_ms, finish)
+
+    # ---- test commands ----------------------------------------------------
+    def action(self, ns, name, body):
+        act = body.get("action")
+        with self.store.lock:
+            pod = self.store._find(self.pods, ns, name)
+            if pod is None:
+                raise ApiError.not_found(self.pods, name)
+            uid = pod["metadata"]["uid"]
+            containers = pod["spec"].get("containers") or []
+            cname = body.get("container")
+            if cname is not None and not any(c["name"] == cname for c in containers + (
+                    pod["spec"].get("initContainers") or [])):
+                raise ApiError.bad_request("container %s is not valid for pod %s" % (cname, name))
+            now = rfc3339()
+            if act == "run":
+                if not pod["spec"].get("nodeName"):
+                    node = body.get("node") or list(self.node_ips)[next(self.rr) % len(self.node_ips)]
+                    if node not in self.node_ips:
+                        raise ApiError.bad_request("unknown node %s" % node)
+                    pod = self._update(pod, lambda p: self._bind(p, node))
+                elif pod["spec"]["nodeName"] not in self.node_ips:
+                    raise ApiError.bad_request("pod is bound to unknown node %s" % pod["spec"]["nodeName"])
+                return self._update(pod, lambda p: (self._start(p), self._running(p)))
+            if act in ("succeed", "fail", "evict"):
+                code = 0 if act == "succeed" else int(body.get("exitCode", 137 if act == "evict" else 1))
+
+                def term(p):
+                    st = p.setdefault("status", {})
+                    st["phase"] = "Succeeded" if act == "succeed" else "Failed"
+                    old = {s["name"]: s for s in (st.get("containerStatuses") or [])
+                           + (st.get("initContainerStatuses") or [])}
+                    for lst in ("containerStatuses", "initContainerStatuses"):
+                        specs = p["spec"].get("containers" if lst == "containerStatuses" else "initContainers") or []
+                        if lst == "initContainerStatuses" and not specs:
+                            continue
+                        out = []
+                        for c in specs:
+                            prev = old.get(c["name"], {})
+                            running = prev.get("state", {}).get("running")
+                            if lst == "initContainerStatuses" and "terminated" in prev.get("state", {}):
+                                out.append(prev)
+                                continue
+                            my = code if (cname is None or cname == c["name"]) else 0
+                            reason = "Completed" if my == 0 else body.get("reason", "Error")
+                            t = {"exitCode": my, "reason": reason,
+                                 "startedAt": (running or {}).get("startedAt", now), "finishedAt": now,
+                                 "containerID": self._container_id(uid, c["name"], prev.get("restartCount", 0))}
+                            out.append(self._cstatus(p, c, {"terminated": t}, False, prev.get("restartCount", 0),
+                                                     prev.get("lastState"), started=False))
+                        st[lst] = out
+                    if act == "evict":
+                        st["reason"] = "Evicted"
+                        st["message"] = body.get("message", "The node was low on resource: memory. ")
+                        self._set_cond(p, "DisruptionTarget", "True", "TerminationByKubelet", st["message"])
+                    self._recompute_ready(p)
+                return self._update(pod, term)
+            if act == "restart":
+                def restart(p):
+                    st = p.setdefault("status", {})
+                    for s in st.get("containerStatuses") or []:
+                        if cname is not None and s["name"] != cname:
+                            continue
+                        c = next(c for c in containers if c["name"] == s["name"])
+                        n = s.get("restartCount", 0) + 1
+                        started = (s.get("state", {}).get("running") or {}).get("startedAt", now)
+                        last = {"terminated": {"exitCode": int(body.get("exitCode", 1)), "reason": "Error",
+                                               "startedAt": started, "finishedAt": now,
+                                               "containerID": s.get("containerID", "")}}
+                        s.clear()
+                        s.update(self._cstatus(p, c, {"running": {"startedAt": now}}, self._want_ready(p, c), n, last))
+                    if st.get("podIP") and not p["spec"].get("hostNetwork"):
+                        st["podIP"] = self.new_pod_ip()
+                        st["podIPs"] = [{"ip": st["podIP"]}]
+                    st["phase"] = "Running"
+                    st.pop("reason", None)
+                    st.pop("message", None)
+                    self._recompute_ready(p)
+                    for k in [k for k in self.store.logs if k[:2] == (ns, name)
+                              and (cname is None or k[2] == cname)]:
+                        self.store.prev_logs[k] = self.store.logs.pop(k)
+                return self._update(pod, restart)
+            if act == "ready":
+                ready = bool(body.get("ready", True))
+                for c in containers + (pod["spec"].get("initContainers") or []):
+                    if cname is None or c["name"] == cname:
+                        self.ready[(uid, c["name"])] = ready
+
+                def set_ready(p):
+                    st = p.setdefault("status", {})
+                    for s in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
+                        if (cname is None or s["name"] == cname) and "running" in s.get("state", {}):
+                            s["ready"] = ready
+                    if st.get("phase") == "Running":
+                        self._recompute_ready(p)
+                return self._update(pod, set_ready)
+            if act == "unschedulable":
+                msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
+                return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
+            raise ApiError.bad_request("unknown action %r" % (act,))
+
+    def pod_deleted(self, uid):
+        """Called under the store lock when a pod left storage (the podman kubelet kills it)."""
+
+    def bind(self, pod, node):
+        if pod["spec"].get("nodeName"):
+            raise ApiError.conflict(self.pods, pod["metadata"]["name"], "pod %s is already assigned to node "
+                                    '"%s"' % (pod["metadata"]["name"], pod["spec"]["nodeName"]))
+        pod = self._update(pod, lambda p: self._bind(p, node))
+        if node in self.node_ips and self.mode == "auto":
+            self._schedule_start(pod)
+        return pod

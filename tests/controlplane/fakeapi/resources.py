@@ -1,0 +1,162 @@
+"""The resource table: ResourceType (one served resource and its discovery entry), the built-in
+types, the Registry (built-ins plus the groups CRDs add at run time), and the minimal
+OpenAPI v2 document."""
+
+import collections
+
+from .util import version_key
+
+
+VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
+
+
+class ResourceType:
+    def __init__(self, group, version, plural, kind, namespaced=True, short_names=(), status=False,
+                 categories=(), subresources=(), custom=False, singular=None, list_kind=None,
+                 printer_columns=None, crd=None):
+        self.group, self.version, self.plural, self.kind = group, version, plural, kind
+        self.namespaced, self.short_names, self.has_status = namespaced, list(short_names), status
+        self.categories, self.custom, self.crd = list(categories), custom, crd
+        self.subresources = set(subresources) | ({"status"} if status else set())
+        self.singular = singular or kind.lower()
+        self.list_kind = list_kind or kind + "List"
+        self.printer_columns = printer_columns
+        self.storage_key = group + "/" + plural
+        self.api_version = group + "/" + version if group else version
+        self.qualified = plural + "." + group if group else plural
+
+    def discovery(self):
+        out = [{"name": self.plural, "singularName": self.singular, "namespaced": self.namespaced,
+                "kind": self.kind, "verbs": VERBS}]
+        if self.short_names:
+            out[0]["shortNames"] = self.short_names
+        if self.categories:
+            out[0]["categories"] = self.categories
+        for sub in sorted(self.subresources):
+            verbs = {"status": ["get", "patch", "update"], "log": ["get"], "binding": ["create"],
+                     "eviction": ["create"], "finalize": ["update"]}[sub]
+            kind = {"binding": "Binding", "eviction": "Eviction"}.get(sub, self.kind)
+            e = {"name": self.plural + "/" + sub, "singularName": "", "namespaced": self.namespaced,
+                 "kind": kind, "verbs": verbs}
+            if sub == "eviction":
+                e.update(group="policy", version="v1")
+            out.append(e)
+        return out
+
+
+BUILTINS = [
+    # group, version, plural, kind, namespaced, shortNames, status, categories, subresources, custom
+    ("", "v1", "pods", "Pod", True, ["po"], True, ["all"], ["log", "binding", "eviction"], False),
+    ("", "v1", "services", "Service", True, ["svc"], True, ["all"], [], False),
+    ("", "v1", "configmaps", "ConfigMap", True, ["cm"], False, [], [], False),
+    ("", "v1", "secrets", "Secret", True, [], False, [], [], False),
+    ("", "v1", "events", "Event", True, ["ev"], False, [], [], False),
+    ("", "v1", "namespaces", "Namespace", False, ["ns"], True, [], ["finalize"], False),
+    ("", "v1", "nodes", "Node", False, ["no"], True, [], [], False),
+    ("", "v1", "serviceaccounts", "ServiceAccount", True, ["sa"], False, [], [], False),
+    ("", "v1", "endpoints", "Endpoints", True, ["ep"], False, [], [], False),
+    ("", "v1", "persistentvolumeclaims", "PersistentVolumeClaim", True, ["pvc"], True, [], [], False),
+    ("coordination.k8s.io", "v1", "leases", "Lease", True, [], False, [], [], False),
+    ("events.k8s.io", "v1", "events", "Event", True, [], False, [], [], False),
+    ("apps", "v1", "deployments", "Deployment", True, ["deploy"], True, ["all"], [], False),
+    ("apps", "v1", "statefulsets", "StatefulSet", True, ["sts"], True, ["all"], [], False),
+    ("apps", "v1", "replicasets", "ReplicaSet", True, ["rs"], True, ["all"], [], False),
+    ("apps", "v1", "daemonsets", "DaemonSet", True, ["ds"], True, ["all"], [], False),
+    ("batch", "v1", "jobs", "Job", True, [], True, ["all"], [], False),
+    ("policy", "v1", "poddisruptionbudgets", "PodDisruptionBudget", True, ["pdb"], True, [], [], False),
+    ("scheduling.k8s.io", "v1", "priorityclasses", "PriorityClass", False, ["pc"], False, [], [], False),
+    ("rbac.authorization.k8s.io", "v1", "roles", "Role", True, [], False, [], [], False),
+    ("rbac.authorization.k8s.io", "v1", "rolebindings", "RoleBinding", True, [], False, [], [], False),
+    ("rbac.authorization.k8s.io", "v1", "clusterroles", "ClusterRole", False, [], False, [], [], False),
+    ("rbac.authorization.k8s.io", "v1", "clusterrolebindings", "ClusterRoleBinding", False, [], False, [], [],
+     False),
+    ("scheduling.volcano.sh", "v1beta1", "podgroups", "PodGroup", True, ["pg", "podgroup-v1beta1"], True, [], [],
+     True),
+    ("scheduling.volcano.sh", "v1beta1", "queues", "Queue", False, ["q", "queue-v1beta1"], True, [], [], True),
+    ("scheduling.x-k8s.io", "v1alpha1", "podgroups", "PodGroup", True, ["pgs"], True, [], [], True),
+    ("apiextensions.k8s.io", "v1", "customresourcedefinitions", "CustomResourceDefinition", False,
+     ["crd", "crds"], True, ["api-extensions"], [], False),
+]
+
+
+class Registry:
+    """Which (group, version, plural) are served; CRDs add and remove entries."""
+
+    def __init__(self):
+        self.types = collections.OrderedDict()   # (group, version, plural) -> ResourceType
+        self.builtin = {}
+        self.group_order = []
+        for g, v, p, k, ns, sn, st, cat, sub, custom in BUILTINS:
+            rt = ResourceType(g, v, p, k, ns, sn, st, cat, sub, custom)
+            self._add(rt)
+            self.builtin[(g, v, p)] = rt
+
+    def _add(self, rt):
+        self.types[(rt.group, rt.version, rt.plural)] = rt
+        if rt.group and rt.group not in self.group_order:
+            self.group_order.append(rt.group)
+
+    def get(self, group, version, plural):
+        return self.types.get((group, version, plural))
+
+    def versions(self, group):
+        vs = sorted({v for (g, v, _p) in self.types if g == group}, key=version_key, reverse=True)
+        return vs
+
+    def gv_resources(self, group, version):
+        return [rt for (g, v, _p), rt in self.types.items() if g == group and v == version]
+
+    def storage(self, key):
+        """The preferred-version ResourceType for a storage key."""
+        best = None
+        for rt in self.types.values():
+            if rt.storage_key == key and (best is None or version_key(rt.version) > version_key(best.version)):
+                best = rt
+        return best
+
+    def resolvable(self, api_version, kind):
+        g, _, v = (api_version or "").rpartition("/")
+        return any(rt.group == g and rt.version == v and rt.kind == kind for rt in self.types.values())
+
+    def groups(self):
+        return [g for g in self.group_order if self.versions(g)]
+
+    def register_crd(self, crd):
+        spec = crd.get("spec", {})
+        group, names = spec["group"], spec["names"]
+        self.unregister_crd(crd["metadata"]["name"], restore=False)
+        for ver in spec.get("versions", []):
+            if not ver.get("served", True):
+                continue
+            cols = ver.get("additionalPrinterColumns")
+            rt = ResourceType(group, ver["name"], names["plural"], names["kind"],
+                              spec.get("scope", "Namespaced") == "Namespaced", names.get("shortNames", ()),
+                              "status" in (ver.get("subresources") or {}),
+                              names.get("categories", ()), (), True, names.get("singular"),
+                              names.get("listKind"), cols, crd["metadata"]["name"])
+            self._add(rt)
+
+    def unregister_crd(self, crd_name, restore=True):
+        gone = [k for k, rt in self.types.items() if rt.crd == crd_name]
+        for k in gone:
+            del self.types[k]
+            if restore and k in self.builtin:
+                self.types[k] = self.builtin[k]
+        return gone
+
+
+def _pb_field(num, payload):
+    def varint(n):
+        out = bytearray()
+        while True:
+            b = n & 0x7F
+            n >>= 7
+            out.append(b | (0x80 if n else 0))
+            if not n:
+                return bytes(out)
+    return varint((num << 3) | 2) + varint(len(payload)) + payload
+
+
+def openapi_v2_protobuf(version):
+    info = _pb_field(1, b"Kubernetes") + _pb_field(2, version.encode())
+    return _pb_field(1, b"2.0") + _pb_field(2, info) + _pb_field(8, b"") + _pb_field(9, b"")
