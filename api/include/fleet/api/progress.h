@@ -4,9 +4,9 @@
 //
 // FromJson never throws: a member of the wrong type reads as unset (an integer member also from a
 // whole JSON float such as 60.0, which the API server accepts as an integer, but not from one past
-// int64: never wrapped), and keys this version does not
-// know are kept for ToJson (written by a newer operator); unknown keys inside a role or a rank are
-// dropped, as the operator writes each whole. ToJson(FromJson(x)) == x for what an operator writes.
+// int64: never wrapped), and keys this version does not know are kept for ToJson (written by a
+// newer operator); unknown keys inside a role or a rank are dropped, as the operator writes each
+// whole. ToJson(FromJson(x)) == x for what an operator writes.
 #pragma once
 
 #include <chrono>
