@@ -102,12 +102,16 @@ class Controller {
   };
   // What reconciles keep about a job; forgotten when the job is deleted.
   struct Reconciled {
+    // A constructor of its own rather than member initializers: clang cannot use a nested class's
+    // default member initializers until the enclosing class is complete, and JobRecord's
+    // std::optional<Reconciled> asks whether it is default-constructible before then.
+    Reconciled() : took(std::chrono::steady_clock::duration::zero()) {}
     std::optional<Written> written;                   // the last status write, until the cache shows it
     std::map<std::string, Expectation> expectations;  // "Kind/name/verb" -> a write of a child
     std::string phase;                                // for metrics; "" until its actions are done
     // How long its last reconcile took until its status was written: its children's events are
     // batched for a multiple of it.
-    std::chrono::steady_clock::duration took{};
+    std::chrono::steady_clock::duration took;
     std::shared_ptr<const WiredJob> wired;            // its last plan's wiring, for the next plan to reuse
   };
   // One job, by key. A record that holds nothing is removed: an absent one reads as empty.
