@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "fleet/base/escape.h"
-#include "json_int.h"
+#include "json_read.h"
 
 namespace fleet::api {
 namespace {
@@ -103,16 +103,6 @@ constexpr const char* kFailed = "failed";
 
 // ---- reading values: nullopt when the value has another type ----
 
-template <typename T>
-std::optional<T> AsInt(const Json& v) {
-  const auto n = AsInt64(v);
-  if (!n || *n < std::numeric_limits<T>::min() || *n > std::numeric_limits<T>::max()) return std::nullopt;
-  return static_cast<T>(*n);
-}
-std::optional<std::string> AsString(const Json& v) {
-  if (!v.is_string()) return std::nullopt;
-  return v.get<std::string>();
-}
 std::optional<Progress> AsProgress(const Json& v) {
   return v.is_object() ? std::optional<Progress>(Progress::FromJson(v)) : std::nullopt;
 }
@@ -125,14 +115,8 @@ std::optional<JobPhase> AsPhase(const Json& v) {
   auto text = AsString(v);
   return text ? ParsePhase(*text) : std::nullopt;
 }
-std::string StringOr(const Json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : "";
-}
-int IntOr(const Json& object, const char* name) {
-  auto it = object.find(name);
-  return it != object.end() ? AsInt<int>(*it).value_or(0) : 0;
-}
+std::string StringOr(const Json& object, const char* name) { return MemberAs(object, name, AsString).value_or(""); }
+int IntOr(const Json& object, const char* name) { return MemberAs(object, name, AsInt<int>).value_or(0); }
 
 // A condition of a known type; nullopt for any other (kept as it is).
 std::optional<Condition> AsCondition(const Json& v) {

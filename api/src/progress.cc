@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "fleet/base/time.h"
-#include "json_int.h"
+#include "json_read.h"
 
 namespace fleet::api {
 namespace {
@@ -41,35 +41,13 @@ constexpr const char* kIdleSeconds = "idleSeconds";
 constexpr const char* kStalled = "stalled";
 }  // namespace key
 
-// ---- reading members: unset when absent or of another type ----
+// ---- reading members: unset when absent or of another type (json_read.h) ----
 
-const Json* Member(const Json& object, const char* name) {
-  if (!object.is_object()) return nullptr;
-  auto it = object.find(name);
-  return it == object.end() ? nullptr : &*it;
-}
-std::optional<int64_t> Int(const Json& object, const char* name) {
-  const Json* v = Member(object, name);
-  return v ? AsInt64(*v) : std::nullopt;
-}
-std::optional<int> SmallInt(const Json& object, const char* name) {
-  auto n = Int(object, name);
-  if (!n || *n < std::numeric_limits<int>::min() || *n > std::numeric_limits<int>::max()) return std::nullopt;
-  return static_cast<int>(*n);
-}
-// Any JSON number: an API server may write 3.0 back as 3.
-std::optional<double> Number(const Json& object, const char* name) {
-  const Json* v = Member(object, name);
-  return v && v->is_number() ? std::optional<double>(v->get<double>()) : std::nullopt;
-}
-std::optional<std::string> String(const Json& object, const char* name) {
-  const Json* v = Member(object, name);
-  return v && v->is_string() ? std::optional<std::string>(v->get<std::string>()) : std::nullopt;
-}
-std::optional<bool> Bool(const Json& object, const char* name) {
-  const Json* v = Member(object, name);
-  return v && v->is_boolean() ? std::optional<bool>(v->get<bool>()) : std::nullopt;
-}
+std::optional<int64_t> Int(const Json& object, const char* name) { return MemberAs(object, name, AsInt<int64_t>); }
+std::optional<int> SmallInt(const Json& object, const char* name) { return MemberAs(object, name, AsInt<int>); }
+std::optional<double> Number(const Json& object, const char* name) { return MemberAs(object, name, AsNumber); }
+std::optional<std::string> String(const Json& object, const char* name) { return MemberAs(object, name, AsString); }
+std::optional<bool> Bool(const Json& object, const char* name) { return MemberAs(object, name, AsBool); }
 
 RoleProgress ReadRole(const Json& v) {
   RoleProgress r;
