@@ -264,7 +264,7 @@ class ElasticInContainersTest(OperatorInContainers):
         c.podman("kill", "--signal", "KILL", c.container("launched-worker-1", "trainer"))
         wait_for("launched: every pod of a new run running", lambda: (lambda ps: len(ps) == 3 and all(
             int(p["metadata"]["labels"].get("fleet.paddlepaddle.org/run", "0")) > run and
-            p["status"].get("phase") == "Running" for p in ps.values()))(self.workers("launched")), timeout=120)
+            p["status"].get("phase") == "Running" for p in ps.values()))(self.workers("launched")), timeout=240)
         self.assertEqual(ranks(), {n: i for i, n in enumerate(names)}, "the new run ranks pods by index too")
         done = self.wait_succeeded("launched")
         self.assertGreaterEqual(done["status"].get("restartCount", 0), 1)
