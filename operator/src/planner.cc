@@ -13,6 +13,7 @@
 #include "fleet/base/hash.h"
 #include "fleet/base/strings.h"
 #include "fleet/base/time.h"
+#include "fleet/operator/peer_discovery.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/progress.h"
 #include "fleet/operator/wiring.h"
@@ -60,10 +61,6 @@ PodPhase ReadPodPhase(const std::string& phase) {
   if (phase == "Failed") return PodPhase::kFailed;
   return PodPhase::kOther;
 }
-
-// The status fleetrun exits with when its elastic job stayed below its minimum of nodes for
-// PADDLE_ELASTIC_TIMEOUT (launcher/elastic.h kElasticTimeoutStatus, timeout(1)'s status).
-constexpr int kElasticTimeoutStatus = 124;
 
 // How the members changed: "wd-worker-2 joined, wd-worker-0 left" (the first 5 names, then a count).
 std::string MembershipChange(const std::vector<std::string>& before, const std::vector<std::string>& after) {
@@ -133,7 +130,8 @@ class Planner {
  public:
   Planner(const FleetJobObject& object, const FleetJobStatus& status, const Observed& observed, Time now,
           const OperatorSettings& settings)
-      : object_(object), observed_(observed), now_(now), settings_(settings) {
+      : object_(object), observed_(observed), now_(now), settings_(settings),
+        peers_(PeerDiscovery::Of(object.job ? object.job->spec : FleetJobSpec{})) {
     plan_.status = status;
     if (object_.job) slots_ = PodSlots(*object_.job);
     if (object_.job && observed_.wired &&
@@ -274,6 +272,7 @@ class Planner {
   const Observed& observed_;
   const Time now_;
   const OperatorSettings& settings_;
+  const PeerDiscovery peers_;   // how the job's pods find their peers: asked wherever that differs
   ReconcilePlan plan_;
   std::vector<PodSlot> slots_;
   std::unordered_map<std::string_view, const PodSlot*> slot_of_;   // by pod name (into slots_)
@@ -536,7 +535,7 @@ void Planner::RewireOnNewReplicas() {
     Event("Normal", "Rewiring", "replicas changed (" + wired_for + " -> " + signature +
                                     "); restarting every pod with the new endpoint lists");
   } else if (const auto counted = status().replica_statuses.find("worker");
-             job().spec.elastic && counted != status().replica_statuses.end() && counted->second.replicas > 0 &&
+             peers_.TracksMembers() && counted != status().replica_statuses.end() && counted->second.replicas > 0 &&
              counted->second.replicas != job().spec.Find(RoleKind::kWorker)->replicas) {
     Event("Normal", "Scaling", "worker replicas " + std::to_string(counted->second.replicas) + " -> " +
                                    std::to_string(job().spec.Find(RoleKind::kWorker)->replicas) +
@@ -570,13 +569,13 @@ RunPods Planner::ClassifyPods() {
   return pods;
 }
 
-// Success: every worker of this run succeeded. Elastic: some worker succeeded and none runs any
-// more (the members finish together; a worker still Pending would wait for peers that are done).
+// Success: as the peers say (every worker of this run succeeded; under a rendezvous, some worker
+// succeeded and none runs any more).
 bool Planner::AllWorkersSucceeded(const RunPods& pods) {
   const int workers_done = WorkersIn(pods, PodPhase::kSucceeded);
-  const bool done = job().spec.elastic ? workers_done > 0 && WorkersIn(pods, PodPhase::kRunning) == 0
-                                       : workers_done == job().spec.Find(RoleKind::kWorker)->replicas;
-  if (!done) return false;
+  if (!peers_.Succeeded(workers_done, WorkersIn(pods, PodPhase::kRunning), job().spec.Find(RoleKind::kWorker)->replicas)) {
+    return false;
+  }
   SetCondition(ConditionType::kSucceeded, true, "WorkersSucceeded", "all workers finished successfully");
   SetCondition(ConditionType::kRunning, false, "WorkersSucceeded", "");
   ResolveWithoutPods("JobSucceeded");
@@ -631,9 +630,9 @@ bool Planner::HandleFailures(const RunPods& pods) {
       continue;
     }
     const std::optional<int>& code = pod.exit_code;
-    if (job().spec.elastic && code == kElasticTimeoutStatus) {
+    if (code && code == peers_.GaveUpExitCode()) {
       // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
-      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code 124: its launcher had fewer than " +
+      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) + ": its launcher had fewer than " +
                                       std::to_string(job().spec.elastic->min_replicas) +
                                       " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
       CleanUp();
@@ -659,20 +658,22 @@ bool Planner::HandleFailures(const RunPods& pods) {
   if (retry.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
   const std::string first = "pod " + retry.front()->name + (pods.Find(*retry.front())->evicted ? " was evicted" : " failed");
   if (OutOfRestarts(first)) return true;
-  if (job().spec.elastic) {
-    ReplaceFailedPodsAlone(retry, pods);
-    const int restarts = ++status().restart_count;
-    Event("Warning", "ReplacingPod", first + "; replacing it alone, the other workers re-rendezvous without it (restart " +
-                                         std::to_string(restarts) + " of at most " +
-                                         std::to_string(job().spec.run_policy.backoff_limit) + ")");
-    return false;   // the job goes on
+  switch (peers_.CostOfFailedPod()) {
+    case FailedPodCost::kReplacePodInRun: {
+      ReplaceFailedPodsAlone(retry, pods);
+      const int restarts = ++status().restart_count;
+      Event("Warning", "ReplacingPod", first + "; replacing it alone, the other workers re-rendezvous without it (restart " +
+                                           std::to_string(restarts) + " of at most " +
+                                           std::to_string(job().spec.run_policy.backoff_limit) + ")");
+      return false;   // the job goes on
+    }
+    case FailedPodCost::kReplacePod:
+      ReplaceFailedPodsAlone(retry, pods);
+      Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
+      return true;
+    case FailedPodCost::kNewRun: break;
   }
-  if (job().spec.network == Network::kService) {
-    ReplaceFailedPodsAlone(retry, pods);
-    Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
-  } else {
-    Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
-  }
+  Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
   return true;
 }
 
@@ -687,7 +688,7 @@ void Planner::ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, 
 // change makes them all re-rendezvous): status.elastic follows them, with an event per change.
 // A job below its minimum for longer than spec.elastic.timeoutSeconds fails.
 bool Planner::TrackElasticMembers(const RunPods& pods) {
-  if (!job().spec.elastic) return false;
+  if (!peers_.TracksMembers()) return false;
   const ElasticSpec& elastic = *job().spec.elastic;
   ElasticStatus& tracked = status().elastic ? *status().elastic : status().elastic.emplace();
   std::vector<std::string> members;
@@ -738,25 +739,24 @@ Hosts Planner::CollectHosts(const RunPods& pods) const {
   hosts.published = observed_.endpoints ? &*observed_.endpoints : nullptr;
   const std::string run = std::to_string(plan_.status.run);
   hosts.published_this_run = hosts.published && Annotation(*hosts.published, kRunAnnotation) == run;
-  // Elastic pods find their peers in etcd: the ConfigMap only opens the gates of the run, at once.
-  if (job().spec.elastic) return hosts;
+  // Without lists (a rendezvous) the ConfigMap only opens the gates of the run, at once.
+  if (!peers_.PublishesLists()) return hosts;
   hosts.by_ordinal.resize(slots_.size());
-  const Network network = job().spec.network;
-  hosts.compared_by_slot = network != Network::kService;
+  hosts.compared_by_slot = !peers_.HostsKnownFromStart();
   const std::vector<std::string> published_hosts = hosts.published_this_run && hosts.compared_by_slot
       ? SplitString(Annotation(*hosts.published, kHostsAnnotation), ',') : std::vector<std::string>{};
   for (const PodSlot& slot : slots_) {
     const ObservedPod* pod = pods.Find(slot);
     std::string& host = hosts.by_ordinal[static_cast<size_t>(slot.ordinal)];
-    host = SlotHost(job(), slot, !pod ? kNone : network == Network::kHostNetwork ? pod->host_ip : pod->pod_ip,
+    host = SlotHost(job(), slot, !pod ? kNone : peers_.UsesNodeAddress() ? pod->host_ip : pod->pod_ip,
                     settings_.cluster_domain);
-    if (network == Network::kService) continue;   // DNS names: never unknown, never replaced
+    if (peers_.HostsKnownFromStart()) continue;   // DNS names: never unknown, never replaced
     hosts.all_known = hosts.all_known && !host.empty();
     if (published_hosts.size() != slots_.size() || !hosts.replaced.empty()) continue;
     const std::string& before = published_hosts[static_cast<size_t>(slot.ordinal)];
-    // PodIP: a vanished pod can only come back with a new IP. HostNetwork: it may come back on
+    // A pod IP: a vanished pod can only come back with a new one. A node IP: it may come back on
     // the same node with the same address, so wait and compare.
-    if (!pod && !pods.Occupied(slot) && network == Network::kPodIP) {
+    if (!pod && !pods.Occupied(slot) && peers_.VanishedPodMovesAway()) {
       hosts.replaced = "pod " + slot.name + " disappeared";
     } else if (!host.empty() && host != before) {
       hosts.replaced = "pod " + slot.name + " came back at " + host + " (was " + before + ")";
@@ -804,9 +804,9 @@ void Planner::EnsureEnvLoader() {
 // Missing pods: create them (a name still held by a terminating pod waits for it to go, so
 // two live pods never share a (role, index)).
 void Planner::CreateMissingPods(const RunPods& pods) {
-  // An elastic job whose workers begin to finish is ending: a new worker would wait for peers
-  // that are done.
-  if (job().spec.elastic && WorkersIn(pods, PodPhase::kSucceeded) > 0) return;
+  // A rendezvous whose workers begin to finish is ending: a new worker would wait for peers that
+  // are done.
+  if (peers_.TracksMembers() && WorkersIn(pods, PodPhase::kSucceeded) > 0) return;
   std::shared_ptr<const PodRecipe> recipe;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
@@ -833,8 +833,9 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
     Create(ObjectKind::kConfigMap, cm, "every pod has an address");
   }
   Event("Normal", "EndpointsPublished",
-        job().spec.elastic ? "opened the pods' gates for run " + run + " (elastic: the workers find each other in etcd)"
-                           : "published the endpoint lists of " + std::to_string(slots_.size()) + " pods for run " + run);
+        peers_.PublishesLists()
+            ? "published the endpoint lists of " + std::to_string(slots_.size()) + " pods for run " + run
+            : "opened the pods' gates for run " + run + " (elastic: the workers find each other in etcd)");
 }
 
 // ---- the job's phase ----
@@ -844,7 +845,7 @@ void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
   CheckProgress(pods);
   PublishProgress();
   if (pods.stale) return SetPhase(JobPhase::kRestarting, status().message);
-  if (job().spec.elastic) return SummarizeElastic();
+  if (peers_.TracksMembers()) return SummarizeElastic();
   bool all_running = pods.size() == slots_.size();
   for (const PodSlot& slot : slots_) {
     // Workers that already finished do not make the job any less Running.
