@@ -4,7 +4,7 @@
 #include <utility>
 
 #include "fleet/base/escape.h"
-#include "json_read.h"
+#include "fleet/base/json_read.h"
 
 namespace fleet::api {
 namespace {

@@ -9,22 +9,15 @@
 #include "fleet/api/job_status.h"
 #include "fleet/base/escape.h"
 #include "fleet/base/strings.h"
+#include "fleet/base/json_read.h"
 #include "fleet/base/time.h"
 
 namespace fleet::cli {
 namespace {
 
-const Json& Field(const Json& obj, const char* key) {
-  static const Json kNull;
-  if (!obj.is_object()) return kNull;
-  auto it = obj.find(key);
-  return it == obj.end() ? kNull : *it;
-}
-
-// A string as the API has it: for the -o json|yaml documents.
+// A string as the API has it (for the -o json|yaml documents), or `fallback`.
 std::string Raw(const Json& obj, const char* key, const std::string& fallback = "") {
-  const Json& v = Field(obj, key);
-  return v.is_string() ? v.get<std::string>() : fallback;
+  return MemberAs(obj, key, AsString).value_or(fallback);
 }
 
 // A string as people see it (Printable).
@@ -32,10 +25,7 @@ std::string Str(const Json& obj, const char* key, const std::string& fallback = 
   return Printable(Raw(obj, key, fallback));
 }
 
-int64_t Int(const Json& obj, const char* key) {
-  const Json& v = Field(obj, key);
-  return v.is_number_integer() ? v.get<int64_t>() : 0;
-}
+int64_t Int(const Json& obj, const char* key) { return MemberAs(obj, key, AsInt64).value_or(0); }
 
 // Speeds and losses as people read them: 3 significant digits ("3.1", "0.0421"), whole numbers
 // from 100 on ("812", "12345"), "-" when unknown.
@@ -59,29 +49,29 @@ std::string EventTime(const Json& event) {
     const std::string t = Raw(event, key);
     if (!t.empty()) return t;
   }
-  return Raw(Field(event, "metadata"), "creationTimestamp");
+  return Raw(MemberOrNull(event, "metadata"), "creationTimestamp");
 }
 
 // Why a pod that is not running is where it is: a waiting container's reason, an unscheduled
 // pod's condition, or the pod's own reason.
 std::string PodWhy(const Json& pod) {
-  const Json& status = Field(pod, "status");
+  const Json& status = MemberOrNull(pod, "status");
   for (const char* list : {"initContainerStatuses", "containerStatuses"}) {
-    for (const Json& c : Field(status, list).is_array() ? Field(status, list) : Json::array()) {
-      const Json& waiting = Field(Field(c, "state"), "waiting");
+    for (const Json& c : ArrayMember(status, list)) {
+      const Json& waiting = MemberOrNull(MemberOrNull(c, "state"), "waiting");
       const std::string reason = Raw(waiting, "reason");
       if (!reason.empty() && reason != "PodInitializing") {
         const std::string message = Raw(waiting, "message");
         return Raw(c, "name") + ": " + reason + (message.empty() ? "" : ": " + message);
       }
-      const Json& terminated = Field(Field(c, "state"), "terminated");
+      const Json& terminated = MemberOrNull(MemberOrNull(c, "state"), "terminated");
       if (terminated.is_object() && Int(terminated, "exitCode") != 0) {
         return Raw(c, "name") + ": exit code " + std::to_string(Int(terminated, "exitCode")) +
                (Raw(terminated, "reason").empty() ? "" : " (" + Raw(terminated, "reason") + ")");
       }
     }
   }
-  for (const Json& c : Field(status, "conditions").is_array() ? Field(status, "conditions") : Json::array()) {
+  for (const Json& c : MemberOrNull(status, "conditions").is_array() ? MemberOrNull(status, "conditions") : Json::array()) {
     if (Raw(c, "type") == "PodScheduled" && Raw(c, "status") == "False") {
       return Raw(c, "reason", "Unschedulable") + (Raw(c, "message").empty() ? "" : ": " + Raw(c, "message"));
     }
@@ -89,7 +79,7 @@ std::string PodWhy(const Json& pod) {
   const std::string reason = Raw(status, "reason");
   const std::string message = Raw(status, "message");
   if (!reason.empty()) return reason + (message.empty() ? "" : ": " + message);
-  return Raw(Field(pod, "spec"), "nodeName").empty() ? "not scheduled yet" : "";
+  return Raw(MemberOrNull(pod, "spec"), "nodeName").empty() ? "not scheduled yet" : "";
 }
 
 // A role of a job: its name and its spec (spec.server, spec.worker or a spec.heter stage).
@@ -100,11 +90,11 @@ struct RoleOfJob {
 };
 
 std::vector<RoleOfJob> Roles(const Json& job) {
-  const Json& spec = Field(job, "spec");
+  const Json& spec = MemberOrNull(job, "spec");
   std::vector<RoleOfJob> roles;
-  if (Field(spec, "server").is_object()) roles.push_back({"server", &Field(spec, "server"), false});
-  roles.push_back({"worker", &Field(spec, "worker"), false});
-  const Json& heter = Field(spec, "heter");
+  if (MemberOrNull(spec, "server").is_object()) roles.push_back({"server", &MemberOrNull(spec, "server"), false});
+  roles.push_back({"worker", &MemberOrNull(spec, "worker"), false});
+  const Json& heter = MemberOrNull(spec, "heter");
   for (size_t i = 0; heter.is_array() && i < heter.size(); ++i) {
     roles.push_back({Str(heter[i], "name", "heter" + std::to_string(i + 1)), &heter[i], true});
   }
@@ -244,7 +234,7 @@ std::string ProgressText(const std::optional<api::Progress>& progress, int64_t n
 // starved below its minimum (it fails timeoutSeconds after belowMinimumSince).
 std::string ElasticText(const Json& elastic, int64_t now) {
   if (!elastic.is_object()) return "";
-  const Json& members = Field(elastic, "members");
+  const Json& members = MemberOrNull(elastic, "members");
   std::string names;
   constexpr size_t kShown = 8;
   for (size_t i = 0; i < members.size() && i < kShown; ++i) {
@@ -275,7 +265,7 @@ int64_t ParseTime(const std::string& text) {
   return t ? UnixSeconds(*t) : -1;
 }
 
-api::FleetJobStatus StatusOf(const Json& job) { return api::FleetJobStatus::FromJson(Field(job, "status")); }
+api::FleetJobStatus StatusOf(const Json& job) { return api::FleetJobStatus::FromJson(MemberOrNull(job, "status")); }
 
 std::string PhaseText(const api::FleetJobStatus& status) {
   if (status.phase != api::JobPhase::kNone) return api::PhaseName(status.phase);
@@ -313,9 +303,9 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
   if (with_namespace) header.insert(header.begin(), "NAMESPACE");
   rows.push_back(header);
   for (const Json& job : jobs) {
-    const Json& meta = Field(job, "metadata");
+    const Json& meta = MemberOrNull(job, "metadata");
     const api::FleetJobStatus status = StatusOf(job);
-    const Json& spec = Field(job, "spec");
+    const Json& spec = MemberOrNull(job, "spec");
     // SERVERS, WORKERS, and every heter stage in one column (as kubectl's Heter column).
     std::vector<RoleOfJob> servers, workers, heter;
     for (const RoleOfJob& role : Roles(job)) (role.heter ? heter : role.name == "server" ? servers : workers).push_back(role);
@@ -338,9 +328,9 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
 }
 
 Json StatusDocument(const Json& job, const Json& pods, const Json& events, int max_events) {
-  const Json& meta = Field(job, "metadata");
+  const Json& meta = MemberOrNull(job, "metadata");
   const api::FleetJobStatus status = StatusOf(job);
-  const Json& spec = Field(job, "spec");
+  const Json& spec = MemberOrNull(job, "spec");
   Json doc = {{"name", Raw(meta, "name")}, {"namespace", Raw(meta, "namespace")},
               {"phase", PhaseText(status)}, {"mode", status.mode.empty() ? Raw(spec, "mode") : status.mode},
               {"network", status.network.empty() ? Raw(spec, "network", "PodIP") : status.network},
@@ -356,26 +346,26 @@ Json StatusDocument(const Json& job, const Json& pods, const Json& events, int m
   doc["roles"] = roles;
   // status.progress and the conditions as the API has them (what this fleetctl cannot read too);
   // they are read typed only to be printed (StatusText).
-  const Json& written = Field(job, "status");
-  doc["progress"] = status.progress ? Field(written, "progress") : Json();
-  if (const Json& elastic = Field(spec, "elastic"); elastic.is_object()) {
+  const Json& written = MemberOrNull(job, "status");
+  doc["progress"] = status.progress ? MemberOrNull(written, "progress") : Json();
+  if (const Json& elastic = MemberOrNull(spec, "elastic"); elastic.is_object()) {
     const api::ElasticStatus observed = status.elastic.value_or(api::ElasticStatus{});
     doc["elastic"] = {{"minReplicas", Int(elastic, "minReplicas")}, {"maxReplicas", Int(elastic, "maxReplicas")},
                       {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Raw(elastic, "etcdEndpoint")},
                       {"members", observed.members}, {"rendezvous", observed.rendezvous},
                       {"belowMinimumSince", TimeText(observed.below_minimum_since)}};
   }
-  doc["conditions"] = Field(written, "conditions").is_array() ? Field(written, "conditions") : Json::array();
+  doc["conditions"] = MemberOrNull(written, "conditions").is_array() ? MemberOrNull(written, "conditions") : Json::array();
 
   Json waiting = Json::array();
   std::vector<Json> sorted_pods(pods.begin(), pods.end());
   std::sort(sorted_pods.begin(), sorted_pods.end(), [](const Json& a, const Json& b) {
-    return Raw(Field(a, "metadata"), "name") < Raw(Field(b, "metadata"), "name");
+    return Raw(MemberOrNull(a, "metadata"), "name") < Raw(MemberOrNull(b, "metadata"), "name");
   });
   for (const Json& pod : sorted_pods) {
-    const std::string phase = Raw(Field(pod, "status"), "phase");
+    const std::string phase = Raw(MemberOrNull(pod, "status"), "phase");
     if (phase == "Running" || phase == "Succeeded") continue;
-    waiting.push_back({{"pod", Raw(Field(pod, "metadata"), "name")}, {"phase", phase.empty() ? "Pending" : phase},
+    waiting.push_back({{"pod", Raw(MemberOrNull(pod, "metadata"), "name")}, {"phase", phase.empty() ? "Pending" : phase},
                        {"why", PodWhy(pod)}});
   }
   doc["podsNotRunning"] = waiting;
@@ -413,19 +403,19 @@ std::string StatusText(const Json& d, int64_t now) {
   line("Started:", Str(d, "startTime"));
   line("Completed:", Str(d, "completionTime"));
 
-  const Json& progress = Field(d, "progress");
+  const Json& progress = MemberOrNull(d, "progress");
   out += ProgressText(progress.is_object() ? std::optional(api::Progress::FromJson(progress)) : std::nullopt, now);
-  out += ElasticText(Field(d, "elastic"), now);
+  out += ElasticText(MemberOrNull(d, "elastic"), now);
 
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
-  for (const Json& r : Field(d, "roles")) {
+  for (const Json& r : MemberOrNull(d, "roles")) {
     roles.push_back({Str(r, "role"), std::to_string(Int(r, "replicas")), std::to_string(Int(r, "active")),
                      std::to_string(Int(r, "ready")), std::to_string(Int(r, "succeeded")),
                      std::to_string(Int(r, "failed"))});
   }
   out += "\nPods:\n" + FormatTable(roles);
 
-  const Json& conditions = Field(d, "conditions");
+  const Json& conditions = MemberOrNull(d, "conditions");
   if (conditions.is_array() && !conditions.empty()) {
     std::vector<std::vector<std::string>> rows = {{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}};
     for (const Json& c : conditions) {
@@ -435,7 +425,7 @@ std::string StatusText(const Json& d, int64_t now) {
     }
     out += "\nConditions:\n" + FormatTable(rows);
   }
-  const Json& waiting = Field(d, "podsNotRunning");
+  const Json& waiting = MemberOrNull(d, "podsNotRunning");
   if (waiting.is_array() && !waiting.empty()) {
     std::vector<std::vector<std::string>> rows = {{"POD", "PHASE", "WHY"}};
     const size_t shown = std::min<size_t>(waiting.size(), 10);
@@ -445,7 +435,7 @@ std::string StatusText(const Json& d, int64_t now) {
     out += "\nNot running:\n" + FormatTable(rows);
     if (waiting.size() > shown) out += "... and " + std::to_string(waiting.size() - shown) + " more\n";
   }
-  const Json& events = Field(d, "events");
+  const Json& events = MemberOrNull(d, "events");
   out += "\nEvents:\n";
   if (!events.is_array() || events.empty()) {
     out += "  <none>\n";
@@ -507,7 +497,7 @@ std::string WaitProgress::Finish() {
 
 std::string TopText(const Json& job, int64_t now) {
   const api::FleetJobStatus status = StatusOf(job);
-  std::string out = Str(Field(job, "metadata"), "name") + "  " + PhaseOrNone(status);
+  std::string out = Str(MemberOrNull(job, "metadata"), "name") + "  " + PhaseOrNone(status);
   if (!status.progress) return out + "  no progress reported yet\n";
   const api::Progress& progress = *status.progress;
   out += "  " + SummaryOf(progress, now);

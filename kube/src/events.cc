@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "fleet/base/json_read.h"
 #include "fleet/base/time.h"
 
 namespace fleet::kube {
@@ -11,16 +12,8 @@ namespace {
 // of 4096).
 constexpr size_t kMaxSeen = 4096;
 
-std::string MetaField(const Json& object, const char* field) {
-  auto meta = object.find("metadata");
-  if (meta == object.end() || !meta->is_object()) return "";
-  auto it = meta->find(field);
-  return it != meta->end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-std::string StringField(const Json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
+const std::string& MetaField(const Json& object, const char* field) {
+  return StringMember(ObjectMember(object, "metadata"), field);
 }
 
 }  // namespace
@@ -94,7 +87,7 @@ void EventRecorder::Write(const Pending& pending) {
                              : MetaField(pending.involved, "namespace");
   std::string object_id = MetaField(pending.involved, "uid");
   if (object_id.empty()) {
-    object_id = StringField(pending.involved, "kind") + "/" + ns + "/" + MetaField(pending.involved, "name");
+    object_id = StringMember(pending.involved, "kind") + "/" + ns + "/" + MetaField(pending.involved, "name");
   }
   const std::string key = object_id + "\x1f" + pending.type + "\x1f" + pending.reason + "\x1f" + pending.message;
 
@@ -113,8 +106,8 @@ void EventRecorder::Write(const Pending& pending) {
   }
 
   Json involved_object = {
-      {"kind", StringField(pending.involved, "kind")},
-      {"apiVersion", StringField(pending.involved, "apiVersion")},
+      {"kind", StringMember(pending.involved, "kind")},
+      {"apiVersion", StringMember(pending.involved, "apiVersion")},
       {"name", MetaField(pending.involved, "name")},
       {"namespace", MetaField(pending.involved, "namespace")},
       {"uid", MetaField(pending.involved, "uid")},

@@ -11,22 +11,14 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "fleet/base/json_read.h"
 #include "packed_json.h"
 
 namespace fleet::kube {
 namespace {
 
-const std::string& StringAt(const Json& object, const char* section, const char* field) {
-  static const std::string kEmpty;
-  auto s = object.find(section);
-  if (s == object.end() || !s->is_object()) return kEmpty;
-  auto f = s->find(field);
-  if (f == s->end() || !f->is_string()) return kEmpty;
-  return f->get_ref<const std::string&>();
-}
-
 const std::string& ResourceVersionOf(const Json& object) {
-  return StringAt(object, "metadata", "resourceVersion");
+  return StringMember(ObjectMember(object, "metadata"), "resourceVersion");
 }
 
 std::string KeyOf(const internal::PackedMeta& meta) {
@@ -94,8 +86,8 @@ void ReturnFreedHeap() {
 // ---- ObjectCache ----
 
 std::string ObjectCache::KeyOf(const Json& object) {
-  const std::string& ns = StringAt(object, "metadata", "namespace");
-  const std::string& name = StringAt(object, "metadata", "name");
+  const std::string& ns = StringMember(ObjectMember(object, "metadata"), "namespace");
+  const std::string& name = StringMember(ObjectMember(object, "metadata"), "name");
   return ns.empty() ? name : ns + "/" + name;
 }
 
@@ -103,7 +95,7 @@ ObjectCache::IndexTerms ObjectCache::TermsOf(const Json& object) {
   IndexTerms terms;
   auto meta = object.find("metadata");
   if (meta == object.end() || !meta->is_object()) return terms;
-  terms.ns = StringAt(object, "metadata", "namespace");
+  terms.ns = StringMember(ObjectMember(object, "metadata"), "namespace");
   auto owners = meta->find("ownerReferences");
   if (owners != meta->end() && owners->is_array()) {
     for (const Json& ref : *owners) {

@@ -4,20 +4,13 @@
 #include <random>
 #include <stdexcept>
 
+#include "fleet/base/json_read.h"
 #include "fleet/base/time.h"
 
 namespace fleet::kube {
 namespace {
 
-std::string StringField(const Json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_string() ? it->get<std::string>() : std::string();
-}
-
-int64_t IntField(const Json& object, const char* field) {
-  auto it = object.find(field);
-  return it != object.end() && it->is_number_integer() ? it->get<int64_t>() : 0;
-}
+int64_t IntField(const Json& object, const char* field) { return MemberAs(object, field, AsInt64).value_or(0); }
 
 }  // namespace
 
@@ -107,7 +100,7 @@ bool LeaderElector::RenewUntilLostOrStopped() {
 
 void LeaderElector::Observe(const Json& spec) {
   std::string record = spec.dump();
-  std::string holder = StringField(spec, "holderIdentity");
+  std::string holder = StringMember(spec, "holderIdentity");
   bool new_leader = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -147,7 +140,7 @@ bool LeaderElector::TryAcquireOrRenew() {
   if (!lease.contains("spec") || !lease["spec"].is_object()) lease["spec"] = Json::object();
   const Json& spec = lease["spec"];
   Observe(spec);
-  const std::string holder = StringField(spec, "holderIdentity");
+  const std::string holder = StringMember(spec, "holderIdentity");
   const bool mine = holder == config_.identity;
   if (!holder.empty() && !mine) {
     // The holder's own lease duration counts when it is longer than ours.
@@ -179,7 +172,7 @@ void LeaderElector::Release() {
   Json lease = std::move(got).value();
   if (!lease.contains("spec") || !lease["spec"].is_object()) return;
   Json& spec = lease["spec"];
-  if (StringField(spec, "holderIdentity") != config_.identity) return;
+  if (StringMember(spec, "holderIdentity") != config_.identity) return;
   const std::string now = FormatRfc3339(std::chrono::system_clock::now(), TimePrecision::kMicros);
   spec["holderIdentity"] = "";
   spec["leaseDurationSeconds"] = 1;

@@ -1,6 +1,7 @@
 // HTTP status + API Status body -> ApiStatus. The body is parsed leniently: anything that is not a
 // Status object keeps the HTTP mapping with an excerpt of the body as the message.
 #include "fleet/kube/status.h"
+#include "fleet/base/json_read.h"
 
 #include <nlohmann/json.hpp>
 
@@ -37,11 +38,6 @@ Code CodeForHttp(int http_status, const std::string& reason) {
   return Code::kMalformed;  // 1xx/3xx or nonsense: not an answer this client understands
 }
 
-std::string StringField(const nlohmann::json& object, const char* key) {
-  auto it = object.find(key);
-  return (it != object.end() && it->is_string()) ? it->get<std::string>() : std::string();
-}
-
 struct ParsedStatus {
   bool is_status = false;
   int code = 0;
@@ -54,10 +50,10 @@ struct ParsedStatus {
 ParsedStatus ParseStatusBody(const std::string& body) {
   ParsedStatus out;
   nlohmann::json json = nlohmann::json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!json.is_object() || StringField(json, "kind") != "Status") return out;
+  if (!json.is_object() || StringMember(json, "kind") != "Status") return out;
   out.is_status = true;
-  out.message = StringField(json, "message");
-  out.reason = StringField(json, "reason");
+  out.message = StringMember(json, "message");
+  out.reason = StringMember(json, "reason");
   if (auto code = json.find("code"); code != json.end() && code->is_number_integer()) {
     out.code = code->get<int>();
   }
@@ -67,9 +63,9 @@ ParsedStatus ParseStatusBody(const std::string& body) {
     for (const nlohmann::json& cause : *causes) {
       if (!cause.is_object()) continue;
       // The API's JSON names a cause's type "reason"; accept "type" too, as some servers send it.
-      std::string type = StringField(cause, "reason");
-      if (type.empty()) type = StringField(cause, "type");
-      out.causes.push_back({std::move(type), StringField(cause, "field"), StringField(cause, "message")});
+      std::string type = StringMember(cause, "reason");
+      if (type.empty()) type = StringMember(cause, "type");
+      out.causes.push_back({std::move(type), StringMember(cause, "field"), StringMember(cause, "message")});
     }
   }
   if (auto after = details->find("retryAfterSeconds");

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "fleet/base/json_read.h"
 #include "fleet/base/log.h"
 #include "fleet/operator/metrics.h"
 #include "fleet/operator/pod_builder.h"
@@ -25,25 +26,16 @@ using Clock = std::chrono::steady_clock;
 constexpr int kChildBatchFactor = 2;
 constexpr Clock::duration kMaxChildBatch = std::chrono::milliseconds(200);
 
-const Json& Meta(const Json& object) {
-  static const Json empty = Json::object();
-  auto it = object.find("metadata");
-  return it != object.end() && it->is_object() ? *it : empty;
+const std::string& MetaString(const Json& object, const char* key) {
+  return StringMember(ObjectMember(object, "metadata"), key);
 }
-std::string MetaString(const Json& object, const char* key) {
-  const Json& meta = Meta(object);
-  auto it = meta.find(key);
-  return it != meta.end() && it->is_string() ? it->get<std::string>() : "";
-}
-std::string JobLabelOf(const Json& object) {
-  const Json& labels = Meta(object).value("labels", Json::object());
-  auto it = labels.find(kJobLabel);
-  return it != labels.end() && it->is_string() ? it->get<std::string>() : "";
+const std::string& JobLabelOf(const Json& object) {
+  return StringMember(ObjectMember(ObjectMember(object, "metadata"), "labels"), kJobLabel);
 }
 std::string KeyOf(const std::string& ns, const std::string& name) { return ns + "/" + name; }
 FleetJobStatus StatusOf(const Json& job) {
-  auto it = job.find("status");
-  return it != job.end() ? FleetJobStatus::FromJson(*it) : FleetJobStatus{};
+  const Json* status = Member(job, "status");
+  return status ? FleetJobStatus::FromJson(*status) : FleetJobStatus{};
 }
 
 const char* KindName(ObjectKind kind) {

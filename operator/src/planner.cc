@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "fleet/base/hash.h"
+#include "fleet/base/json_read.h"
 #include "fleet/base/strings.h"
 #include "fleet/base/time.h"
 #include "fleet/operator/peer_discovery.h"
@@ -23,34 +24,17 @@ namespace {
 
 using std::chrono::seconds;
 
-// ---- reading pods ----
+// ---- reading pods: members by reference (fleet/base/json_read.h), not copies of sub-objects for
+// every pod at every reconcile ----
 
-// Members by reference (Json::value would copy whole sub-objects, for every pod on every
-// reconcile): the member when it has the right type, else an empty one.
-const Json& Obj(const Json& parent, const char* key) {
-  static const Json empty = Json::object();
-  if (!parent.is_object()) return empty;
-  auto it = parent.find(key);
-  return it != parent.end() && it->is_object() ? *it : empty;
-}
-const Json& Arr(const Json& parent, const char* key) {
-  static const Json empty = Json::array();
-  if (!parent.is_object()) return empty;
-  auto it = parent.find(key);
-  return it != parent.end() && it->is_array() ? *it : empty;
-}
-// A string member by reference, or `fallback` (which must outlive the call's use).
-const std::string& Str(const Json& parent, const char* key, const std::string& fallback) {
-  if (!parent.is_object()) return fallback;
-  auto it = parent.find(key);
-  return it != parent.end() && it->is_string() ? it->get_ref<const std::string&>() : fallback;
-}
 const std::string kNone;
 
-const std::string& Label(const Json& obj, const char* key) { return Str(Obj(Obj(obj, "metadata"), "labels"), key, kNone); }
-const std::string& Name(const Json& obj) { return Str(Obj(obj, "metadata"), "name", kNone); }
+const std::string& Label(const Json& obj, const char* key) {
+  return StringMember(ObjectMember(ObjectMember(obj, "metadata"), "labels"), key);
+}
+const std::string& Name(const Json& obj) { return StringMember(ObjectMember(obj, "metadata"), "name"); }
 const std::string& Annotation(const Json& obj, const char* key) {
-  return Str(Obj(Obj(obj, "metadata"), "annotations"), key, kNone);
+  return StringMember(ObjectMember(ObjectMember(obj, "metadata"), "annotations"), key);
 }
 bool Finished(const ObservedPod& pod) { return pod.phase == PodPhase::kSucceeded || pod.phase == PodPhase::kFailed; }
 
@@ -488,7 +472,7 @@ bool Planner::WaitForGang() {
     SetPhase(JobPhase::kPending, "waiting for the PodGroup to be admitted");
     return true;
   }
-  const std::string& pg_phase = Str(Obj(*observed_.pod_group, "status"), "phase", kNone);
+  const std::string& pg_phase = StringMember(ObjectMember(*observed_.pod_group, "status"), "phase");
   if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
     const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(job().name) + " (minMember " +
                                 std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
@@ -517,7 +501,7 @@ void Planner::EnsureSidecarIdentity() {
     // The job's pods changed (replicas): the sidecars may touch exactly the new ones. (The
     // annotation says which pods the Role names, without comparing thousands of names.)
     Json role = BuildSidecarRole(job());
-    role["metadata"]["resourceVersion"] = Str(Obj(*observed_.role, "metadata"), "resourceVersion", kNone);
+    role["metadata"]["resourceVersion"] = StringMember(ObjectMember(*observed_.role, "metadata"), "resourceVersion");
     plan_.actions.push_back({Verb::kUpdate, ObjectKind::kRole, Name(role), std::move(role), "the job's pods changed"});
   }
   if (!observed_.role_binding) Create(ObjectKind::kRoleBinding, BuildSidecarRoleBinding(job()), "sidecar identity");
@@ -796,7 +780,7 @@ void Planner::EnsureEnvLoader() {
     Create(ObjectKind::kConfigMap, loader, "the env loader of lists that travel as files");
   } else if (observed_.env_loader->value("data", Json::object()) != loader["data"]) {
     Json update = loader;
-    update["metadata"]["resourceVersion"] = Str(Obj(*observed_.env_loader, "metadata"), "resourceVersion", kNone);
+    update["metadata"]["resourceVersion"] = StringMember(ObjectMember(*observed_.env_loader, "metadata"), "resourceVersion");
     plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, Name(update), std::move(update), "another operator version"});
   }
 }
@@ -827,7 +811,7 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
              {"data", wiring()->EndpointsData(hosts.by_ordinal)}};
   if (!wiring()->file_variables().empty()) cm["data"][kEnvFilesRunKey] = run;   // for the env loader
   if (hosts.published) {
-    cm["metadata"]["resourceVersion"] = Str(Obj(*hosts.published, "metadata"), "resourceVersion", kNone);
+    cm["metadata"]["resourceVersion"] = StringMember(ObjectMember(*hosts.published, "metadata"), "resourceVersion");
     plan_.actions.push_back({Verb::kUpdate, ObjectKind::kConfigMap, name, cm, "run " + run});
   } else {
     Create(ObjectKind::kConfigMap, cm, "every pod has an address");
@@ -974,32 +958,32 @@ void Planner::CheckPending(const RunPods& pods) {
 
 ObservedPod ObservedPod::Read(const Json& pod) {
   ObservedPod out;
-  const Json& meta = Obj(pod, "metadata");
-  out.name = Str(meta, "name", kNone);
-  out.uid = Str(meta, "uid", kNone);
+  const Json& meta = ObjectMember(pod, "metadata");
+  out.name = StringMember(meta, "name");
+  out.uid = StringMember(meta, "uid");
   out.run = Label(pod, kRunLabel);
-  out.created = ParseRfc3339(Str(meta, "creationTimestamp", kNone));
+  out.created = ParseRfc3339(StringMember(meta, "creationTimestamp"));
   out.terminating = meta.contains("deletionTimestamp");
-  const Json& status = Obj(pod, "status");
-  out.phase = ReadPodPhase(Str(status, "phase", "Pending"));
-  out.evicted = Str(status, "reason", kNone) == "Evicted";
-  out.pod_ip = Str(status, "podIP", kNone);
-  out.host_ip = Str(status, "hostIP", kNone);
+  const Json& status = ObjectMember(pod, "status");
+  out.phase = ReadPodPhase(MemberAs(status, "phase", AsString).value_or("Pending"));
+  out.evicted = StringMember(status, "reason") == "Evicted";
+  out.pod_ip = StringMember(status, "podIP");
+  out.host_ip = StringMember(status, "hostIP");
   bool ready_seen = false;
-  for (const Json& c : Arr(status, "conditions")) {
-    const std::string& type = Str(c, "type", kNone);
-    const std::string& value = Str(c, "status", kNone);
+  for (const Json& c : ArrayMember(status, "conditions")) {
+    const std::string& type = StringMember(c, "type");
+    const std::string& value = StringMember(c, "status");
     if (type == "Ready" && !ready_seen) {
       ready_seen = true;
       out.ready = value == "True";
     } else if (type == "PodScheduled" && value == "False") {
-      out.unschedulable = Str(c, "reason", kNone) + ": " + Str(c, "message", kNone);
-    } else if (type == kProgressConditionType && value == "False" && Str(c, "reason", kNone) == "Stalled" && !out.stalled) {
-      out.stalled = Str(c, "message", kNone);
+      out.unschedulable = StringMember(c, "reason") + ": " + StringMember(c, "message");
+    } else if (type == kProgressConditionType && value == "False" && StringMember(c, "reason") == "Stalled" && !out.stalled) {
+      out.stalled = StringMember(c, "message");
     }
   }
-  for (const Json& c : Arr(status, "containerStatuses")) {
-    const Json& state = Obj(c, "state");
+  for (const Json& c : ArrayMember(status, "containerStatuses")) {
+    const Json& state = ObjectMember(c, "state");
     if (!state.contains("terminated")) continue;
     out.exit_code = state["terminated"].value("exitCode", 0);
     break;
@@ -1020,12 +1004,12 @@ Json ObservedPod::Trim(const Json& pod) {
     return out;
   };
   Json out = keep(pod, {"apiVersion", "kind"});
-  out["metadata"] = keep(Obj(pod, "metadata"), {"name", "namespace", "uid", "resourceVersion", "labels",
+  out["metadata"] = keep(ObjectMember(pod, "metadata"), {"name", "namespace", "uid", "resourceVersion", "labels",
                                                 "ownerReferences", "creationTimestamp", "deletionTimestamp"});
-  const Json& status = Obj(pod, "status");
+  const Json& status = ObjectMember(pod, "status");
   Json trimmed_status = keep(status, {"phase", "reason", "podIP", "hostIP", "conditions"});
   Json containers = Json::array();
-  for (const Json& c : Arr(status, "containerStatuses")) containers.push_back(keep(c, {"name", "state"}));
+  for (const Json& c : ArrayMember(status, "containerStatuses")) containers.push_back(keep(c, {"name", "state"}));
   if (!containers.empty()) trimmed_status["containerStatuses"] = std::move(containers);
   if (pod.contains("status")) out["status"] = std::move(trimmed_status);
   return out;

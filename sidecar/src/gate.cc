@@ -1,5 +1,6 @@
 #include "fleet/sidecar/gate.h"
 
+#include "fleet/base/json_read.h"
 #include "fleet/base/strings.h"
 #include "fleet/sidecar/exposition.h"
 
@@ -37,14 +38,6 @@ class Backoff {
   int attempt_ = 0;
   std::mt19937_64 rng_{std::random_device{}()};
 };
-
-std::string StringAt(const Json& object, const char* a, const char* b) {
-  if (!object.is_object()) return "";
-  auto outer = object.find(a);
-  if (outer == object.end() || !outer->is_object()) return "";
-  auto inner = outer->find(b);
-  return inner != outer->end() && inner->is_string() ? inner->get<std::string>() : "";
-}
 
 double Seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -363,10 +356,10 @@ void Gate::WatchLoop() {
       auto items = list->find("items");
       if (items != list->end() && items->is_array()) {
         for (const Json& item : *items) {
-          if (StringAt(item, "metadata", "name") == name) found = &item;
+          if (StringMember(ObjectMember(item, "metadata"), "name") == name) found = &item;
         }
       }
-      resource_version = StringAt(*list, "metadata", "resourceVersion");
+      resource_version = StringMember(ObjectMember(*list, "metadata"), "resourceVersion");
       ApplyVerdict(EvaluateConfigMap(found, config_.target), /*api_answered=*/true);
       relist = false;
       if (cancel_.cancelled()) return;
@@ -383,10 +376,10 @@ void Gate::WatchLoop() {
         resource, ns, options,
         [&](const kube::WatchEvent& event) {
           ++events;
-          const std::string rv = StringAt(event.object, "metadata", "resourceVersion");
+          const std::string rv = StringMember(ObjectMember(event.object, "metadata"), "resourceVersion");
           if (!rv.empty()) resource_version = rv;
           if (event.type == kube::WatchEventType::kBookmark) return true;
-          if (StringAt(event.object, "metadata", "name") != name) return true;  // not ours (selector ignored)
+          if (StringMember(ObjectMember(event.object, "metadata"), "name") != name) return true;  // not ours (selector ignored)
           Apply(event.type == kube::WatchEventType::kDeleted ? nullptr : &event.object);
           return !cancel_.cancelled();
         },
