@@ -13,6 +13,7 @@
 
 #include "fleet/api/job_status.h"
 #include "fleet/api/names.h"
+#include "fleet/base/json_read.h"
 #include "fleet/cli/command_line.h"
 #include "fleet/cli/job_spec.h"
 #include "fleet/cli/render.h"
@@ -346,13 +347,13 @@ class Session {
     if (!pods.ok()) return Explain(pods.status());
     kube::ListOptions events_options;
     events_options.field_selector =
-        "involvedObject.uid=" + job->value("metadata", Json::object()).value("uid", "");
+        "involvedObject.uid=" + StringMember(ObjectMember(*job, "metadata"), "uid");
     auto events = ListBounded(kube::Resource::Events(), ns_, events_options);
     if (!events.ok()) return Explain(events.status());
-    const Json doc = StatusDocument(*job, pods->value("items", Json::array()), events->value("items", Json::array()),
-                                    cl_.events);
+    const StatusDocument doc = StatusDocument::Of(*job, ArrayMember(*pods, "items"), ArrayMember(*events, "items"),
+                                                  cl_.events);
     if (Machine()) {
-      Print(doc);
+      Print(doc.ToJson());
     } else {
       out_ << StatusText(doc, Now());
     }

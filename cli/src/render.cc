@@ -232,28 +232,55 @@ std::string ProgressText(const std::optional<api::Progress>& progress, int64_t n
 
 // An elastic job's members against its range, how often they rendezvoused, and how long it has been
 // starved below its minimum (it fails timeoutSeconds after belowMinimumSince).
-std::string ElasticText(const Json& elastic, int64_t now) {
-  if (!elastic.is_object()) return "";
-  const Json& members = MemberOrNull(elastic, "members");
+std::string ElasticText(const StatusDocument::Elastic& elastic, int64_t now) {
   std::string names;
   constexpr size_t kShown = 8;
-  for (size_t i = 0; i < members.size() && i < kShown; ++i) {
-    names += (i ? ", " : "") + Printable(members[i].is_string() ? members[i].get<std::string>() : members[i].dump());
-  }
-  if (members.size() > kShown) names += ", ... and " + std::to_string(members.size() - kShown) + " more";
+  for (size_t i = 0; i < elastic.members.size() && i < kShown; ++i) names += (i ? ", " : "") + Printable(elastic.members[i]);
+  if (elastic.members.size() > kShown) names += ", ... and " + std::to_string(elastic.members.size() - kShown) + " more";
   std::string out = "\nElastic:\n";
-  out += "  Workers:     " + std::to_string(members.size()) + " of " + std::to_string(Int(elastic, "minReplicas")) +
-         ".." + std::to_string(Int(elastic, "maxReplicas")) + ", " + std::to_string(Int(elastic, "rendezvous")) +
-         " rendezvous\n";
+  out += "  Workers:     " + std::to_string(elastic.members.size()) + " of " + std::to_string(elastic.min_replicas) + ".." +
+         std::to_string(elastic.max_replicas) + ", " + std::to_string(elastic.rendezvous) + " rendezvous\n";
   if (!names.empty()) out += "  Members:     " + names + "\n";
-  if (const std::string etcd = Str(elastic, "etcdEndpoint"); !etcd.empty()) out += "  etcd:        " + etcd + "\n";
-  const std::string since = Str(elastic, "belowMinimumSince");
-  if (const int64_t t = ParseTime(since); t >= 0) {
-    const int64_t left = t + Int(elastic, "timeoutSeconds") - now;
+  if (!elastic.etcd_endpoint.empty()) out += "  etcd:        " + Printable(elastic.etcd_endpoint) + "\n";
+  if (const int64_t t = ParseTime(elastic.below_minimum_since); t >= 0) {
+    const int64_t left = t + elastic.timeout_seconds - now;
     out += "  Starved:     below the minimum for " + HumanDuration(now - t) +
            (left > 0 ? "; fails in " + HumanDuration(left) + " unless workers return" : "; past its timeout") + "\n";
   }
   return out;
+}
+
+// The pods not Running or Succeeded, by name, with why.
+std::vector<StatusDocument::WaitingPod> PodsNotRunning(const Json& pods) {
+  std::vector<const Json*> sorted;
+  for (const Json& pod : pods) sorted.push_back(&pod);
+  std::sort(sorted.begin(), sorted.end(), [](const Json* a, const Json* b) {
+    return StringMember(ObjectMember(*a, "metadata"), "name") < StringMember(ObjectMember(*b, "metadata"), "name");
+  });
+  std::vector<StatusDocument::WaitingPod> waiting;
+  for (const Json* pod : sorted) {
+    const std::string& phase = StringMember(ObjectMember(*pod, "status"), "phase");
+    if (phase == "Running" || phase == "Succeeded") continue;
+    waiting.push_back({StringMember(ObjectMember(*pod, "metadata"), "name"), phase.empty() ? "Pending" : phase, PodWhy(*pod)});
+  }
+  return waiting;
+}
+
+// The `max_events` most recent events, oldest first.
+std::vector<StatusDocument::Event> RecentEvents(const Json& events, int max_events) {
+  std::vector<const Json*> sorted;
+  for (const Json& e : events) sorted.push_back(&e);
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const Json* a, const Json* b) { return ParseTime(EventTime(*a)) < ParseTime(EventTime(*b)); });
+  if (max_events >= 0 && sorted.size() > static_cast<size_t>(max_events)) {
+    sorted.erase(sorted.begin(), sorted.end() - max_events);
+  }
+  std::vector<StatusDocument::Event> recent;
+  for (const Json* e : sorted) {
+    recent.push_back({Raw(*e, "type"), Raw(*e, "reason"), Raw(*e, "message"), std::max<int64_t>(1, Int(*e, "count")),
+                      EventTime(*e)});
+  }
+  return recent;
 }
 
 }  // namespace
@@ -327,123 +354,149 @@ std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now) {
   return FormatTable(rows);
 }
 
-Json StatusDocument(const Json& job, const Json& pods, const Json& events, int max_events) {
+StatusDocument StatusDocument::Of(const Json& job, const Json& pods, const Json& events, int max_events) {
   const Json& meta = MemberOrNull(job, "metadata");
   const api::FleetJobStatus status = StatusOf(job);
   const Json& spec = MemberOrNull(job, "spec");
-  Json doc = {{"name", Raw(meta, "name")}, {"namespace", Raw(meta, "namespace")},
-              {"phase", PhaseText(status)}, {"mode", status.mode.empty() ? Raw(spec, "mode") : status.mode},
-              {"network", status.network.empty() ? Raw(spec, "network", "PodIP") : status.network},
-              {"run", status.run}, {"restartCount", status.restart_count}, {"message", status.message},
-              {"created", Raw(meta, "creationTimestamp")}, {"startTime", TimeText(status.start_time)},
-              {"completionTime", TimeText(status.completion_time)}};
-  Json roles = Json::array();
-  for (const std::string& role : RoleNames(job)) {
-    const api::ReplicaStatus counts = CountsOf(status, role);
-    roles.push_back({{"role", role}, {"replicas", counts.replicas}, {"active", counts.active}, {"ready", counts.ready},
-                     {"succeeded", counts.succeeded}, {"failed", counts.failed}});
-  }
-  doc["roles"] = roles;
-  // status.progress and the conditions as the API has them (what this fleetctl cannot read too);
-  // they are read typed only to be printed (StatusText).
+  StatusDocument d;
+  d.name = Raw(meta, "name");
+  d.ns = Raw(meta, "namespace");
+  d.phase = PhaseText(status);
+  d.mode = status.mode.empty() ? Raw(spec, "mode") : status.mode;
+  d.network = status.network.empty() ? Raw(spec, "network", "PodIP") : status.network;
+  d.run = status.run;
+  d.restart_count = status.restart_count;
+  d.message = status.message;
+  d.created = Raw(meta, "creationTimestamp");
+  d.start_time = TimeText(status.start_time);
+  d.completion_time = TimeText(status.completion_time);
+  for (const std::string& role : RoleNames(job)) d.roles.push_back({role, CountsOf(status, role)});
   const Json& written = MemberOrNull(job, "status");
-  doc["progress"] = status.progress ? MemberOrNull(written, "progress") : Json();
+  if (status.progress) d.progress = MemberOrNull(written, "progress");
+  d.conditions = ArrayMember(written, "conditions");
   if (const Json& elastic = MemberOrNull(spec, "elastic"); elastic.is_object()) {
     const api::ElasticStatus observed = status.elastic.value_or(api::ElasticStatus{});
-    doc["elastic"] = {{"minReplicas", Int(elastic, "minReplicas")}, {"maxReplicas", Int(elastic, "maxReplicas")},
-                      {"timeoutSeconds", Int(elastic, "timeoutSeconds")}, {"etcdEndpoint", Raw(elastic, "etcdEndpoint")},
-                      {"members", observed.members}, {"rendezvous", observed.rendezvous},
-                      {"belowMinimumSince", TimeText(observed.below_minimum_since)}};
+    d.elastic = Elastic{Int(elastic, "minReplicas"), Int(elastic, "maxReplicas"), Int(elastic, "timeoutSeconds"),
+                        Raw(elastic, "etcdEndpoint"), observed.members, observed.rendezvous,
+                        TimeText(observed.below_minimum_since)};
   }
-  doc["conditions"] = MemberOrNull(written, "conditions").is_array() ? MemberOrNull(written, "conditions") : Json::array();
+  d.pods_not_running = PodsNotRunning(pods);
+  d.events = RecentEvents(events, max_events);
+  return d;
+}
 
-  Json waiting = Json::array();
-  std::vector<Json> sorted_pods(pods.begin(), pods.end());
-  std::sort(sorted_pods.begin(), sorted_pods.end(), [](const Json& a, const Json& b) {
-    return Raw(MemberOrNull(a, "metadata"), "name") < Raw(MemberOrNull(b, "metadata"), "name");
-  });
-  for (const Json& pod : sorted_pods) {
-    const std::string phase = Raw(MemberOrNull(pod, "status"), "phase");
-    if (phase == "Running" || phase == "Succeeded") continue;
-    waiting.push_back({{"pod", Raw(MemberOrNull(pod, "metadata"), "name")}, {"phase", phase.empty() ? "Pending" : phase},
-                       {"why", PodWhy(pod)}});
+Json StatusDocument::ToJson() const {
+  Json doc = {{"name", name}, {"namespace", ns}, {"phase", phase}, {"mode", mode}, {"network", network},
+              {"run", run}, {"restartCount", restart_count}, {"message", message}, {"created", created},
+              {"startTime", start_time}, {"completionTime", completion_time}, {"roles", Json::array()},
+              {"progress", progress}, {"conditions", conditions}, {"podsNotRunning", Json::array()},
+              {"events", Json::array()}};
+  for (const Role& r : roles) {
+    doc["roles"].push_back({{"role", r.role}, {"replicas", r.counts.replicas}, {"active", r.counts.active},
+                            {"ready", r.counts.ready}, {"succeeded", r.counts.succeeded}, {"failed", r.counts.failed}});
   }
-  doc["podsNotRunning"] = waiting;
-
-  std::vector<Json> evs(events.begin(), events.end());
-  std::stable_sort(evs.begin(), evs.end(), [](const Json& a, const Json& b) {
-    return ParseTime(EventTime(a)) < ParseTime(EventTime(b));
-  });
-  if (max_events >= 0 && evs.size() > static_cast<size_t>(max_events)) {
-    evs.erase(evs.begin(), evs.end() - max_events);
+  if (elastic) {
+    doc["elastic"] = {{"minReplicas", elastic->min_replicas}, {"maxReplicas", elastic->max_replicas},
+                      {"timeoutSeconds", elastic->timeout_seconds}, {"etcdEndpoint", elastic->etcd_endpoint},
+                      {"members", elastic->members}, {"rendezvous", elastic->rendezvous},
+                      {"belowMinimumSince", elastic->below_minimum_since}};
   }
-  Json recent = Json::array();
-  for (const Json& e : evs) {
-    recent.push_back({{"type", Raw(e, "type")}, {"reason", Raw(e, "reason")}, {"message", Raw(e, "message")},
-                      {"count", std::max<int64_t>(1, Int(e, "count"))}, {"lastTimestamp", EventTime(e)}});
+  for (const WaitingPod& p : pods_not_running) doc["podsNotRunning"].push_back({{"pod", p.pod}, {"phase", p.phase}, {"why", p.why}});
+  for (const Event& e : events) {
+    doc["events"].push_back({{"type", e.type}, {"reason", e.reason}, {"message", e.message}, {"count", e.count},
+                             {"lastTimestamp", e.last_timestamp}});
   }
-  doc["events"] = recent;
   return doc;
 }
 
-std::string StatusText(const Json& d, int64_t now) {
+StatusDocument StatusDocument::FromJson(const Json& doc) {
+  StatusDocument d;
+  d.name = Raw(doc, "name");
+  d.ns = Raw(doc, "namespace");
+  d.phase = Raw(doc, "phase");
+  d.mode = Raw(doc, "mode");
+  d.network = Raw(doc, "network");
+  d.run = Int(doc, "run");
+  d.restart_count = Int(doc, "restartCount");
+  d.message = Raw(doc, "message");
+  d.created = Raw(doc, "created");
+  d.start_time = Raw(doc, "startTime");
+  d.completion_time = Raw(doc, "completionTime");
+  for (const Json& r : ArrayMember(doc, "roles")) {
+    const auto count = [&](const char* key) { return MemberAs(r, key, AsInt<int>).value_or(0); };
+    d.roles.push_back({Raw(r, "role"), {count("replicas"), count("active"), count("ready"), count("succeeded"), count("failed")}});
+  }
+  d.progress = MemberOrNull(doc, "progress");
+  d.conditions = ArrayMember(doc, "conditions");
+  if (const Json& e = MemberOrNull(doc, "elastic"); e.is_object()) {
+    Elastic elastic{Int(e, "minReplicas"), Int(e, "maxReplicas"), Int(e, "timeoutSeconds"), Raw(e, "etcdEndpoint"),
+                    {}, Int(e, "rendezvous"), Raw(e, "belowMinimumSince")};
+    for (const Json& m : ArrayMember(e, "members")) {
+      if (m.is_string()) elastic.members.push_back(m.get<std::string>());
+    }
+    d.elastic = std::move(elastic);
+  }
+  for (const Json& p : ArrayMember(doc, "podsNotRunning")) d.pods_not_running.push_back({Raw(p, "pod"), Raw(p, "phase"), Raw(p, "why")});
+  for (const Json& e : ArrayMember(doc, "events")) {
+    d.events.push_back({Raw(e, "type"), Raw(e, "reason"), Raw(e, "message"), Int(e, "count"), Raw(e, "lastTimestamp")});
+  }
+  return d;
+}
+
+std::string StatusText(const StatusDocument& d, int64_t now) {
   std::string out;
   auto line = [&](const std::string& key, const std::string& value) {
-    if (!value.empty()) out += key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') + value + "\n";
+    if (!value.empty()) out += key + std::string(key.size() < 12 ? 12 - key.size() : 1, ' ') + Printable(value) + "\n";
   };
-  line("Name:", Str(d, "name"));
-  line("Namespace:", Str(d, "namespace"));
-  line("Phase:", Str(d, "phase", "").empty() ? "<none> (the operator has not seen the job yet)" : Str(d, "phase"));
-  line("Message:", Str(d, "message"));
-  line("Mode:", Str(d, "mode"));
-  line("Network:", Str(d, "network"));
-  line("Run:", std::to_string(Int(d, "run")));
-  line("Restarts:", std::to_string(Int(d, "restartCount")));
-  line("Created:", Str(d, "created").empty() ? "" : Str(d, "created") + " (" + Ago(Str(d, "created"), now) + " ago)");
-  line("Started:", Str(d, "startTime"));
-  line("Completed:", Str(d, "completionTime"));
+  line("Name:", d.name);
+  line("Namespace:", d.ns);
+  line("Phase:", d.phase.empty() ? "<none> (the operator has not seen the job yet)" : d.phase);
+  line("Message:", d.message);
+  line("Mode:", d.mode);
+  line("Network:", d.network);
+  line("Run:", std::to_string(d.run));
+  line("Restarts:", std::to_string(d.restart_count));
+  line("Created:", d.created.empty() ? "" : d.created + " (" + Ago(d.created, now) + " ago)");
+  line("Started:", d.start_time);
+  line("Completed:", d.completion_time);
 
-  const Json& progress = MemberOrNull(d, "progress");
-  out += ProgressText(progress.is_object() ? std::optional(api::Progress::FromJson(progress)) : std::nullopt, now);
-  out += ElasticText(MemberOrNull(d, "elastic"), now);
+  out += ProgressText(d.progress.is_object() ? std::optional(api::Progress::FromJson(d.progress)) : std::nullopt, now);
+  if (d.elastic) out += ElasticText(*d.elastic, now);
 
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
-  for (const Json& r : MemberOrNull(d, "roles")) {
-    roles.push_back({Str(r, "role"), std::to_string(Int(r, "replicas")), std::to_string(Int(r, "active")),
-                     std::to_string(Int(r, "ready")), std::to_string(Int(r, "succeeded")),
-                     std::to_string(Int(r, "failed"))});
+  for (const StatusDocument::Role& r : d.roles) {
+    roles.push_back({Printable(r.role), std::to_string(r.counts.replicas), std::to_string(r.counts.active),
+                     std::to_string(r.counts.ready), std::to_string(r.counts.succeeded), std::to_string(r.counts.failed)});
   }
   out += "\nPods:\n" + FormatTable(roles);
 
-  const Json& conditions = MemberOrNull(d, "conditions");
-  if (conditions.is_array() && !conditions.empty()) {
+  if (!d.conditions.empty()) {
     std::vector<std::vector<std::string>> rows = {{"TYPE", "STATUS", "REASON", "AGE", "MESSAGE"}};
-    for (const Json& c : conditions) {
+    for (const Json& c : d.conditions) {
       rows.push_back({Str(c, "type"), Str(c, "status"), Str(c, "reason", "-"),
                       Str(c, "lastTransitionTime").empty() ? "-" : Ago(Str(c, "lastTransitionTime"), now),
                       Str(c, "message")});
     }
     out += "\nConditions:\n" + FormatTable(rows);
   }
-  const Json& waiting = MemberOrNull(d, "podsNotRunning");
-  if (waiting.is_array() && !waiting.empty()) {
+  if (!d.pods_not_running.empty()) {
     std::vector<std::vector<std::string>> rows = {{"POD", "PHASE", "WHY"}};
-    const size_t shown = std::min<size_t>(waiting.size(), 10);
+    const size_t shown = std::min<size_t>(d.pods_not_running.size(), 10);
     for (size_t i = 0; i < shown; ++i) {
-      rows.push_back({Str(waiting[i], "pod"), Str(waiting[i], "phase"), Str(waiting[i], "why")});
+      const StatusDocument::WaitingPod& p = d.pods_not_running[i];
+      rows.push_back({Printable(p.pod), Printable(p.phase), Printable(p.why)});
     }
     out += "\nNot running:\n" + FormatTable(rows);
-    if (waiting.size() > shown) out += "... and " + std::to_string(waiting.size() - shown) + " more\n";
+    if (d.pods_not_running.size() > shown) out += "... and " + std::to_string(d.pods_not_running.size() - shown) + " more\n";
   }
-  const Json& events = MemberOrNull(d, "events");
   out += "\nEvents:\n";
-  if (!events.is_array() || events.empty()) {
+  if (d.events.empty()) {
     out += "  <none>\n";
   } else {
     std::vector<std::vector<std::string>> rows = {{"TYPE", "REASON", "AGE", "COUNT", "MESSAGE"}};
-    for (const Json& e : events) {
-      rows.push_back({Str(e, "type"), Str(e, "reason"), Ago(Str(e, "lastTimestamp"), now),
-                      std::to_string(Int(e, "count")), Str(e, "message")});
+    for (const StatusDocument::Event& e : d.events) {
+      rows.push_back({Printable(e.type), Printable(e.reason), Ago(e.last_timestamp, now), std::to_string(e.count),
+                      Printable(e.message)});
     }
     out += FormatTable(rows);
   }

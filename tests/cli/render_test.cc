@@ -73,7 +73,9 @@ TEST(FleetctlRenderTest, StatusDocumentAndText) {
     {"type": "Normal", "reason": "Second", "message": "m2", "lastTimestamp": "2023-11-14T22:12:00Z", "count": 2},
     {"type": "Warning", "reason": "Third", "message": "m3", "lastTimestamp": "2023-11-14T22:13:00Z"},
     {"type": "Normal", "reason": "First", "message": "m1", "firstTimestamp": "2023-11-14T22:11:00Z"}])");
-  const Json doc = StatusDocument(Job("j", "Running"), pods, events, 2);
+  const StatusDocument status = StatusDocument::Of(Job("j", "Running"), pods, events, 2);
+  const Json doc = status.ToJson();
+  EXPECT_EQ(StatusDocument::FromJson(doc).ToJson(), doc);   // the document reads back as written
   EXPECT_EQ(doc["phase"], "Running");
   EXPECT_EQ(doc["mode"], "ps-heter");
   EXPECT_EQ(doc["run"], 3);
@@ -91,7 +93,7 @@ TEST(FleetctlRenderTest, StatusDocumentAndText) {
   EXPECT_EQ(doc["events"][1]["reason"], "Third");
   EXPECT_EQ(doc["events"][1]["count"], 1);
 
-  const std::string text = StatusText(doc, kNow);
+  const std::string text = StatusText(status, kNow);
   EXPECT_NE(text.find("Phase:      Running\n"), std::string::npos) << text;
   EXPECT_NE(text.find("Created:    2023-11-14T22:10:00Z (3m20s ago)\n"), std::string::npos) << text;
   EXPECT_NE(text.find("ROLE     REPLICAS   ACTIVE   READY   SUCCEEDED   FAILED\n"
@@ -108,10 +110,11 @@ TEST(FleetctlRenderTest, StatusOfAnElasticJob) {
   Json job = Json::parse(R"({"metadata": {"name": "e"}, "spec": {"mode": "collective", "worker": {"replicas": 3},
     "elastic": {"minReplicas": 2, "maxReplicas": 4, "etcdEndpoint": "etcd.infra.svc:2379", "timeoutSeconds": 600}},
     "status": {"phase": "Running", "elastic": {"members": ["e-worker-0", "e-worker-2", "e-worker-3"], "rendezvous": 3}}})");
-  Json doc = StatusDocument(job, Json::array(), Json::array(), 10);
+  Json doc = StatusDocument::Of(job, Json::array(), Json::array(), 10).ToJson();
+  EXPECT_EQ(StatusDocument::FromJson(doc).ToJson(), doc);
   EXPECT_EQ(doc["elastic"]["rendezvous"], 3);
   EXPECT_EQ(doc["elastic"]["members"].size(), 3u);
-  std::string text = StatusText(doc, kNow);
+  std::string text = StatusText(StatusDocument::FromJson(doc), kNow);
   EXPECT_NE(text.find("Elastic:\n"
                       "  Workers:     3 of 2..4, 3 rendezvous\n"
                       "  Members:     e-worker-0, e-worker-2, e-worker-3\n"
@@ -120,28 +123,29 @@ TEST(FleetctlRenderTest, StatusOfAnElasticJob) {
 
   job["status"]["elastic"] = Json::parse(R"({"members": ["e-worker-0"], "rendezvous": 4,
                                              "belowMinimumSince": "2023-11-14T22:12:20Z"})");
-  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  text = StatusText(StatusDocument::Of(job, Json::array(), Json::array(), 10), kNow);
   EXPECT_NE(text.find("  Workers:     1 of 2..4, 4 rendezvous\n"), std::string::npos) << text;
   EXPECT_NE(text.find("  Starved:     below the minimum for 60s; fails in 9m unless workers return\n"), std::string::npos)
       << text;
 
   job["status"]["elastic"]["belowMinimumSince"] = "2023-11-14T22:00:00Z";
-  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  text = StatusText(StatusDocument::Of(job, Json::array(), Json::array(), 10), kNow);
   EXPECT_NE(text.find("below the minimum for 13m; past its timeout"), std::string::npos) << text;
 
   // A job that is not elastic has no such section; a malformed status (members and a count the CRD
   // forbids) does not break it: what cannot be read is left out.
-  EXPECT_EQ(StatusText(StatusDocument(Job("j", "Running"), Json::array(), Json::array(), 10), kNow).find("Elastic:"),
+  EXPECT_EQ(StatusText(StatusDocument::Of(Job("j", "Running"), Json::array(), Json::array(), 10), kNow).find("Elastic:"),
             std::string::npos);
   job["status"]["elastic"] = Json::parse(R"({"members": [7, "e-worker-1"], "rendezvous": "x"})");
-  text = StatusText(StatusDocument(job, Json::array(), Json::array(), 10), kNow);
+  text = StatusText(StatusDocument::Of(job, Json::array(), Json::array(), 10), kNow);
   EXPECT_NE(text.find("  Workers:     1 of 2..4, 0 rendezvous\n  Members:     e-worker-1\n"), std::string::npos) << text;
 }
 
 TEST(FleetctlRenderTest, StatusOfAJobTheOperatorHasNotSeen) {
-  const Json doc = StatusDocument(Json::parse(R"({"metadata": {"name": "new"}, "spec": {"worker": {"replicas": 1}}})"),
+  const StatusDocument status = StatusDocument::Of(Json::parse(R"({"metadata": {"name": "new"}, "spec": {"worker": {"replicas": 1}}})"),
                                   Json::array(), Json::array(), 10);
-  const std::string text = StatusText(doc, kNow);
+  const Json doc = status.ToJson();
+  const std::string text = StatusText(status, kNow);
   EXPECT_NE(text.find("Phase:      <none> (the operator has not seen the job yet)"), std::string::npos) << text;
   EXPECT_NE(text.find("Events:\n  <none>\n"), std::string::npos) << text;
 }
@@ -151,9 +155,10 @@ TEST(FleetctlRenderTest, APhaseFromANewerOperatorIsPrintedAsWritten) {
   const Json job = Job("j", "Draining");
   EXPECT_NE(JobsTable(Json::array({job}), false, kNow).find("ps-heter   Draining   2/2"), std::string::npos);
   EXPECT_EQ(ProgressLine(job).substr(0, 10), "Draining  ");
-  const Json doc = StatusDocument(job, Json::array(), Json::array(), 10);
+  const StatusDocument status = StatusDocument::Of(job, Json::array(), Json::array(), 10);
+  const Json doc = status.ToJson();
   EXPECT_EQ(doc["phase"], "Draining");
-  EXPECT_NE(StatusText(doc, kNow).find("Phase:      Draining\n"), std::string::npos);
+  EXPECT_NE(StatusText(status, kNow).find("Phase:      Draining\n"), std::string::npos);
   EXPECT_EQ(TopText(job, kNow), "j  Draining  no progress reported yet\n");
 }
 
@@ -243,15 +248,16 @@ TEST(FleetctlRenderTest, StaleProgressSaysHowOld) {
   EXPECT_EQ(ProgressSummary(Progress(kStaleProgressSeconds), kNow), fresh);
   EXPECT_EQ(ProgressSummary(Progress(kStaleProgressSeconds + 1), kNow), fresh + "  (updated 31s ago)");
   EXPECT_EQ(ProgressSummary(Progress(300), kNow), fresh + "  (updated 5m ago)");
-  const std::string text = StatusText(StatusDocument(WithProgress(Job("j", "Running"), Progress(300)),
+  const std::string text = StatusText(StatusDocument::Of(WithProgress(Job("j", "Running"), Progress(300)),
                                                      Json::array(), Json::array(), 10), kNow);
   EXPECT_NE(text.find("Updated:    2023-11-14T22:08:20Z (5m ago, stale)\n"), std::string::npos) << text;
 }
 
 TEST(FleetctlRenderTest, StatusShowsTheProgress) {
-  const Json doc = StatusDocument(WithProgress(Job("j", "Running"), Progress()), Json::array(), Json::array(), 10);
+  const StatusDocument status = StatusDocument::Of(WithProgress(Job("j", "Running"), Progress()), Json::array(), Json::array(), 10);
+  const Json doc = status.ToJson();
   EXPECT_EQ(doc["progress"], Progress());
-  const std::string text = StatusText(doc, kNow);
+  const std::string text = StatusText(status, kNow);
   EXPECT_NE(text.find("\nProgress:   [####................] 24%  step 1200/5000  3.1 step/s  ETA 21m  loss 0.42\n"
                       "Ranks:      8/8 reporting, 1 stalled, 812 samples/s\n"
                       "Slowest:    worker-3 (j-worker-3) at step 1190, 10 steps behind the median\n"
@@ -262,12 +268,11 @@ TEST(FleetctlRenderTest, StatusShowsTheProgress) {
             std::string::npos)
       << text;
 
-  const Json none = StatusDocument(Job("j", "Running"), Json::array(), Json::array(), 10);
-  EXPECT_TRUE(none["progress"].is_null());
+  const StatusDocument none = StatusDocument::Of(Job("j", "Running"), Json::array(), Json::array(), 10);
+  EXPECT_TRUE(none.ToJson()["progress"].is_null());
   EXPECT_NE(StatusText(none, kNow).find("\nProgress:   no progress reported yet\n"), std::string::npos);
   // Only the step known: no bar, no ranks, no slowest.
-  const std::string bare = StatusText(
-      StatusDocument(WithProgress(Job("j", "Running"), Json::parse(R"({"step": 3})")), Json::array(), Json::array(), 10),
+  const std::string bare = StatusText(StatusDocument::Of(WithProgress(Job("j", "Running"), Json::parse(R"({"step": 3})")), Json::array(), Json::array(), 10),
       kNow);
   EXPECT_NE(bare.find("\nProgress:   step 3\n\nPods:"), std::string::npos) << bare;
 }
@@ -277,7 +282,7 @@ TEST(FleetctlRenderTest, StatusShowsTheUpdateTimeAsWritten) {
   Json progress = Progress();
   progress["updateTime"] = "2023-11-14T22:13:18.250Z";
   const std::string text =
-      StatusText(StatusDocument(WithProgress(Job("j", "Running"), progress), Json::array(), Json::array(), 10), kNow);
+      StatusText(StatusDocument::Of(WithProgress(Job("j", "Running"), progress), Json::array(), Json::array(), 10), kNow);
   EXPECT_NE(text.find("Updated:    2023-11-14T22:13:18.250Z (2s ago)\n"), std::string::npos) << text;
 }
 
@@ -376,9 +381,10 @@ TEST(FleetctlRenderTest, NoRendererPrintsControlCharactersOrUnboundedText) {
                                   {"status", {{"phase", "Pending"}, {"reason", evil}, {"message", evil}}}}});
   const Json events = Json::array({{{"type", "Warning"}, {"reason", evil}, {"message", evil},
                                     {"lastTimestamp", "2023-11-14T22:13:00Z"}}});
-  const Json doc = StatusDocument(job, pods, events, 10);
+  const StatusDocument status = StatusDocument::Of(job, pods, events, 10);
+  const Json doc = status.ToJson();
   EXPECT_EQ(doc["message"], evil) << "-o json|yaml keep the text as the API has it";
-  for (const std::string& out : {StatusText(doc, kNow), TopText(job, kNow), JobsTable(Json::array({job}), true, kNow),
+  for (const std::string& out : {StatusText(status, kNow), TopText(job, kNow), JobsTable(Json::array({job}), true, kNow),
                                  ProgressLine(job), ProgressSummary(job["status"]["progress"], kNow)}) {
     for (char c : out) {
       const auto byte = static_cast<unsigned char>(c);
@@ -401,7 +407,7 @@ TEST(FleetctlRenderTest, NumbersAtAndPastTheEndsOfAnInt64) {
   EXPECT_NE(summary.find("step 9223372036854775807/9223372036854775807"), std::string::npos) << summary;
   const std::string top = TopText(WithProgress(Job("j", "Running"), progress), kNow);
   EXPECT_NE(top.find("\nworker   0      -     -      -       -      +9223372036854775808   -\n"), std::string::npos) << top;
-  const std::string status = StatusText(StatusDocument(WithProgress(Job("j", "Running"), progress), Json::array(),
+  const std::string status = StatusText(StatusDocument::Of(WithProgress(Job("j", "Running"), progress), Json::array(),
                                                        Json::array(), 10), kNow);
   EXPECT_NE(status.find("at step -9223372036854775808, 9223372036854775807 steps behind"), std::string::npos) << status;
 }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -44,13 +45,63 @@ std::vector<std::string> RoleNames(const Json& job);
 // ProgressLine counts them: ready from status.replicaStatuses, replicas from the spec.
 std::string JobsTable(const Json& jobs, bool with_namespace, int64_t now);
 
-// `fleetctl status -o json|yaml`: the job's name, namespace, phase, mode, network, run, restarts,
-// message, times, per-role counts, the training progress (status.progress as the operator wrote
-// it, null when none), conditions, the pods that are not Running/Succeeded (with their phase and
-// why), and the `max_events` most recent events (oldest first).
-Json StatusDocument(const Json& job, const Json& pods, const Json& events, int max_events);
-// The same for people.
-std::string StatusText(const Json& status_document, int64_t now);
+// `fleetctl status`: what it shows of one job — name, namespace, phase, mode, network, run,
+// restarts, message, times, per-role counts, the training progress, an elastic job's members, the
+// conditions, the pods that are not Running/Succeeded (with their phase and why) and the
+// `max_events` most recent events (oldest first) — read once from the job, its pods and its events.
+// ToJson is the -o json|yaml document; StatusText what people read.
+struct StatusDocument {
+  struct Role {
+    std::string role;
+    api::ReplicaStatus counts;
+  };
+  struct Elastic {                       // spec.elastic, and status.elastic as observed
+    int64_t min_replicas = 0;
+    int64_t max_replicas = 0;
+    int64_t timeout_seconds = 0;
+    std::string etcd_endpoint;
+    std::vector<std::string> members;
+    int64_t rendezvous = 0;
+    std::string below_minimum_since;     // RFC 3339; "" when it has enough members
+  };
+  struct WaitingPod {
+    std::string pod;
+    std::string phase;
+    std::string why;                     // "Unschedulable: ...", "paddle: exit code 137 (OOMKilled)"
+  };
+  struct Event {
+    std::string type;
+    std::string reason;
+    std::string message;
+    int64_t count = 1;
+    std::string last_timestamp;
+  };
+
+  std::string name;
+  std::string ns;
+  std::string phase;
+  std::string mode;
+  std::string network;
+  int64_t run = 0;
+  int64_t restart_count = 0;
+  std::string message;
+  std::string created;
+  std::string start_time;
+  std::string completion_time;
+  std::vector<Role> roles;
+  // status.progress and .conditions as the API has them (also what this fleetctl cannot read):
+  // printed through their api types, passed on whole in the document.
+  Json progress;
+  Json conditions = Json::array();
+  std::optional<Elastic> elastic;
+  std::vector<WaitingPod> pods_not_running;
+  std::vector<Event> events;
+
+  static StatusDocument Of(const Json& job, const Json& pods, const Json& events, int max_events);
+  static StatusDocument FromJson(const Json& document);   // as ToJson wrote it
+  Json ToJson() const;
+};
+std::string StatusText(const StatusDocument& document, int64_t now);
 
 // One line of `submit --wait` progress: "Starting  server 1/2 ready  worker 0/4 ready".
 std::string ProgressLine(const Json& job);
