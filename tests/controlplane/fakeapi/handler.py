@@ -282,6 +282,8 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
             return False
 
     def route(self, path, params, raw):
+        """Answers a request outside /fake/: the server's own paths, discovery, or a verb on a
+        resource's path (a watch, or one of _VERBS)."""
         if self.command not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise ApiError.not_allowed()
         parts = [urllib.parse.unquote(p) for p in path.split("/") if p]
