@@ -1037,174 +1037,177 @@ class PodWorker(threading.Thread):
 def make_kubelet_class(base):
     """The podman kubelet as a subclass of the fake API server's Kubelet (its scheduling, binding
     and status helpers stay; running pods is replaced)."""
+    return type("PodmanKubelet", (PodmanKubeletMixin, base), {})
 
-    class PodmanKubelet(base):
-        def __init__(self, server, nodes, conf=None, network_subnet=None):
-            super().__init__(server, nodes)
-            self.mode = "auto"
-            self.id = "%d-%s" % (os.getpid(), secrets.token_hex(3))
-            self.podman = Podman(conf or default_conf())
-            self.root = tempfile.mkdtemp(prefix="fleetjob-kubelet-")
-            os.chmod(self.root, 0o755)
-            self.workers = {}              # pod uid -> PodWorker
-            self.workers_lock = threading.Lock()
-            self.images = {}
-            self.backoff_scale = float(os.environ.get("FLEET_KUBELET_BACKOFF_SCALE", "1"))
-            self.enforce_limits = True
-            self.network = "fleetjob-kubelet-" + self.id
-            self.gateway = None
-            self.api_port = None
-            self._reap_stale()
-            self.pause_image = self._pause_image()
-            args = ["network", "create", "--label", "%s=%s" % (LABEL, self.id),
-                    "--label", "%s=%d" % (LABEL_PID, os.getpid())]
-            if network_subnet:
-                args += ["--subnet", network_subnet]
-            self.podman.run(*args, self.network)
-            net = self.podman.json("network", "inspect", self.network)[0]
-            self.gateway = net["subnets"][0]["gateway"]
-            # The bridge (and the gateway address the API server listens on) exists once a
-            # member does: an empty pod holds it for the kubelet's lifetime.
-            self.anchor = "fleetjob-kubelet-anchor-" + self.id
-            self.podman.run("pod", "create", "--name", self.anchor, "--network", self.network,
-                            "--infra-image", self.pause_image,
-                            "--label", "%s=%s" % (LABEL, self.id), "--label", "%s=%d" % (LABEL_PID, os.getpid()))
-            self.podman.run("pod", "start", self.anchor)
-            self.node_ips.clear()
-            for i in range(nodes):
-                self.node_ips["node-%d" % i] = self.gateway
-            self._check_limits()
 
-        def log(self, msg):
-            import sys
-            sys.stderr.write("podman kubelet: %s\n" % msg)
+class PodmanKubeletMixin:
+    """What the podman kubelet adds to, and replaces in, the fake API server's Kubelet: mixed in
+    before that Kubelet by make_kubelet_class, so super() is the Kubelet."""
 
-        def _pause_image(self):
-            """The pods' infra image: catatonit as /pause, PID 1 of a pod that shares its process
-            namespace, as the kubelet's pause image is (the sidecar recognises a pod by it)."""
-            image = "localhost/fleetjob-kubelet/pause:1"
-            if self.podman.run("image", "exists", image, check=False).returncode != 0:
-                with tempfile.TemporaryDirectory() as d:
-                    shutil.copy(shutil.which("catatonit") or "/usr/libexec/podman/catatonit", os.path.join(d, "pause"))
-                    with open(os.path.join(d, "Containerfile"), "w") as f:
-                        f.write('FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause", "-P"]\n')
-                    self.podman.run("build", "--pull=never", "--tag", image, d, timeout=120)
-            return image
+    def __init__(self, server, nodes, conf=None, network_subnet=None):
+        super().__init__(server, nodes)
+        self.mode = "auto"
+        self.id = "%d-%s" % (os.getpid(), secrets.token_hex(3))
+        self.podman = Podman(conf or default_conf())
+        self.root = tempfile.mkdtemp(prefix="fleetjob-kubelet-")
+        os.chmod(self.root, 0o755)
+        self.workers = {}              # pod uid -> PodWorker
+        self.workers_lock = threading.Lock()
+        self.images = {}
+        self.backoff_scale = float(os.environ.get("FLEET_KUBELET_BACKOFF_SCALE", "1"))
+        self.enforce_limits = True
+        self.network = "fleetjob-kubelet-" + self.id
+        self.gateway = None
+        self.api_port = None
+        self._reap_stale()
+        self.pause_image = self._pause_image()
+        args = ["network", "create", "--label", "%s=%s" % (LABEL, self.id),
+                "--label", "%s=%d" % (LABEL_PID, os.getpid())]
+        if network_subnet:
+            args += ["--subnet", network_subnet]
+        self.podman.run(*args, self.network)
+        net = self.podman.json("network", "inspect", self.network)[0]
+        self.gateway = net["subnets"][0]["gateway"]
+        # The bridge (and the gateway address the API server listens on) exists once a
+        # member does: an empty pod holds it for the kubelet's lifetime.
+        self.anchor = "fleetjob-kubelet-anchor-" + self.id
+        self.podman.run("pod", "create", "--name", self.anchor, "--network", self.network,
+                        "--infra-image", self.pause_image,
+                        "--label", "%s=%s" % (LABEL, self.id), "--label", "%s=%d" % (LABEL_PID, os.getpid()))
+        self.podman.run("pod", "start", self.anchor)
+        self.node_ips.clear()
+        for i in range(nodes):
+            self.node_ips["node-%d" % i] = self.gateway
+        self._check_limits()
 
-        def _check_limits(self):
-            """Resource limits go to podman where this machine's cgroups enforce them: a container
-            with limits is set up (not started) once to find out."""
-            probe = "fleetjob-kubelet-limits-" + self.id
-            self.podman.run("create", "--name", probe, "--pod", self.anchor, "--memory", "64m", "--cpus", "0.5",
-                            "--pull", "never", self.pause_image, timeout=60)
-            p = self.podman.run("init", probe, check=False, timeout=60)
-            self.podman.run("rm", "-f", "-t", "0", probe, check=False)
-            self.enforce_limits = p.returncode == 0
-            if not self.enforce_limits:
-                self.log("resource limits are not enforced here: %s" % p.stderr.strip()[-300:])
+    def log(self, msg):
+        import sys
+        sys.stderr.write("podman kubelet: %s\n" % msg)
 
-        def _reap_stale(self):
-            """Removes pods and networks of podman kubelets whose process is gone."""
-            for kind in ("pod", "network"):
-                p = self.podman.run(kind, "ls", "--filter", "label=" + LABEL, "--format", "{{.Name}}", check=False)
-                for name in (p.stdout or "").split():
-                    pid = self.podman.run(kind, "inspect", "--format",
-                                          '{{index .Labels "%s"}}' % LABEL_PID, name, check=False).stdout.strip()
-                    if pid.isdigit() and not os.path.exists("/proc/%s" % pid):
-                        self.podman.run(kind, "rm", "-f", *(["-t", "0"] if kind == "pod" else []), name, check=False)
+    def _pause_image(self):
+        """The pods' infra image: catatonit as /pause, PID 1 of a pod that shares its process
+        namespace, as the kubelet's pause image is (the sidecar recognises a pod by it)."""
+        image = "localhost/fleetjob-kubelet/pause:1"
+        if self.podman.run("image", "exists", image, check=False).returncode != 0:
+            with tempfile.TemporaryDirectory() as d:
+                shutil.copy(shutil.which("catatonit") or "/usr/libexec/podman/catatonit", os.path.join(d, "pause"))
+                with open(os.path.join(d, "Containerfile"), "w") as f:
+                    f.write('FROM scratch\nCOPY pause /pause\nENTRYPOINT ["/pause", "-P"]\n')
+                self.podman.run("build", "--pull=never", "--tag", image, d, timeout=120)
+        return image
 
-        def service_env(self):
-            h, p = self.gateway, self.api_port
-            return {"KUBERNETES_SERVICE_HOST": h, "KUBERNETES_SERVICE_PORT": str(p),
-                    "KUBERNETES_SERVICE_PORT_HTTPS": str(p), "KUBERNETES_PORT": "tcp://%s:%d" % (h, p),
-                    "KUBERNETES_PORT_%d_TCP" % p: "tcp://%s:%d" % (h, p),
-                    "KUBERNETES_PORT_%d_TCP_PROTO" % p: "tcp", "KUBERNETES_PORT_%d_TCP_PORT" % p: str(p),
-                    "KUBERNETES_PORT_%d_TCP_ADDR" % p: h}
+    def _check_limits(self):
+        """Resource limits go to podman where this machine's cgroups enforce them: a container
+        with limits is set up (not started) once to find out."""
+        probe = "fleetjob-kubelet-limits-" + self.id
+        self.podman.run("create", "--name", probe, "--pod", self.anchor, "--memory", "64m", "--cpus", "0.5",
+                        "--pull", "never", self.pause_image, timeout=60)
+        p = self.podman.run("init", probe, check=False, timeout=60)
+        self.podman.run("rm", "-f", "-t", "0", probe, check=False)
+        self.enforce_limits = p.returncode == 0
+        if not self.enforce_limits:
+            self.log("resource limits are not enforced here: %s" % p.stderr.strip()[-300:])
 
-        def register_token(self, token):
-            if self.server.tokens:   # authentication is on: the pod's token must be accepted
-                self.server.tokens.add(token)
-
-        def local_image(self, image):
-            """The local image a pod's image name means (podman also finds localhost/NAME), or None."""
-            for name in (image, "localhost/" + image):
-                if self.podman.run("image", "exists", name, check=False).returncode == 0:
-                    return name
-            return None
-
-        def image_user(self, image):
-            if image not in self.images:
-                self.images[image] = self.podman.out("image", "inspect", "--format", "{{.Config.User}}", image)
-            return self.images[image]
-
-        # ---- the base kubelet's hooks ------------------------------------------------
-        def _schedule_start(self, pod):
-            uid = pod["metadata"]["uid"]
-            with self.workers_lock:
-                if uid in self.workers or self.stopped:
-                    return
-                w = PodWorker(self, pod)
-                self.workers[uid] = w
-            w.start()
-
-        def terminate(self, pod):
-            uid = pod["metadata"]["uid"]
-            grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 30)
-            with self.workers_lock:
-                w = self.workers.get(uid)
-            if w is None:
-                return super().terminate(pod)
-            w.events.put(("terminate", grace))
-
-        def pod_deleted(self, uid):
-            with self.workers_lock:
-                w = self.workers.get(uid)
-            if w is not None:
-                w.events.put(("kill",))
-
-        def worker_done(self, w):
-            with self.workers_lock:
-                self.workers.pop(w.uid, None)
-            if w.sa_token:   # a pod's bound token dies with the pod
-                self.server.tokens.discard(w.sa_token)
-            with self.store.lock:
-                cur = self._current(w.ns, w.name, w.uid)
-                if cur is not None and cur["metadata"].get("deletionTimestamp"):
-                    self.store.pending_termination.discard(w.uid)
-                    self.store._check_foreground(w.uid)
-                    cur = self._current(w.ns, w.name, w.uid)
-                    if cur is not None and not cur["metadata"].get("finalizers"):
-                        self.store._delete_now(self.pods, cur)
-
-        def action(self, ns, name, body):
-            from fake_apiserver import ApiError
-            raise ApiError.bad_request("the podman kubelet runs real containers: simulated pod actions are not "
-                                       "available (stop or kill the container with podman instead)")
-
-        def stop(self):
-            super().stop()
-            with self.workers_lock:
-                workers = list(self.workers.values())
-            for w in workers:
-                w.events.put(("kill",))
-            for w in workers:
-                w.join(timeout=60)
-            self.podman.run("pod", "rm", "-f", "-t", "0", self.anchor, check=False)
-            p = self.podman.run("pod", "ls", "--filter", "label=%s=%s" % (LABEL, self.id), "--format", "{{.Name}}",
-                                check=False)
+    def _reap_stale(self):
+        """Removes pods and networks of podman kubelets whose process is gone."""
+        for kind in ("pod", "network"):
+            p = self.podman.run(kind, "ls", "--filter", "label=" + LABEL, "--format", "{{.Name}}", check=False)
             for name in (p.stdout or "").split():
-                self.podman.run("pod", "rm", "-f", "-t", "0", name, check=False)
-            self.podman.run("network", "rm", "-f", self.network, check=False)
-            shutil.rmtree(self.root, ignore_errors=True)
+                pid = self.podman.run(kind, "inspect", "--format",
+                                      '{{index .Labels "%s"}}' % LABEL_PID, name, check=False).stdout.strip()
+                if pid.isdigit() and not os.path.exists("/proc/%s" % pid):
+                    self.podman.run(kind, "rm", "-f", *(["-t", "0"] if kind == "pod" else []), name, check=False)
 
-        def container_name(self, ns, pod, container):
-            """The podman name of a container's current run (tests kill or inspect it)."""
-            with self.workers_lock:
-                for w in self.workers.values():
-                    if (w.ns, w.name) == (ns, pod):
-                        for c in w.ctrs:
-                            if c.name == container:
-                                return c.podman_name
-            return None
+    def service_env(self):
+        h, p = self.gateway, self.api_port
+        return {"KUBERNETES_SERVICE_HOST": h, "KUBERNETES_SERVICE_PORT": str(p),
+                "KUBERNETES_SERVICE_PORT_HTTPS": str(p), "KUBERNETES_PORT": "tcp://%s:%d" % (h, p),
+                "KUBERNETES_PORT_%d_TCP" % p: "tcp://%s:%d" % (h, p),
+                "KUBERNETES_PORT_%d_TCP_PROTO" % p: "tcp", "KUBERNETES_PORT_%d_TCP_PORT" % p: str(p),
+                "KUBERNETES_PORT_%d_TCP_ADDR" % p: h}
 
-    return PodmanKubelet
+    def register_token(self, token):
+        if self.server.tokens:   # authentication is on: the pod's token must be accepted
+            self.server.tokens.add(token)
+
+    def local_image(self, image):
+        """The local image a pod's image name means (podman also finds localhost/NAME), or None."""
+        for name in (image, "localhost/" + image):
+            if self.podman.run("image", "exists", name, check=False).returncode == 0:
+                return name
+        return None
+
+    def image_user(self, image):
+        if image not in self.images:
+            self.images[image] = self.podman.out("image", "inspect", "--format", "{{.Config.User}}", image)
+        return self.images[image]
+
+    # ---- the base kubelet's hooks ------------------------------------------------
+    def _schedule_start(self, pod):
+        uid = pod["metadata"]["uid"]
+        with self.workers_lock:
+            if uid in self.workers or self.stopped:
+                return
+            w = PodWorker(self, pod)
+            self.workers[uid] = w
+        w.start()
+
+    def terminate(self, pod):
+        uid = pod["metadata"]["uid"]
+        grace = int(pod["metadata"].get("deletionGracePeriodSeconds") or 30)
+        with self.workers_lock:
+            w = self.workers.get(uid)
+        if w is None:
+            return super().terminate(pod)
+        w.events.put(("terminate", grace))
+
+    def pod_deleted(self, uid):
+        with self.workers_lock:
+            w = self.workers.get(uid)
+        if w is not None:
+            w.events.put(("kill",))
+
+    def worker_done(self, w):
+        with self.workers_lock:
+            self.workers.pop(w.uid, None)
+        if w.sa_token:   # a pod's bound token dies with the pod
+            self.server.tokens.discard(w.sa_token)
+        with self.store.lock:
+            cur = self._current(w.ns, w.name, w.uid)
+            if cur is not None and cur["metadata"].get("deletionTimestamp"):
+                self.store.pending_termination.discard(w.uid)
+                self.store._check_foreground(w.uid)
+                cur = self._current(w.ns, w.name, w.uid)
+                if cur is not None and not cur["metadata"].get("finalizers"):
+                    self.store._delete_now(self.pods, cur)
+
+    def action(self, ns, name, body):
+        from fake_apiserver import ApiError
+        raise ApiError.bad_request("the podman kubelet runs real containers: simulated pod actions are not "
+                                   "available (stop or kill the container with podman instead)")
+
+    def stop(self):
+        super().stop()
+        with self.workers_lock:
+            workers = list(self.workers.values())
+        for w in workers:
+            w.events.put(("kill",))
+        for w in workers:
+            w.join(timeout=60)
+        self.podman.run("pod", "rm", "-f", "-t", "0", self.anchor, check=False)
+        p = self.podman.run("pod", "ls", "--filter", "label=%s=%s" % (LABEL, self.id), "--format", "{{.Name}}",
+                            check=False)
+        for name in (p.stdout or "").split():
+            self.podman.run("pod", "rm", "-f", "-t", "0", name, check=False)
+        self.podman.run("network", "rm", "-f", self.network, check=False)
+        shutil.rmtree(self.root, ignore_errors=True)
+
+    def container_name(self, ns, pod, container):
+        """The podman name of a container's current run (tests kill or inspect it)."""
+        with self.workers_lock:
+            for w in self.workers.values():
+                if (w.ns, w.name) == (ns, pod):
+                    for c in w.ctrs:
+                        if c.name == container:
+                            return c.podman_name
+        return None

@@ -1,6 +1,7 @@
 """The HTTP layer: the threading HTTP server and the request Handler (body limits, authentication,
 faults, routing of the Kubernetes API and discovery, objects and lists as JSON or Tables)."""
 
+import collections
 import json
 import re
 import select
@@ -237,23 +238,7 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
                     counted = False
                 rule = fake.faults.take(self.command, path, self.is_watch)
                 if rule and rule["kind"] == "fail":
-                    code = rule["code"]
-                    reason = REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
-                    msg = {429: "Too many requests, please try again later.",
-                           503: "The server is currently unable to handle the request",
-                           500: "Internal error occurred: injected fault",
-                           504: "The server was unable to return a response in the time allotted, but may "
-                                "still be processing the request"}.get(code, "injected fault")
-                    headers, details = {}, None
-                    ra = rule.get("retryAfter")
-                    if code == 429 and ra is None:
-                        ra = 1
-                    if ra is not None and code in (429, 503):
-                        headers["Retry-After"] = str(int(ra))
-                        details = {"retryAfterSeconds": int(ra)}
-                    if code == 500:
-                        details = {"causes": [{"message": "injected fault"}]}
-                    raise ApiError(code, reason, msg, details, headers)
+                    raise _injected_failure(rule)
                 self.malform = rule
                 self.route(path, params, raw)
             except ApiError as e:
@@ -297,63 +282,86 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
             return False
 
     def route(self, path, params, raw):
-        fake, store = self.fake, self.fake.store
-        parts = [urllib.parse.unquote(p) for p in path.split("/") if p]
+        """Answers a request outside /fake/: the server's own paths, discovery, or a verb on a
+        resource's path (a watch, or one of _VERBS)."""
         if self.command not in ("GET", "POST", "PUT", "PATCH", "DELETE"):
             raise ApiError.not_allowed()
-        if not parts:
-            return self.send_body(200, {"paths": ["/api", "/api/v1", "/apis", "/version", "/openapi/v2"]})
-        if parts[0] in ("healthz", "livez", "readyz") and len(parts) == 1:
-            return self.send_body(200, "ok", "text/plain; charset=utf-8")
-        if parts == ["version"]:
-            major, minor = re.match(r"v(\d+)\.(\d+)", fake.server_version).groups()
-            return self.send_body(200, {"major": major, "minor": minor, "gitVersion": fake.server_version,
-                                        "gitCommit": "0" * 40, "gitTreeState": "clean",
-                                        "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0",
-                                        "compiler": "gc", "platform": "linux/amd64"})
-        if parts[0] == "openapi":
-            if parts[1:] == ["v2"]:
-                accept = self.headers.get("Accept", "")
-                if "protobuf" in accept:
-                    return self.send_body(200, openapi_v2_protobuf(fake.server_version),
-                                          "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
-                return self.send_body(200, {"swagger": "2.0", "info": {"title": "Kubernetes",
-                                                                       "version": fake.server_version},
-                                            "paths": {}, "definitions": {}})
-            raise ApiError.path_not_found()
+        parts = [urllib.parse.unquote(p) for p in path.split("/") if p]
+        if self._serve_server_path(parts):
+            return
+        store = self.fake.store
         with store.lock:
-            reg = store.registry
-            if parts == ["api"]:
-                return self.send_body(200, {"kind": "APIVersions", "versions": ["v1"],
-                                            "serverAddressByClientCIDRs": [
-                                                {"clientCIDR": "0.0.0.0/0",
-                                                 "serverAddress": "%s:%d" % fake.address}]})
-            if parts == ["apis"]:
-                return self.send_body(200, {"kind": "APIGroupList", "apiVersion": "v1",
-                                            "groups": [self._group_doc(g) for g in reg.groups()]})
-            if parts[0] == "apis" and len(parts) == 2:
-                if not reg.versions(parts[1]):
-                    raise ApiError.path_not_found()
-                doc = self._group_doc(parts[1])
-                doc.update(kind="APIGroup", apiVersion="v1")
-                return self.send_body(200, doc)
-            if parts[0] == "api":
-                group, version, rest = "", parts[1], parts[2:]
-            elif parts[0] == "apis" and len(parts) >= 3:
-                group, version, rest = parts[1], parts[2], parts[3:]
+            if self._serve_discovery(parts):
+                return
+        target = self._resource_path(*_split_api_path(parts))
+        if target.legacy_watch or (self.command == "GET" and target.sub is None
+                                   and parse_bool(params.get("watch"))):
+            return self._watch(target, params)
+        return self._VERBS[self.command](self, target, params, raw)
+
+    def _serve_server_path(self, parts):
+        """The server's own paths: /, health, /version, /openapi. -> False for any other path."""
+        fake = self.fake
+        if not parts:
+            self.send_body(200, {"paths": ["/api", "/api/v1", "/apis", "/version", "/openapi/v2"]})
+        elif parts[0] in ("healthz", "livez", "readyz") and len(parts) == 1:
+            self.send_body(200, "ok", "text/plain; charset=utf-8")
+        elif parts == ["version"]:
+            major, minor = re.match(r"v(\d+)\.(\d+)", fake.server_version).groups()
+            self.send_body(200, {"major": major, "minor": minor, "gitVersion": fake.server_version,
+                                 "gitCommit": "0" * 40, "gitTreeState": "clean",
+                                 "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.23.0",
+                                 "compiler": "gc", "platform": "linux/amd64"})
+        elif parts == ["openapi", "v2"]:
+            if "protobuf" in self.headers.get("Accept", ""):
+                self.send_body(200, openapi_v2_protobuf(fake.server_version),
+                               "application/com.github.proto-openapi.spec.v2.v1.0+protobuf")
             else:
+                self.send_body(200, {"swagger": "2.0", "info": {"title": "Kubernetes", "version": fake.server_version},
+                                     "paths": {}, "definitions": {}})
+        elif parts[0] == "openapi":
+            raise ApiError.path_not_found()
+        else:
+            return False
+        return True
+
+    def _serve_discovery(self, parts):
+        """Under the store lock, API discovery: /api, /apis, /apis/GROUP and each group version's
+        resource list. -> False for a resource's path."""
+        reg = self.fake.store.registry
+        if parts == ["api"]:
+            self.send_body(200, {"kind": "APIVersions", "versions": ["v1"],
+                                 "serverAddressByClientCIDRs": [
+                                     {"clientCIDR": "0.0.0.0/0", "serverAddress": "%s:%d" % self.fake.address}]})
+        elif parts == ["apis"]:
+            self.send_body(200, {"kind": "APIGroupList", "apiVersion": "v1",
+                                 "groups": [self._group_doc(g) for g in reg.groups()]})
+        elif parts[0] == "apis" and len(parts) == 2:
+            if not reg.versions(parts[1]):
                 raise ApiError.path_not_found()
-            if not rest:
-                rts = reg.gv_resources(group, version)
-                if not rts:
-                    raise ApiError.path_not_found()
-                return self.send_body(200, {"kind": "APIResourceList", "apiVersion": "v1",
-                                            "groupVersion": group + "/" + version if group else version,
-                                            "resources": [d for rt in rts for d in rt.discovery()]})
-        legacy_watch = False
-        if rest[0] == "watch":
-            legacy_watch, rest = True, rest[1:]
+            doc = self._group_doc(parts[1])
+            doc.update(kind="APIGroup", apiVersion="v1")
+            self.send_body(200, doc)
+        else:
+            group, version, rest = _split_api_path(parts)
+            if rest:
+                return False
+            rts = reg.gv_resources(group, version)
+            if not rts:
+                raise ApiError.path_not_found()
+            self.send_body(200, {"kind": "APIResourceList", "apiVersion": "v1",
+                                 "groupVersion": group + "/" + version if group else version,
+                                 "resources": [d for rt in rts for d in rt.discovery()]})
+        return True
+
+    def _resource_path(self, group, version, rest):
+        """[watch/][namespaces/NS/]PLURAL[/NAME[/SUBRESOURCE]] -> _ResourcePath, or 404 for a path
+        this resource does not have."""
+        legacy_watch = rest[0] == "watch"
+        if legacy_watch:
+            rest = rest[1:]
         ns = None
+        # namespaces/NAME/status and /finalize are the namespace's own subresources, not a namespace prefix
         if len(rest) >= 3 and rest[0] == "namespaces" and not (len(rest) == 3 and rest[2] in ("status", "finalize")):
             ns, rest = rest[1], rest[2:]
         if not rest or len(rest) > 3:
@@ -361,6 +369,7 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
         plural = rest[0]
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else None
+        store = self.fake.store
         with store.lock:
             rt = store.registry.get(group, version, plural)
         if rt is None or (not rt.namespaced and ns is not None) or \
@@ -370,69 +379,87 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
             raise ApiError.path_not_found()
         if name is not None and rt.namespaced is False:
             ns = None
-        dry_run = params.get("dryRun") == "All"
-        m = self.command
-        if legacy_watch or (m == "GET" and sub is None and parse_bool(params.get("watch"))):
-            if m != "GET" or sub is not None:
-                raise ApiError.not_allowed()
-            if name is not None:
-                sel = "metadata.name=" + name
-                params["fieldSelector"] = params["fieldSelector"] + "," + sel if params.get("fieldSelector") else sel
-            return self.serve_watch(rt, ns, params)
-        if m == "GET":
-            if name is None:
-                items, list_meta = store.list(rt, ns, params)
-                return self.send_object_list(rt, items, list_meta)
-            if sub == "log":
-                return self.serve_log(ns, name, params)
-            return self.send_object(rt, 200, store.get(rt, ns, name))
-        if m == "POST":
-            if name is None:
-                if rt.namespaced and ns is None:
-                    raise ApiError.not_allowed()
-                obj = store.create(rt, ns, self.json_body(raw), dry_run)
-                return self.send_object(rt, 201, obj)
-            if sub == "binding":
-                return self.pod_binding(rt, ns, name, self.json_body(raw) or {})
-            if sub == "eviction":
-                body = self.json_body(raw) or {}
-                store.delete(rt, ns, name, body.get("deleteOptions") or {}, dry_run)
-                return self.send_body(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
-                                            "status": "Success", "code": 201})
+        return _ResourcePath(rt, ns, name, sub, legacy_watch)
+
+    # ---- the verbs on a resource's path (target: a _ResourcePath) ------------
+    def _watch(self, target, params):
+        if self.command != "GET" or target.sub is not None:
             raise ApiError.not_allowed()
-        if m in ("PUT", "PATCH"):
-            if name is None or sub in ("log", "binding", "eviction"):
+        if target.name is not None:   # watching one object is a watch of its name's field selector
+            sel = "metadata.name=" + target.name
+            params["fieldSelector"] = params["fieldSelector"] + "," + sel if params.get("fieldSelector") else sel
+        return self.serve_watch(target.rt, target.ns, params)
+
+    def _get(self, target, params, raw):
+        rt, ns, name, store = target.rt, target.ns, target.name, self.fake.store
+        if name is None:
+            items, list_meta = store.list(rt, ns, params)
+            return self.send_object_list(rt, items, list_meta)
+        if target.sub == "log":
+            return self.serve_log(ns, name, params)
+        return self.send_object(rt, 200, store.get(rt, ns, name))
+
+    def _post(self, target, params, raw):
+        rt, ns, name, store = target.rt, target.ns, target.name, self.fake.store
+        dry_run = params.get("dryRun") == "All"
+        if name is None:
+            if rt.namespaced and ns is None:
                 raise ApiError.not_allowed()
-            sr = "status" if sub == "status" else None
-            if m == "PUT":
-                obj = store.update(rt, ns, name, self.json_body(raw), sr, dry_run)
-            else:
-                obj = store.patch(rt, ns, name, raw, self.headers.get("Content-Type"), sr, dry_run)
-            return self.send_object(rt, 200, obj)
-        if m == "DELETE":
+            obj = store.create(rt, ns, self.json_body(raw), dry_run)
+            return self.send_object(rt, 201, obj)
+        if target.sub == "binding":
+            return self.pod_binding(rt, ns, name, self.json_body(raw) or {})
+        if target.sub == "eviction":
             body = self.json_body(raw) or {}
-            if not isinstance(body, dict):
-                raise ApiError.bad_request("DeleteOptions must be an object")
-            opts = dict(body)
-            if "propagationPolicy" in params:
-                opts["propagationPolicy"] = params["propagationPolicy"]
-            if "gracePeriodSeconds" in params:
-                try:
-                    opts["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
-                except ValueError:
-                    raise ApiError.bad_request("invalid gracePeriodSeconds")
-            if "orphanDependents" in params:
-                opts["orphanDependents"] = parse_bool(params["orphanDependents"])
-            if name is None:
-                out = store.delete_collection(rt, ns, params, opts)
-                with store.lock:
-                    meta = {"resourceVersion": str(store.rv)}
-                return self.send_object_list(rt, out, meta)
-            if sub is not None:
-                raise ApiError.not_allowed()
-            obj = store.delete(rt, ns, name, opts, dry_run)
-            return self.send_object(rt, 200, obj)
+            store.delete(rt, ns, name, body.get("deleteOptions") or {}, dry_run)
+            return self.send_body(201, {"kind": "Status", "apiVersion": "v1", "metadata": {},
+                                        "status": "Success", "code": 201})
         raise ApiError.not_allowed()
+
+    def _put_or_patch(self, target, params, raw):
+        rt, ns, name, store = target.rt, target.ns, target.name, self.fake.store
+        if name is None or target.sub in ("log", "binding", "eviction"):
+            raise ApiError.not_allowed()
+        dry_run = params.get("dryRun") == "All"
+        sr = "status" if target.sub == "status" else None
+        if self.command == "PUT":
+            obj = store.update(rt, ns, name, self.json_body(raw), sr, dry_run)
+        else:
+            obj = store.patch(rt, ns, name, raw, self.headers.get("Content-Type"), sr, dry_run)
+        return self.send_object(rt, 200, obj)
+
+    def _delete(self, target, params, raw):
+        rt, ns, name, store = target.rt, target.ns, target.name, self.fake.store
+        opts = self._delete_options(params, raw)
+        if name is None:
+            out = store.delete_collection(rt, ns, params, opts)
+            with store.lock:
+                meta = {"resourceVersion": str(store.rv)}
+            return self.send_object_list(rt, out, meta)
+        if target.sub is not None:
+            raise ApiError.not_allowed()
+        obj = store.delete(rt, ns, name, opts, params.get("dryRun") == "All")
+        return self.send_object(rt, 200, obj)
+
+    def _delete_options(self, params, raw):
+        """DeleteOptions from the body, overridden by the query's propagationPolicy,
+        gracePeriodSeconds and orphanDependents."""
+        body = self.json_body(raw) or {}
+        if not isinstance(body, dict):
+            raise ApiError.bad_request("DeleteOptions must be an object")
+        opts = dict(body)
+        if "propagationPolicy" in params:
+            opts["propagationPolicy"] = params["propagationPolicy"]
+        if "gracePeriodSeconds" in params:
+            try:
+                opts["gracePeriodSeconds"] = int(params["gracePeriodSeconds"])
+            except ValueError:
+                raise ApiError.bad_request("invalid gracePeriodSeconds")
+        if "orphanDependents" in params:
+            opts["orphanDependents"] = parse_bool(params["orphanDependents"])
+        return opts
+
+    _VERBS = {"GET": _get, "POST": _post, "PUT": _put_or_patch, "PATCH": _put_or_patch, "DELETE": _delete}
 
     def _group_doc(self, g):
         vs = self.fake.store.registry.versions(g)
@@ -482,3 +509,39 @@ class Handler(HandlerWatches, PodLogs, ControlApi, BaseHTTPRequestHandler):
             self.fake.kubelet.bind(pod, node)
         self.send_body(201, {"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success",
                              "code": 201})
+
+
+# A resource's request path: its type, namespace (None when cluster-scoped or a list across
+# namespaces), name and subresource (None when absent), and whether it was the old /watch/ form.
+_ResourcePath = collections.namedtuple("_ResourcePath", "rt ns name sub legacy_watch")
+
+
+def _split_api_path(parts):
+    """/api/VERSION/REST... or /apis/GROUP/VERSION/REST... -> (group, version, REST parts)."""
+    if parts[0] == "api" and len(parts) >= 2:
+        return "", parts[1], parts[2:]
+    if parts[0] == "apis" and len(parts) >= 3:
+        return parts[1], parts[2], parts[3:]
+    raise ApiError.path_not_found()
+
+
+def _injected_failure(rule):
+    """The error a "fail" fault answers: the API server's own message, details and Retry-After
+    for its code (429 says when to retry even when the rule does not)."""
+    code = rule["code"]
+    reason = REASONS.get(code, "InternalError" if code >= 500 else "BadRequest")
+    msg = {429: "Too many requests, please try again later.",
+           503: "The server is currently unable to handle the request",
+           500: "Internal error occurred: injected fault",
+           504: "The server was unable to return a response in the time allotted, but may "
+                "still be processing the request"}.get(code, "injected fault")
+    headers, details = {}, None
+    ra = rule.get("retryAfter")
+    if code == 429 and ra is None:
+        ra = 1
+    if ra is not None and code in (429, 503):
+        headers["Retry-After"] = str(int(ra))
+        details = {"retryAfterSeconds": int(ra)}
+    if code == 500:
+        details = {"causes": [{"message": "injected fault"}]}
+    return ApiError(code, reason, msg, details, headers)

@@ -309,103 +309,127 @@ class Kubelet:
 
     # ---- test commands ----------------------------------------------------
     def action(self, ns, name, body):
+        """A test's command to one pod (POST /fake/v1/namespaces/NS/pods/NAME): body["action"] names
+        it (see _ACTIONS); body["container"], when given, limits it to that container."""
         act = body.get("action")
         with self.store.lock:
             pod = self.store._find(self.pods, ns, name)
             if pod is None:
                 raise ApiError.not_found(self.pods, name)
-            uid = pod["metadata"]["uid"]
-            containers = pod["spec"].get("containers") or []
             cname = body.get("container")
-            if cname is not None and not any(c["name"] == cname for c in containers + (
-                    pod["spec"].get("initContainers") or [])):
+            if cname is not None and cname not in self._container_names(pod):
                 raise ApiError.bad_request("container %s is not valid for pod %s" % (cname, name))
-            now = rfc3339()
-            if act == "run":
-                if not pod["spec"].get("nodeName"):
-                    node = body.get("node") or list(self.node_ips)[next(self.rr) % len(self.node_ips)]
-                    if node not in self.node_ips:
-                        raise ApiError.bad_request("unknown node %s" % node)
-                    pod = self._update(pod, lambda p: self._bind(p, node))
-                elif pod["spec"]["nodeName"] not in self.node_ips:
-                    raise ApiError.bad_request("pod is bound to unknown node %s" % pod["spec"]["nodeName"])
-                return self._update(pod, lambda p: (self._start(p), self._running(p)))
-            if act in ("succeed", "fail", "evict"):
-                code = 0 if act == "succeed" else int(body.get("exitCode", 137 if act == "evict" else 1))
+            do = self._ACTIONS.get(act) if isinstance(act, str) else None
+            if do is None:
+                raise ApiError.bad_request("unknown action %r" % (act,))
+            return do(self, pod, body, cname, rfc3339())
 
-                def term(p):
-                    st = p.setdefault("status", {})
-                    st["phase"] = "Succeeded" if act == "succeed" else "Failed"
-                    old = {s["name"]: s for s in (st.get("containerStatuses") or [])
-                           + (st.get("initContainerStatuses") or [])}
-                    for lst in ("containerStatuses", "initContainerStatuses"):
-                        specs = p["spec"].get("containers" if lst == "containerStatuses" else "initContainers") or []
-                        if lst == "initContainerStatuses" and not specs:
-                            continue
-                        out = []
-                        for c in specs:
-                            prev = old.get(c["name"], {})
-                            running = prev.get("state", {}).get("running")
-                            if lst == "initContainerStatuses" and "terminated" in prev.get("state", {}):
-                                out.append(prev)
-                                continue
-                            my = code if (cname is None or cname == c["name"]) else 0
-                            reason = "Completed" if my == 0 else body.get("reason", "Error")
-                            t = {"exitCode": my, "reason": reason,
-                                 "startedAt": (running or {}).get("startedAt", now), "finishedAt": now,
-                                 "containerID": self._container_id(uid, c["name"], prev.get("restartCount", 0))}
-                            out.append(self._cstatus(p, c, {"terminated": t}, False, prev.get("restartCount", 0),
-                                                     prev.get("lastState"), started=False))
-                        st[lst] = out
-                    if act == "evict":
-                        st["reason"] = "Evicted"
-                        st["message"] = body.get("message", "The node was low on resource: memory. ")
-                        self._set_cond(p, "DisruptionTarget", "True", "TerminationByKubelet", st["message"])
-                    self._recompute_ready(p)
-                return self._update(pod, term)
-            if act == "restart":
-                def restart(p):
-                    st = p.setdefault("status", {})
-                    for s in st.get("containerStatuses") or []:
-                        if cname is not None and s["name"] != cname:
-                            continue
-                        c = next(c for c in containers if c["name"] == s["name"])
-                        n = s.get("restartCount", 0) + 1
-                        started = (s.get("state", {}).get("running") or {}).get("startedAt", now)
-                        last = {"terminated": {"exitCode": int(body.get("exitCode", 1)), "reason": "Error",
-                                               "startedAt": started, "finishedAt": now,
-                                               "containerID": s.get("containerID", "")}}
-                        s.clear()
-                        s.update(self._cstatus(p, c, {"running": {"startedAt": now}}, self._want_ready(p, c), n, last))
-                    if st.get("podIP") and not p["spec"].get("hostNetwork"):
-                        st["podIP"] = self.new_pod_ip()
-                        st["podIPs"] = [{"ip": st["podIP"]}]
-                    st["phase"] = "Running"
-                    st.pop("reason", None)
-                    st.pop("message", None)
-                    self._recompute_ready(p)
-                    for k in [k for k in self.store.logs if k[:2] == (ns, name)
-                              and (cname is None or k[2] == cname)]:
-                        self.store.prev_logs[k] = self.store.logs.pop(k)
-                return self._update(pod, restart)
-            if act == "ready":
-                ready = bool(body.get("ready", True))
-                for c in containers + (pod["spec"].get("initContainers") or []):
-                    if cname is None or c["name"] == cname:
-                        self.ready[(uid, c["name"])] = ready
+    @staticmethod
+    def _container_names(pod):
+        return [c["name"] for c in (pod["spec"].get("containers") or []) + (pod["spec"].get("initContainers") or [])]
 
-                def set_ready(p):
-                    st = p.setdefault("status", {})
-                    for s in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
-                        if (cname is None or s["name"] == cname) and "running" in s.get("state", {}):
-                            s["ready"] = ready
-                    if st.get("phase") == "Running":
-                        self._recompute_ready(p)
-                return self._update(pod, set_ready)
-            if act == "unschedulable":
-                msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
-                return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
-            raise ApiError.bad_request("unknown action %r" % (act,))
+    def _act_run(self, pod, body, cname, now):
+        """Binds the pod (to body["node"] or the next node in turn) and runs it at once."""
+        if not pod["spec"].get("nodeName"):
+            node = body.get("node") or list(self.node_ips)[next(self.rr) % len(self.node_ips)]
+            if node not in self.node_ips:
+                raise ApiError.bad_request("unknown node %s" % node)
+            pod = self._update(pod, lambda p: self._bind(p, node))
+        elif pod["spec"]["nodeName"] not in self.node_ips:
+            raise ApiError.bad_request("pod is bound to unknown node %s" % pod["spec"]["nodeName"])
+        return self._update(pod, lambda p: (self._start(p), self._running(p)))
+
+    def _act_end(self, pod, body, cname, now):
+        """succeed, fail, evict: the containers (or the named one; the others exit 0) terminate and
+        the pod's phase is final; an eviction also says why, as the kubelet does."""
+        act = body["action"]
+        code = 0 if act == "succeed" else int(body.get("exitCode", 137 if act == "evict" else 1))
+
+        def end(p):
+            st = p.setdefault("status", {})
+            st["phase"] = "Succeeded" if act == "succeed" else "Failed"
+            old = {s["name"]: s for s in (st.get("containerStatuses") or [])
+                   + (st.get("initContainerStatuses") or [])}
+            st["containerStatuses"] = [self._ended_status(p, c, old.get(c["name"], {}), code, cname, body, now)
+                                       for c in p["spec"].get("containers") or []]
+            inits = p["spec"].get("initContainers") or []
+            if inits:   # an init container that already finished keeps its status
+                st["initContainerStatuses"] = [
+                    old[c["name"]] if "terminated" in old.get(c["name"], {}).get("state", {})
+                    else self._ended_status(p, c, old.get(c["name"], {}), code, cname, body, now)
+                    for c in inits]
+            if act == "evict":
+                st["reason"] = "Evicted"
+                st["message"] = body.get("message", "The node was low on resource: memory. ")
+                self._set_cond(p, "DisruptionTarget", "True", "TerminationByKubelet", st["message"])
+            self._recompute_ready(p)
+        return self._update(pod, end)
+
+    def _ended_status(self, p, c, prev, code, cname, body, now):
+        """Container c's status once terminated: exit code `code` if the action names it (or no
+        container), else 0."""
+        restarts = prev.get("restartCount", 0)
+        running = prev.get("state", {}).get("running")
+        my = code if (cname is None or cname == c["name"]) else 0
+        t = {"exitCode": my, "reason": "Completed" if my == 0 else body.get("reason", "Error"),
+             "startedAt": (running or {}).get("startedAt", now), "finishedAt": now,
+             "containerID": self._container_id(p["metadata"]["uid"], c["name"], restarts)}
+        return self._cstatus(p, c, {"terminated": t}, False, restarts, prev.get("lastState"), started=False)
+
+    def _act_restart(self, pod, body, cname, now):
+        """The containers (or the named one) exit with body["exitCode"] and run again; the pod gets
+        a new IP and its logs become the previous run's."""
+        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
+        containers = pod["spec"].get("containers") or []
+
+        def restart(p):
+            st = p.setdefault("status", {})
+            for s in st.get("containerStatuses") or []:
+                if cname is not None and s["name"] != cname:
+                    continue
+                c = next(c for c in containers if c["name"] == s["name"])
+                n = s.get("restartCount", 0) + 1
+                started = (s.get("state", {}).get("running") or {}).get("startedAt", now)
+                last = {"terminated": {"exitCode": int(body.get("exitCode", 1)), "reason": "Error",
+                                       "startedAt": started, "finishedAt": now,
+                                       "containerID": s.get("containerID", "")}}
+                s.clear()
+                s.update(self._cstatus(p, c, {"running": {"startedAt": now}}, self._want_ready(p, c), n, last))
+            if st.get("podIP") and not p["spec"].get("hostNetwork"):
+                st["podIP"] = self.new_pod_ip()
+                st["podIPs"] = [{"ip": st["podIP"]}]
+            st["phase"] = "Running"
+            st.pop("reason", None)
+            st.pop("message", None)
+            self._recompute_ready(p)
+            for k in [k for k in self.store.logs if k[:2] == (ns, name)
+                      and (cname is None or k[2] == cname)]:
+                self.store.prev_logs[k] = self.store.logs.pop(k)
+        return self._update(pod, restart)
+
+    def _act_ready(self, pod, body, cname, now):
+        """Sets the readiness probe's answer (body["ready"]) for the containers, or the named one."""
+        ready = bool(body.get("ready", True))
+        uid = pod["metadata"]["uid"]
+        for c in self._container_names(pod):
+            if cname is None or c == cname:
+                self.ready[(uid, c)] = ready
+
+        def set_ready(p):
+            st = p.setdefault("status", {})
+            for s in (st.get("containerStatuses") or []) + (st.get("initContainerStatuses") or []):
+                if (cname is None or s["name"] == cname) and "running" in s.get("state", {}):
+                    s["ready"] = ready
+            if st.get("phase") == "Running":
+                self._recompute_ready(p)
+        return self._update(pod, set_ready)
+
+    def _act_unschedulable(self, pod, body, cname, now):
+        msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
+        return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
+
+    _ACTIONS = {"run": _act_run, "succeed": _act_end, "fail": _act_end, "evict": _act_end,
+                "restart": _act_restart, "ready": _act_ready, "unschedulable": _act_unschedulable}
 
     def pod_deleted(self, uid):
         """Called under the store lock when a pod left storage (the podman kubelet kills it)."""

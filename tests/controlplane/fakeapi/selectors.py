@@ -13,8 +13,20 @@ def parse_label_selector(s):
     """-> list of (key, op, values).  Raises ApiError 400 on bad syntax."""
     if s is None or not s.strip():
         return []
+    toks = _selector_tokens(s.strip())
+    reqs, i = [], 0
+    while i < len(toks):
+        req, i = _requirement(toks, i)
+        reqs.append(req)
+        if i < len(toks):
+            if toks[i] != ",":
+                raise _bad_selector("found '%s', expected: ','" % toks[i])
+            i += 1
+    return reqs
+
+
+def _selector_tokens(s):
     toks, pos = [], 0
-    s = s.strip()
     while pos < len(s):
         m = _SEL_TOKEN.match(s, pos)
         if not m:
@@ -23,78 +35,90 @@ def parse_label_selector(s):
         pos = m.end()
         while pos < len(s) and s[pos].isspace():
             pos += 1
-    reqs, i = [], 0
+    return toks
 
-    def bad(msg):
-        return ApiError.bad_request("unable to parse requirement: " + msg)
 
-    def check_key(k):
-        if k in ("in", "notin", "=", "==", "!=", "(", ")", ",", "!", "<", ">"):
-            raise bad("found '%s', expected: identifier" % k)
-        err = qualified_name_error(k)
-        if err:
-            raise bad('key: Invalid value: "%s": %s' % (k, err))
+def _bad_selector(msg):
+    return ApiError.bad_request("unable to parse requirement: " + msg)
 
-    def check_value(v):
-        err = label_value_error(v)
-        if err:
-            raise bad('values[0][%s]: Invalid value: "%s": %s' % (v, v, err))
 
-    while i < len(toks):
-        if toks[i] == "!":
-            if i + 1 >= len(toks):
-                raise bad("found '', expected: identifier")
-            check_key(toks[i + 1])
-            reqs.append((toks[i + 1], "!", []))
-            i += 2
-        else:
-            key = toks[i]
-            check_key(key)
-            i += 1
-            if i >= len(toks) or toks[i] == ",":
-                reqs.append((key, "exists", []))
-            else:
-                op = toks[i]
-                i += 1
-                if op in ("=", "==", "!="):
-                    val = ""
-                    if i < len(toks) and toks[i] != ",":
-                        val = toks[i]
-                        i += 1
-                    check_value(val)
-                    reqs.append((key, "!=" if op == "!=" else "=", [val]))
-                elif op in ("in", "notin"):
-                    if i >= len(toks) or toks[i] != "(":
-                        raise bad("found '%s', expected: '('" % (toks[i] if i < len(toks) else ""))
-                    i += 1
-                    vals = []
-                    while i < len(toks) and toks[i] != ")":
-                        if toks[i] != ",":
-                            check_value(toks[i])
-                            vals.append(toks[i])
-                        i += 1
-                    if i >= len(toks):
-                        raise bad("found '', expected: ')'")
-                    i += 1
-                    if not vals:
-                        raise bad("for 'in', 'notin' operators, values set can't be empty")
-                    reqs.append((key, op, vals))
-                elif op in ("<", ">"):
-                    if i >= len(toks):
-                        raise bad("found '', expected: integer")
-                    try:
-                        int(toks[i])
-                    except ValueError:
-                        raise bad("for 'Gt', 'Lt' operators, the value must be an integer")
-                    reqs.append((key, op, [toks[i]]))
-                    i += 1
-                else:
-                    raise bad("found '%s', expected: in, notin, =, ==, !=, gt, lt" % op)
-        if i < len(toks):
-            if toks[i] != ",":
-                raise bad("found '%s', expected: ','" % toks[i])
-            i += 1
-    return reqs
+def _check_key(k):
+    if k in ("in", "notin", "=", "==", "!=", "(", ")", ",", "!", "<", ">"):
+        raise _bad_selector("found '%s', expected: identifier" % k)
+    err = qualified_name_error(k)
+    if err:
+        raise _bad_selector('key: Invalid value: "%s": %s' % (k, err))
+
+
+def _check_value(v):
+    err = label_value_error(v)
+    if err:
+        raise _bad_selector('values[0][%s]: Invalid value: "%s": %s' % (v, v, err))
+
+
+def _requirement(toks, i):
+    """Reads one requirement ("!key", "key", "key OP values") from toks[i]; -> (req, next i)."""
+    if toks[i] == "!":
+        if i + 1 >= len(toks):
+            raise _bad_selector("found '', expected: identifier")
+        _check_key(toks[i + 1])
+        return (toks[i + 1], "!", []), i + 2
+    key = toks[i]
+    _check_key(key)
+    i += 1
+    if i >= len(toks) or toks[i] == ",":
+        return (key, "exists", []), i
+    op = toks[i]
+    read_values = _VALUE_READERS.get(op)
+    if read_values is None:
+        raise _bad_selector("found '%s', expected: in, notin, =, ==, !=, gt, lt" % op)
+    vals, i = read_values(toks, i + 1)
+    return (key, _CANONICAL_OP.get(op, op), vals), i
+
+
+def _one_value(toks, i):
+    """The value of "=", "==" or "!=": may be empty ("key=" selects the empty value)."""
+    val = ""
+    if i < len(toks) and toks[i] != ",":
+        val = toks[i]
+        i += 1
+    _check_value(val)
+    return [val], i
+
+
+def _value_set(toks, i):
+    """The "(a, b)" of "in" and "notin"."""
+    if i >= len(toks) or toks[i] != "(":
+        raise _bad_selector("found '%s', expected: '('" % (toks[i] if i < len(toks) else ""))
+    i += 1
+    vals = []
+    while i < len(toks) and toks[i] != ")":
+        if toks[i] != ",":
+            _check_value(toks[i])
+            vals.append(toks[i])
+        i += 1
+    if i >= len(toks):
+        raise _bad_selector("found '', expected: ')'")
+    if not vals:
+        raise _bad_selector("for 'in', 'notin' operators, values set can't be empty")
+    return vals, i + 1
+
+
+def _integer_value(toks, i):
+    """The operand of "<" and ">" (Lt, Gt)."""
+    if i >= len(toks):
+        raise _bad_selector("found '', expected: integer")
+    try:
+        int(toks[i])
+    except ValueError:
+        raise _bad_selector("for 'Gt', 'Lt' operators, the value must be an integer")
+    return [toks[i]], i + 1
+
+
+# Each operator's reader of its values, and the operator a requirement stores ("==" means "=").
+_VALUE_READERS = {"=": _one_value, "==": _one_value, "!=": _one_value,
+                  "in": _value_set, "notin": _value_set, "<": _integer_value, ">": _integer_value}
+_CANONICAL_OP = {"==": "="}
 
 
 def labels_match(reqs, labels):

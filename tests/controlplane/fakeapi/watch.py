@@ -132,7 +132,7 @@ class HandlerWatches:
             timeout = int(params.get("timeoutSeconds") or 0)
         except ValueError:
             raise ApiError.bad_request("invalid timeoutSeconds")
-        if timeout <= 0:
+        if timeout <= 0:   # the API server's default: spread watches' ends over [min, 2*min)
             timeout = fake.min_request_timeout * (1 + random.random())
         bookmarks = parse_bool(params.get("allowWatchBookmarks"))
         self.watch_table = self._wants_table()
@@ -152,68 +152,82 @@ class HandlerWatches:
         deadline = time.monotonic() + timeout
         try:
             if mal:
-                kind = mal["kind"]
-                if kind == "huge":
-                    pad = "x" * max(0, mal["bytes"] - 120)
-                    self._chunk(dumps({"type": "ADDED", "object": {
-                        "kind": rt.kind, "apiVersion": rt.api_version,
-                        "metadata": {"name": "huge", "annotations": {"padding": pad}}}}).encode() + b"\n")
-                else:
-                    line = dumps({"type": "ADDED", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
-                                                              "metadata": {"name": "x", "resourceVersion": "1"}}})
-                    self._chunk(line.encode()[:len(line) // 2] if kind == "truncate"
-                                else b"\x00\xff<<garbage>>{{[\n")
-                return self._abort()
+                return self._send_malformed_event(rt, mal)
             for etype, obj in initial:
                 self._chunk(self._event_line(rt, etype, obj))
-            if w is None:
+            if w is None:   # the watch could not start (410 Expired): its error was the one event
                 self._raw_write(b"0\r\n\r\n")
                 return
             fake.register_watch(w)
-            interval = fake.bookmark_interval
-            next_bm = time.monotonic() + interval
-            while True:
-                with w.cond:
-                    while not (w.queue or w.dropped or w.expired or w.closed):
-                        now = time.monotonic()
-                        wake = min(deadline, next_bm) if bookmarks else deadline
-                        if now >= wake:
-                            break
-                        if not w.cond.wait(min(wake - now, 1.0)) and self._client_gone():
-                            w.dropped = True
-                    events = list(w.queue)
-                    w.queue.clear()
-                    dropped, expired, closed = w.dropped, w.expired, w.closed
-                if dropped:
-                    return self._abort()
-                for etype, obj in events:
-                    self._chunk(self._event_line(rt, etype, obj))
-                if expired:
-                    with store.lock:
-                        err = status_body(410, "Expired", "too old resource version: %d (%d)"
-                                          % (store.rv, store.rv))
-                    self._chunk(self._event_line(rt, "ERROR", err))
-                    break
-                if closed:
-                    break
-                now = time.monotonic()
-                if now >= deadline:
-                    break
-                if bookmarks and now >= next_bm:
-                    with store.lock:
-                        with w.cond:
-                            rv = store.rv if not w.queue else None
-                    if rv is not None:
-                        self._chunk(self._event_line(rt, "BOOKMARK", store.bookmark_object(rt, rv)))
-                    interval = fake.bookmark_interval
-                    next_bm = now + interval
-            self._raw_write(b"0\r\n\r\n")
+            if self._stream_events(rt, w, deadline, bookmarks):
+                self._raw_write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError, OSError):
             self.close_connection = True
         finally:
             if w is not None:
                 store.close_watch(w)
                 fake.unregister_watch(w)
+
+    def _send_malformed_event(self, rt, mal):
+        """An injected fault: one huge, truncated or garbage event, then the connection breaks."""
+        kind = mal["kind"]
+        if kind == "huge":
+            pad = "x" * max(0, mal["bytes"] - 120)
+            self._chunk(dumps({"type": "ADDED", "object": {
+                "kind": rt.kind, "apiVersion": rt.api_version,
+                "metadata": {"name": "huge", "annotations": {"padding": pad}}}}).encode() + b"\n")
+        else:
+            line = dumps({"type": "ADDED", "object": {"kind": rt.kind, "apiVersion": rt.api_version,
+                                                      "metadata": {"name": "x", "resourceVersion": "1"}}})
+            self._chunk(line.encode()[:len(line) // 2] if kind == "truncate"
+                        else b"\x00\xff<<garbage>>{{[\n")
+        self._abort()
+
+    def _stream_events(self, rt, w, deadline, bookmarks):
+        """Sends w's events (and bookmarks every fake.bookmark_interval when asked for) until the
+        deadline, an expiry (410 as the last event) or a close. -> False when the client went away
+        (the connection was aborted), True when the stream should end cleanly."""
+        store = self.fake.store
+        next_bm = time.monotonic() + self.fake.bookmark_interval
+        while True:
+            events, dropped, expired, closed = self._wait_for_events(w, min(deadline, next_bm) if bookmarks
+                                                                     else deadline)
+            if dropped:
+                self._abort()
+                return False
+            for etype, obj in events:
+                self._chunk(self._event_line(rt, etype, obj))
+            if expired:
+                with store.lock:
+                    err = status_body(410, "Expired", "too old resource version: %d (%d)" % (store.rv, store.rv))
+                self._chunk(self._event_line(rt, "ERROR", err))
+                return True
+            if closed:
+                return True
+            now = time.monotonic()
+            if now >= deadline:
+                return True
+            if bookmarks and now >= next_bm:
+                with store.lock:
+                    with w.cond:   # a bookmark must not overtake an event still queued
+                        rv = store.rv if not w.queue else None
+                if rv is not None:
+                    self._chunk(self._event_line(rt, "BOOKMARK", store.bookmark_object(rt, rv)))
+                next_bm = now + self.fake.bookmark_interval
+
+    def _wait_for_events(self, w, wake):
+        """Waits until w has events or a flag, or until `wake`; marks w dropped when the client is
+        gone. -> (events, dropped, expired, closed)."""
+        with w.cond:
+            while not (w.queue or w.dropped or w.expired or w.closed):
+                now = time.monotonic()
+                if now >= wake:
+                    break
+                if not w.cond.wait(min(wake - now, 1.0)) and self._client_gone():
+                    w.dropped = True
+            events = list(w.queue)
+            w.queue.clear()
+            return events, w.dropped, w.expired, w.closed
 
     def _event_line(self, rt, etype, obj):
         if etype not in ("ERROR", "BOOKMARK"):
