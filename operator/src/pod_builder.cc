@@ -202,106 +202,136 @@ Json OwnerReference(const FleetJob& job) {
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
 }
 
-Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
-              const OperatorSettings& settings) {
-  const RoleSpec& role = *slot.role;
-  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}};
-  Json meta = role.template_.value("metadata", Json::object());
-  Json labels = meta.value("labels", Json::object());
-  labels[kJobLabel] = job.name;
-  labels[kRoleLabel] = role.name;
-  labels[kIndexLabel] = std::to_string(slot.index);
-  labels[kRunLabel] = std::to_string(run);
-  Json annotations = meta.value("annotations", Json::object());
-  Json spec = role.template_.value("spec", Json::object());
+namespace {
 
-  switch (job.spec.scheduling.gang) {
+// The gang scheduler's and the priority's marks on the pod.
+void ApplyScheduling(const Scheduling& scheduling, const std::string& job_name, Json& labels, Json& annotations,
+                     Json& spec) {
+  switch (scheduling.gang) {
     case GangScheduler::kVolcano:
       spec["schedulerName"] = "volcano";
-      annotations["scheduling.k8s.io/group-name"] = PodGroupName(job.name);
+      annotations["scheduling.k8s.io/group-name"] = PodGroupName(job_name);
       break;
     case GangScheduler::kSchedulerPlugins:
-      labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job.name);
+      labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job_name);
       break;
     case GangScheduler::kNone:
       break;
   }
-  if (!job.spec.scheduling.priority_class_name.empty()) {
-    spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
-  }
-  pod["metadata"] = {{"name", slot.name}, {"namespace", job.ns}, {"labels", std::move(labels)},
-                     {"ownerReferences", Json::array({OwnerReference(job)})}};
-  if (!annotations.empty()) pod["metadata"]["annotations"] = std::move(annotations);
+  if (!scheduling.priority_class_name.empty()) spec["priorityClassName"] = scheduling.priority_class_name;
+}
 
-  spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
+// The pod's metadata: the template's, with the job's labels and its owner.
+Json PodMetadata(const FleetJob& job, const PodSlot& slot, int run, Json& spec) {
+  const RoleSpec& role = *slot.role;
+  const Json template_meta = role.template_.value("metadata", Json::object());
+  Json labels = template_meta.value("labels", Json::object());
+  labels[kJobLabel] = job.name;
+  labels[kRoleLabel] = role.name;
+  labels[kIndexLabel] = std::to_string(slot.index);
+  labels[kRunLabel] = std::to_string(run);
+  Json annotations = template_meta.value("annotations", Json::object());
+  ApplyScheduling(job.spec.scheduling, job.name, labels, annotations, spec);
+  Json meta = {{"name", slot.name}, {"namespace", job.ns}, {"labels", std::move(labels)},
+               {"ownerReferences", Json::array({OwnerReference(job)})}};
+  if (!annotations.empty()) meta["annotations"] = std::move(annotations);
+  return meta;
+}
+
+// Service: the pod's stable DNS name. HostNetwork: the node's network, and one pod of the job per
+// node where a launcher inside takes the node's address as its identity.
+void ApplyNetwork(const FleetJob& job, const PodSlot& slot, Json& spec) {
   if (job.spec.network == Network::kService) {
     spec["hostname"] = slot.name;
     spec["subdomain"] = job.name;
-  } else if (job.spec.network == Network::kHostNetwork) {
-    spec["hostNetwork"] = true;
-    spec["dnsPolicy"] = "ClusterFirstWithHostNet";
-    if (DiscoveryOf(job.spec, role) != Discovery::kProcessEnv) {
-      // A launcher inside the pod takes the node's address as its node identity: one pod per node.
-      Json affinity = spec.value("affinity", Json::object());
-      Json anti = affinity.value("podAntiAffinity", Json::object());
-      Json required = anti.value("requiredDuringSchedulingIgnoredDuringExecution", Json::array());
-      required.push_back({{"labelSelector", {{"matchLabels", {{kJobLabel, job.name}}}}},
-                          {"topologyKey", "kubernetes.io/hostname"}});
-      anti["requiredDuringSchedulingIgnoredDuringExecution"] = required;
-      affinity["podAntiAffinity"] = anti;
-      spec["affinity"] = affinity;
-    }
+    return;
   }
+  if (job.spec.network != Network::kHostNetwork) return;
+  spec["hostNetwork"] = true;
+  spec["dnsPolicy"] = "ClusterFirstWithHostNet";
+  if (DiscoveryOf(job.spec, *slot.role) == Discovery::kProcessEnv) return;
+  Json affinity = spec.value("affinity", Json::object());
+  Json anti = affinity.value("podAntiAffinity", Json::object());
+  Json required = anti.value("requiredDuringSchedulingIgnoredDuringExecution", Json::array());
+  required.push_back({{"labelSelector", {{"matchLabels", {{kJobLabel, job.name}}}}},
+                      {"topologyKey", "kubernetes.io/hostname"}});
+  anti["requiredDuringSchedulingIgnoredDuringExecution"] = required;
+  affinity["podAntiAffinity"] = anti;
+  spec["affinity"] = affinity;
+}
 
-  // The sidecar sees the trainer's processes (is the main process alive?).
-  spec["shareProcessNamespace"] = true;
-  if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(SidecarImage(job, settings), spec);
-
-  // The wiring env and the endpoint files go to every container of the template, with where to
-  // push step reports (the stdlib helper in sdk/python reads FLEET_METRICS_ENDPOINT).
-  const std::string config_map = EndpointsConfigMapName(job.name);
-  Json env = wiring.PodEnv(slot, config_map);
-  for (const auto& [name, value] : RunEnv(job, role, run)) env.push_back({{"name", name}, {"value", value}});
+// The wiring env of the slot, with this run's and where to push step reports (the stdlib helper
+// in sdk/python reads FLEET_METRICS_ENDPOINT), and the lists that travel as files.
+Json PodEnvOf(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run, const std::string& env_files) {
+  Json env = wiring.PodEnv(slot, EndpointsConfigMapName(job.name));
+  for (const auto& [name, value] : RunEnv(job, *slot.role, run)) env.push_back({{"name", name}, {"value", value}});
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
                  {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
-  const std::string env_files = wiring.EnvFiles(slot);
   if (!env_files.empty()) {
     env.push_back({{"name", "FLEET_ENV_FILES"}, {"value", env_files}});
     env.push_back({{"name", "FLEET_ENV_FILES_DIR"}, {"value", kEndpointsMountPath}});
     env.push_back({{"name", "FLEET_ENV_FILES_RUN"}, {"value", std::to_string(run)}});
   }
+  return env;
+}
+
+// Every container of the template gets the env (the user's entries last: they win) and the
+// endpoint mounts; the first one the Paddle ports.
+void WireContainers(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, Json env, bool env_files,
+                    Json& containers) {
   const int port = wiring.PodPort(slot);
-  Json& containers = spec["containers"];
   for (size_t i = 0; i < containers.size(); ++i) {
     Json& c = containers[i];
     Json merged = i + 1 < containers.size() ? env : std::move(env);   // the last container takes it
     if (auto user = c.find("env"); user != c.end() && user->is_array()) {
-      for (Json& e : *user) merged.push_back(std::move(e));   // the user's last: they win
+      for (Json& e : *user) merged.push_back(std::move(e));
     }
     c["env"] = std::move(merged);
     Json& mounts = c["volumeMounts"];
     if (!mounts.is_array()) mounts = Json::array();
     mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
-    if (!env_files.empty()) AddEnvLoader(c);
-    if (WritesLauncherLogs(job, role)) mounts.push_back({{"name", kLauncherLogVolume}, {"mountPath", kLauncherLogDir}});
-    if (i == 0) {
-      Json ports = c.value("ports", Json::array());
-      for (int p = 0; p < job.spec.processes_per_pod; ++p) {
-        Json entry = {{"name", "paddle-" + std::to_string(p)}, {"containerPort", port + p}, {"protocol", "TCP"}};
-        if (job.spec.network == Network::kHostNetwork) entry["hostPort"] = port + p;
-        ports.push_back(entry);
-      }
-      c["ports"] = std::move(ports);
+    if (env_files) AddEnvLoader(c);
+    if (WritesLauncherLogs(job, *slot.role)) mounts.push_back({{"name", kLauncherLogVolume}, {"mountPath", kLauncherLogDir}});
+    if (i != 0) continue;
+    Json ports = c.value("ports", Json::array());
+    for (int p = 0; p < job.spec.processes_per_pod; ++p) {
+      Json entry = {{"name", "paddle-" + std::to_string(p)}, {"containerPort", port + p}, {"protocol", "TCP"}};
+      if (job.spec.network == Network::kHostNetwork) entry["hostPort"] = port + p;
+      ports.push_back(entry);
     }
+    c["ports"] = std::move(ports);
   }
+}
+
+// The template's volumes and the job's: the endpoint lists, the launcher's logs, the env loader.
+Json PodVolumes(const FleetJob& job, const RoleSpec& role, const Json& spec, bool env_files) {
   Json volumes = spec.value("volumes", Json::array());
-  volumes.push_back({{"name", kEndpointsVolume}, {"configMap", {{"name", config_map}, {"optional", true}}}});
+  volumes.push_back({{"name", kEndpointsVolume},
+                     {"configMap", {{"name", EndpointsConfigMapName(job.name)}, {"optional", true}}}});
   if (WritesLauncherLogs(job, role)) volumes.push_back({{"name", kLauncherLogVolume}, {"emptyDir", Json::object()}});
-  if (!env_files.empty()) {
+  if (env_files) {
     // Not optional: the kubelet starts no container before the loader is there.
     volumes.push_back({{"name", kEnvLoaderVolume}, {"configMap", {{"name", EnvLoaderConfigMapName(job.name)}}}});
   }
+  return volumes;
+}
 
+}  // namespace
+
+Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
+              const OperatorSettings& settings) {
+  const RoleSpec& role = *slot.role;
+  Json spec = role.template_.value("spec", Json::object());
+  Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", PodMetadata(job, slot, run, spec)}};
+  spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
+  ApplyNetwork(job, slot, spec);
+  // The sidecar sees the trainer's processes (is the main process alive?).
+  spec["shareProcessNamespace"] = true;
+  if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(SidecarImage(job, settings), spec);
+
+  const std::string env_files = wiring.EnvFiles(slot);
+  WireContainers(job, slot, wiring, PodEnvOf(job, slot, wiring, run, env_files), !env_files.empty(), spec["containers"]);
+  Json volumes = PodVolumes(job, role, spec, !env_files.empty());
   // Least privilege: unless the template brings its own service account, the pod runs as the
   // job's sidecar account without an automounted token, and only the sidecar container gets one.
   const bool own_token = !spec.contains("serviceAccountName");
