@@ -67,6 +67,110 @@ std::unique_ptr<fleet::httpd::HttpServer> Serve(const std::string& what, const s
   return std::move(server.value());
 }
 
+// The API client from the kubeconfig (or the pod's service account); nullptr after saying why.
+std::shared_ptr<fleet::kube::Client> ConnectToApiServer(const fleet::op::OperatorFlags& flags) {
+  auto config = fleet::kube::LoadDefaultConfig(fleet::CurrentProcessEnv(), flags.kubeconfig, flags.context);
+  if (!config.ok()) {
+    std::fprintf(stderr, "fleet-operator: %s\n", config.status().message().c_str());
+    return nullptr;
+  }
+  fleet::kube::ClientOptions client_options;
+  client_options.qps = flags.qps;
+  client_options.burst = flags.burst;
+  client_options.request_timeout = std::chrono::seconds(5);   // well below the lease's renew deadline
+  client_options.user_agent = "fleet-operator";
+  auto client = fleet::kube::Client::Create(*config, client_options);
+  if (!client.ok()) {
+    std::fprintf(stderr, "fleet-operator: %s\n", client.status().message().c_str());
+    return nullptr;
+  }
+  return *client;
+}
+
+// Native sidecars (Kubernetes >= 1.29) keep running beside the trainer; older clusters would
+// reject or mis-run an init container with restartPolicy Always, so they get a plain one.
+void DetectSidecarMode(fleet::kube::Client& api, fleet::op::OperatorSettings& settings) {
+  auto version = api.GetPath("/version");
+  if (!version.ok()) {
+    Log(LogLevel::kWarning, "cannot read the API server's version; assuming native sidecars (set --sidecar-mode)",
+        {{"error", version.status().ToString()}});
+    return;
+  }
+  settings.native_sidecar = fleet::op::SupportsNativeSidecars(*version);
+  Log(LogLevel::kInfo, std::string("sidecar mode ") + (settings.native_sidecar ? "native" : "init"),
+      {{"kubernetes", version->value("gitVersion", "?")}});
+}
+
+// The reconcile workers: started once, by the leader, when the informers have synced.
+class Workers {
+ public:
+  explicit Workers(fleet::op::Controller& controller) : controller_(controller) {}
+
+  void Start() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (stopping_ || thread_.joinable()) return;   // once; never after Stop
+    thread_ = std::thread([this] { Run(); });
+  }
+  void Stop() {
+    stopping_ = true;
+    controller_.Stop();
+    std::lock_guard<std::mutex> lock(mu_);
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  void Run() {
+    // WaitForSync returns false at once once the informers are stopped: shutting down (or losing
+    // the lease) before the caches ever synced must end this loop, not spin in it.
+    for (int waited = 1; !controller_.WaitForSync(std::chrono::seconds(1)); ++waited) {
+      if (stopping_) return;
+      // Once at first, then every 30 s: an unreachable API server is a state, not a log stream.
+      if (waited == 1 || waited % 30 == 0) {
+        Log(LogLevel::kInfo, "waiting for the informers to sync", {{"waited", std::to_string(waited) + "s"}});
+      }
+    }
+    if (stopping_) return;
+    Log(LogLevel::kInfo, "caches synced; reconciling");
+    controller_.Run();
+  }
+
+  fleet::op::Controller& controller_;
+  std::mutex mu_;
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+};
+
+// Campaigns for the lease: the workers start on winning it; losing it raises SIGUSR1, which
+// main takes as the end (no two replicas may act at once).
+std::unique_ptr<fleet::kube::LeaderElector> Campaign(const fleet::op::OperatorFlags& flags,
+                                                     std::shared_ptr<fleet::kube::Client> api,
+                                                     fleet::op::Controller& controller, Workers& workers,
+                                                     std::atomic<bool>& leading) {
+  fleet::kube::LeaderElectionConfig le;
+  le.lease_namespace = flags.leader_election_namespace.empty() ? PodNamespace() : flags.leader_election_namespace;
+  le.lease_name = flags.leader_election_id;
+  le.identity = Identity();
+  // The identity by value: `le` is moved into the elector and gone when the callback runs
+  // (gcc's ASan: stack-use-after-scope; the log showed an empty identity).
+  le.on_started_leading = [&, self = le.identity] {
+    Log(LogLevel::kInfo, "became the leader", {{"identity", self}});
+    leading = true;
+    controller.SetLeader(true);
+    workers.Start();
+  };
+  le.on_stopped_leading = [&] {
+    controller.SetLeader(false);
+    if (leading.exchange(false)) ::kill(::getpid(), SIGUSR1);
+  };
+  le.on_new_leader = [](const std::string& leader) { Log(LogLevel::kInfo, "leader is " + leader); };
+  const std::string identity = le.identity;
+  auto elector = std::make_unique<fleet::kube::LeaderElector>(std::move(api), std::move(le));
+  Log(LogLevel::kInfo, "campaigning for leadership",
+      {{"lease", flags.leader_election_namespace + "/" + flags.leader_election_id}, {"identity", identity}});
+  elector->Start();
+  return elector;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -89,36 +193,11 @@ int main(int argc, char** argv) {
   sigaddset(&signals, SIGUSR1);   // internal: leadership lost
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
-  auto config = fleet::kube::LoadDefaultConfig(fleet::CurrentProcessEnv(), flags->kubeconfig, flags->context);
-  if (!config.ok()) {
-    std::fprintf(stderr, "fleet-operator: %s\n", config.status().message().c_str());
-    return 2;
-  }
-  fleet::kube::ClientOptions client_options;
-  client_options.qps = flags->qps;
-  client_options.burst = flags->burst;
-  client_options.request_timeout = std::chrono::seconds(5);   // well below the lease's renew deadline
-  client_options.user_agent = "fleet-operator";
-  auto client = fleet::kube::Client::Create(*config, client_options);
-  if (!client.ok()) {
-    std::fprintf(stderr, "fleet-operator: %s\n", client.status().message().c_str());
-    return 2;
-  }
+  auto client = ConnectToApiServer(*flags);
+  if (!client) return 2;
   auto registry = std::make_shared<prometheus::Registry>();
-  auto api = fleet::op::InstrumentClient(*client, *registry);
-  if (flags->sidecar_mode_auto) {
-    // Native sidecars (Kubernetes >= 1.29) keep running beside the trainer; older clusters would
-    // reject or mis-run an init container with restartPolicy Always, so they get a plain one.
-    auto version = api->GetPath("/version");
-    if (version.ok()) {
-      flags->controller.settings.native_sidecar = fleet::op::SupportsNativeSidecars(*version);
-      Log(LogLevel::kInfo, std::string("sidecar mode ") + (flags->controller.settings.native_sidecar ? "native" : "init"),
-          {{"kubernetes", version->value("gitVersion", "?")}});
-    } else {
-      Log(LogLevel::kWarning, "cannot read the API server's version; assuming native sidecars (set --sidecar-mode)",
-          {{"error", version.status().ToString()}});
-    }
-  }
+  auto api = fleet::op::InstrumentClient(client, *registry);
+  if (flags->sidecar_mode_auto) DetectSidecarMode(*api, flags->controller.settings);
   fleet::op::Controller controller(api, flags->controller, registry);
 
   std::atomic<bool> leading{!flags->leader_elect};
@@ -135,57 +214,13 @@ int main(int argc, char** argv) {
                             probe_options);
 
   controller.StartInformers();
-  std::thread workers;
-  std::mutex mu;
-  bool started = false;
-  std::atomic<bool> stopping{false};
-  auto start_workers = [&] {
-    std::lock_guard<std::mutex> lock(mu);
-    if (started) return;
-    started = true;
-    workers = std::thread([&controller, &stopping] {
-      // WaitForSync returns false at once once the informers are stopped: shutting down (or losing
-      // the lease) before the caches ever synced must end this loop, not spin in it.
-      for (int waited = 1; !controller.WaitForSync(std::chrono::seconds(1)); ++waited) {
-        if (stopping) return;
-        // Once at first, then every 30 s: an unreachable API server is a state, not a log stream.
-        if (waited == 1 || waited % 30 == 0) {
-          Log(LogLevel::kInfo, "waiting for the informers to sync", {{"waited", std::to_string(waited) + "s"}});
-        }
-      }
-      if (stopping) return;
-      Log(LogLevel::kInfo, "caches synced; reconciling");
-      controller.Run();
-    });
-  };
-
+  Workers workers(controller);
   std::unique_ptr<fleet::kube::LeaderElector> elector;
   if (flags->leader_elect) {
-    fleet::kube::LeaderElectionConfig le;
-    le.lease_namespace = flags->leader_election_namespace.empty() ? PodNamespace() : flags->leader_election_namespace;
-    le.lease_name = flags->leader_election_id;
-    le.identity = Identity();
-    // The identity by value: `le` is moved into the elector and gone when the callback runs
-    // (gcc's ASan: stack-use-after-scope; the log showed an empty identity).
-    le.on_started_leading = [&, self = le.identity] {
-      Log(LogLevel::kInfo, "became the leader", {{"identity", self}});
-      leading = true;
-      controller.SetLeader(true);
-      start_workers();
-    };
-    le.on_stopped_leading = [&] {
-      controller.SetLeader(false);
-      if (leading.exchange(false)) ::kill(::getpid(), SIGUSR1);
-    };
-    le.on_new_leader = [](const std::string& leader) { Log(LogLevel::kInfo, "leader is " + leader); };
-    const std::string identity = le.identity;
-    elector = std::make_unique<fleet::kube::LeaderElector>(api, std::move(le));
-    Log(LogLevel::kInfo, "campaigning for leadership", {{"lease", flags->leader_election_namespace + "/" + flags->leader_election_id},
-                                                        {"identity", identity}});
-    elector->Start();
+    elector = Campaign(*flags, api, controller, workers, leading);
   } else {
     controller.SetLeader(true);
-    start_workers();
+    workers.Start();
   }
 
   int signal = 0;
@@ -193,9 +228,7 @@ int main(int argc, char** argv) {
   const bool lost = signal == SIGUSR1;
   Log(lost ? LogLevel::kError : LogLevel::kInfo,
       lost ? "lost the leader lease; exiting so that no two replicas act at once" : "shutting down");
-  stopping = true;
-  controller.Stop();
-  if (workers.joinable()) workers.join();
+  workers.Stop();
   if (elector) elector->Stop();   // releases the lease so a standby takes over at once
   // The HTTP servers are not torn down: CivetWeb's shutdown waits up to 2 s per server for
   // nothing anybody needs any more (log lines are single writes; nothing else is buffered).
