@@ -16,6 +16,7 @@
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/progress.h"
 #include "fleet/operator/wiring.h"
+#include "fleet/runtime/elastic_contract.h"
 
 namespace fleet::op {
 namespace {
@@ -60,10 +61,6 @@ PodPhase ReadPodPhase(const std::string& phase) {
   if (phase == "Failed") return PodPhase::kFailed;
   return PodPhase::kOther;
 }
-
-// The status fleetrun exits with when its elastic job stayed below its minimum of nodes for
-// PADDLE_ELASTIC_TIMEOUT (launcher/elastic.h kElasticTimeoutStatus, timeout(1)'s status).
-constexpr int kElasticTimeoutStatus = 124;
 
 // How the members changed: "wd-worker-2 joined, wd-worker-0 left" (the first 5 names, then a count).
 std::string MembershipChange(const std::vector<std::string>& before, const std::vector<std::string>& after) {
@@ -633,7 +630,8 @@ bool Planner::HandleFailures(const RunPods& pods) {
     const std::optional<int>& code = pod.exit_code;
     if (job().spec.elastic && code == kElasticTimeoutStatus) {
       // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
-      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code 124: its launcher had fewer than " +
+      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) +
+                                      ": its launcher had fewer than " +
                                       std::to_string(job().spec.elastic->min_replicas) +
                                       " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
       CleanUp();
