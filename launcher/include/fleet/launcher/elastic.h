@@ -26,8 +26,9 @@
 namespace fleet::launcher {
 
 // The env names, exit codes and np format are Paddle's elastic contract (fleet/runtime/elastic_contract.h):
-// a failed fault-tolerant node exits kElasticExitCode, a trainer exiting kElasticRelaunchCode gets a new
-// rendezvous, and below np.min for the timeout fleetrun exits kElasticTimeoutStatus.
+// a trainer exiting kElasticRelaunchCode gets a new rendezvous, below np.min for the timeout fleetrun
+// exits kElasticTimeoutStatus, and a failed trainer's own status is kept (not Paddle's kElasticExitCode,
+// docs/fleetrun.md).
 using fleet::kElasticTimeoutStatus;   // also launcher::, where the operator's tests name it
 
 // --np / PADDLE_ELASTIC_NP: ParseNpRange, its errors naming the flag and the variable.
