@@ -25,9 +25,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-constexpr int kPaddleElasticStartPort = 6170;   // Paddle's elastic launcher: FLAGS_START_PORT, else 6170
-constexpr double kDefaultTimeoutSeconds = 120;  // Paddle's ELASTIC_TIMEOUT
-constexpr int kDefaultTtlSeconds = 60;          // Paddle's ELASTIC_TTL
 constexpr double kPollSeconds = 0.25;           // how often etcd is read (Paddle: every 2 s)
 constexpr std::chrono::milliseconds kEtcdTimeout{3000};
 
@@ -50,10 +47,6 @@ Result<double> PositiveSeconds(const EnvMap& env, const char* name, double fallb
     return Error{std::string(name) + " must be a positive number of seconds, got " + Quote(*text)};
   }
   return value;
-}
-
-std::string Describe(const NpRange& np) {
-  return np.fixed() ? std::to_string(np.min) : std::to_string(np.min) + ":" + std::to_string(np.max);
 }
 
 std::string Hosts(const std::vector<Endpoint>& members) {
@@ -226,10 +219,10 @@ int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
       if (enough) {
         short_since = Clock::now();   // a standby waits for a place without limit
         state = "standby: the job has its " + std::to_string(seen->members.size()) + " nodes (np=" +
-                Describe(settings_.np) + "); waiting for a place";
+                FormatNpShort(settings_.np) + "); waiting for a place";
       } else {
         state = "waiting for nodes: " + std::to_string(seen->registered) + " registered (" + Hosts(seen->members) +
-                "), np=" + Describe(settings_.np);
+                "), np=" + FormatNpShort(settings_.np);
       }
     }
     if (!state.empty() && state != said) Say(state);
@@ -239,8 +232,8 @@ int ElasticNode::WaitForMembers(std::vector<Endpoint>* members) {
       char seconds[32];
       std::snprintf(seconds, sizeof seconds, "%g", settings_.timeout_seconds);
       Say("ABORT: job " + Quote(settings_.job_id) + " had fewer than " + std::to_string(settings_.np.min) +
-          " nodes (np=" + Describe(settings_.np) + ") in etcd " + settings_.server + " for " + seconds +
-          " s (PADDLE_ELASTIC_TIMEOUT); last seen: " + (seen ? std::to_string(seen->registered) + " registered" : seen.error()));
+          " nodes (np=" + FormatNpShort(settings_.np) + ") in etcd " + settings_.server + " for " + seconds +
+          " s (" + kElasticTimeoutEnv + "); last seen: " + (seen ? std::to_string(seen->registered) + " registered" : seen.error()));
       Leave(false);
       return kElasticTimeoutStatus;
     }
@@ -319,7 +312,7 @@ std::string ElasticNode::PublishedEndpoints() {
 int ElasticNode::AfterTrainerFailure(const std::vector<Endpoint>& members, int status) {
   const int wait_seconds = settings_.ttl_seconds + 1;
   Say("elastic: waiting up to " + std::to_string(wait_seconds) +
-      " s (PADDLE_ELASTIC_TTL + 1) for the job's nodes to change: a lost node makes the other nodes' trainers fail "
+      " s (" + kElasticTtlEnv + " + 1) for the job's nodes to change: a lost node makes the other nodes' trainers fail "
       "before its lease expires.");
   const auto give_up = Clock::now() + std::chrono::seconds(wait_seconds);
   while (Clock::now() < give_up) {
@@ -380,7 +373,7 @@ int ElasticNode::Run() {
   }
   etcd_ = std::move(*client);
   if (auto reachable = etcd_->GetPrefix(nodes_prefix_); !reachable) {
-    Say("error: cannot reach etcd at " + settings_.server + " (--elastic_server/PADDLE_ELASTIC_SERVER): " +
+    Say("error: cannot reach etcd at " + settings_.server + " (--elastic_server/" + kElasticServerEnv + "): " +
         reachable.error());
     return 2;
   }
@@ -390,7 +383,7 @@ int ElasticNode::Run() {
   }
   if (auto running = etcd_->Put(job_key_, "0"); !running) EtcdTrouble(running.error());
   Say("elastic: registered " + settings_.self.ToString() + " in job " + Quote(settings_.job_id) + " at " +
-      settings_.server + " (np=" + Describe(settings_.np) + ", TTL " + std::to_string(settings_.ttl_seconds) + " s)");
+      settings_.server + " (np=" + FormatNpShort(settings_.np) + ", TTL " + std::to_string(settings_.ttl_seconds) + " s)");
   while (true) {
     std::vector<Endpoint> members;
     if (const int status = WaitForMembers(&members); status != 0 || members.empty()) return status;
@@ -410,25 +403,25 @@ int ElasticNode::Run() {
 }  // namespace
 
 Result<NpRange> ParseNp(std::string_view text) {
-  auto np = ParseNodeRange(text);
-  if (!np) return Error{"--np/PADDLE_ELASTIC_NP " + Quote(text) + ": " + np.error()};
+  auto np = ParseNpRange(text);
+  if (!np) return Error{std::string("--np/") + kElasticNpEnv + " " + Quote(text) + ": " + np.error()};
   return np;
 }
 
 Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& o, const EnvMap& env) {
-  std::optional<std::string> server = o.elastic_server ? NonEmpty(&*o.elastic_server) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_SERVER"));
+  std::optional<std::string> server = o.elastic_server ? NonEmpty(&*o.elastic_server) : NonEmpty(FindEnv(env, kElasticServerEnv));
   // Paddle also finds etcd through a Kubernetes service named paddle-elastic-etcd.
-  if (!server && FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_HOST") && FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_PORT")) {
-    server = *FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_HOST") + ":" + *FindEnv(env, "PADDLE_ELASTIC_ETCD_SERVICE_PORT");
-  }
-  const auto job = o.job_id ? NonEmpty(&*o.job_id) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_JOB_ID"));
-  const auto np_text = o.np ? NonEmpty(&*o.np) : NonEmpty(FindEnv(env, "PADDLE_ELASTIC_NP"));
+  const std::string* service_host = FindEnv(env, kElasticEtcdServiceHostEnv);
+  const std::string* service_port = FindEnv(env, kElasticEtcdServicePortEnv);
+  if (!server && service_host && service_port) server = *service_host + ":" + *service_port;
+  const auto job = o.job_id ? NonEmpty(&*o.job_id) : NonEmpty(FindEnv(env, kElasticJobIdEnv));
+  const auto np_text = o.np ? NonEmpty(&*o.np) : NonEmpty(FindEnv(env, kElasticNpEnv));
   if (!server || !job || !np_text) {
     // Paddle's rule for the env: all three, or not elastic. A flag given alone is a mistake, but for
     // --job_id: the 2.3+ launcher's job id (PADDLE_JOB_ID) also names jobs that are not elastic.
     if (o.elastic_server || o.np) {
-      return Error{"elastic training needs --elastic_server, --job_id and --np (or PADDLE_ELASTIC_SERVER, "
-                   "PADDLE_ELASTIC_JOB_ID and PADDLE_ELASTIC_NP), each non-empty"};
+      return Error{std::string("elastic training needs --elastic_server, --job_id and --np (or ") + kElasticServerEnv +
+                   ", " + kElasticJobIdEnv + " and " + kElasticNpEnv + "), each non-empty"};
     }
     return std::optional<ElasticSettings>();
   }
@@ -436,7 +429,7 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   s.server = *server;
   if (auto endpoint = ParseEndpoint(s.server); !endpoint) return Error{"--elastic_server: " + endpoint.error()};
   s.job_id = *job;
-  if (s.job_id.find('/') != std::string::npos) return Error{"--job_id " + Quote(s.job_id) + " must not contain '/'"};
+  if (auto id = CheckElasticJobId(s.job_id); !id) return Error{"--job_id " + id.error()};
   FLEET_ASSIGN_OR_RETURN(s.np, ParseNp(*np_text));
 
   const bool ps = o.server_num || o.worker_num || o.servers || o.workers || o.heter_workers || o.heter_worker_num ||
@@ -448,7 +441,7 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   auto host = ParseHost(*self);
   if (!host) return Error{"--host: " + host.error()};
   s.self.host = *host;
-  s.self.port = kPaddleElasticStartPort;
+  s.self.port = kElasticDefaultStartPort;
   if (o.start_port) {
     s.self.port = *o.start_port;
   } else if (const std::string* flag = FindEnv(env, "FLAGS_START_PORT")) {
@@ -457,10 +450,12 @@ Result<std::optional<ElasticSettings>> ElasticSettingsFrom(const LaunchOptions& 
   if (o.elastic_timeout) {
     s.timeout_seconds = *o.elastic_timeout;
   } else {
-    FLEET_ASSIGN_OR_RETURN(s.timeout_seconds, PositiveSeconds(env, "PADDLE_ELASTIC_TIMEOUT", kDefaultTimeoutSeconds));
+    FLEET_ASSIGN_OR_RETURN(s.timeout_seconds, PositiveSeconds(env, kElasticTimeoutEnv, kElasticDefaultTimeoutSeconds));
   }
-  FLEET_ASSIGN_OR_RETURN(double ttl, PositiveSeconds(env, "PADDLE_ELASTIC_TTL", kDefaultTtlSeconds));
-  if (ttl != std::floor(ttl) || ttl < 2) return Error{"PADDLE_ELASTIC_TTL must be a whole number of seconds, at least 2"};
+  FLEET_ASSIGN_OR_RETURN(double ttl, PositiveSeconds(env, kElasticTtlEnv, kElasticDefaultTtlSeconds));
+  if (ttl != std::floor(ttl) || ttl < 2) {
+    return Error{std::string(kElasticTtlEnv) + " must be a whole number of seconds, at least 2"};
+  }
   s.ttl_seconds = static_cast<int>(ttl);
   return std::optional<ElasticSettings>(std::move(s));
 }

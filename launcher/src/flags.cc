@@ -16,16 +16,15 @@ namespace fleet::launcher {
 namespace {
 
 constexpr const char* kOperands = "training_script [training_script_args...]";
-constexpr const char* kEtcdScheme = "etcd://";
 
 // "value", as the errors of the 2.3+ launcher's inputs show it.
 std::string Quoted(std::string_view text) { return "\"" + std::string(text) + "\""; }
 
-bool IsEtcd(const std::string& master) { return master.rfind(kEtcdScheme, 0) == 0; }
+bool IsEtcd(const std::string& master) { return master.rfind(kEtcdMasterScheme, 0) == 0; }
 
 // --master / PADDLE_MASTER: "ip:port" or "etcd://host:port". Messages name the value, not the source.
 Status CheckMaster(const std::string& text) {
-  const std::string address = IsEtcd(text) ? text.substr(std::string(kEtcdScheme).size()) : text;
+  const std::string address = IsEtcd(text) ? text.substr(kEtcdMasterScheme.size()) : text;
   auto endpoint = ParseEndpoint(address);
   auto host = endpoint ? ParseHost(endpoint->host) : Result<std::string>(Error{endpoint.error()});
   if (!host) return Error{Quoted(text) + " is not ip:port or etcd://host:port (" + host.error() + ")"};
@@ -33,7 +32,7 @@ Status CheckMaster(const std::string& text) {
 }
 
 Status CheckNodeRange(const std::string& text) {
-  if (auto range = ParseNodeRange(text); !range) return Error{Quoted(text) + " is not N or MIN:MAX (" + range.error() + ")"};
+  if (auto range = ParseNpRange(text); !range) return Error{Quoted(text) + " is not N or MIN:MAX (" + range.error() + ")"};
   return OkStatus();
 }
 
@@ -156,7 +155,7 @@ std::unique_ptr<CLI::App> FleetrunApp(LaunchOptions& o) {
 
   AddLauncherFlags(*app, o);
 
-  const std::string elastic = "elastic (all three, or PADDLE_ELASTIC_SERVER/JOB_ID/NP; collective only)";
+  const std::string elastic = std::string("elastic (all three, or ") + kElasticServerEnv + "/JOB_ID/NP; collective only)";
   app->add_option("--elastic_server", o.elastic_server, "etcd's host:port, where the nodes rendezvous")
       ->type_name("HOST:PORT")->group(elastic);
   app->add_option("--job_id", o.job_id, "the job's name in etcd (keys under /paddle/ID) or at the HTTP master")
@@ -232,23 +231,6 @@ std::vector<std::pair<std::string, std::string>> LaunchOptions::Describe() const
   };
 }
 
-Result<NpRange> ParseNodeRange(std::string_view text) {
-  const std::vector<std::string> parts = SplitString(TrimWhitespace(text), ':');
-  if (parts.size() > 2) return Error{"must be N or MIN:MAX"};
-  NpRange np;
-  auto min = ParseNonNegativeInt(parts[0], "N");
-  if (!min) return Error{"must be N or MIN:MAX, in whole numbers"};
-  np.min = np.max = *min;
-  if (parts.size() == 2) {
-    auto max = ParseNonNegativeInt(parts[1], "MAX");
-    if (!max) return Error{"must be N or MIN:MAX, in whole numbers"};
-    np.max = *max;
-  }
-  if (np.min < 1) return Error{"a job needs at least 1 node"};
-  if (np.max < np.min) return Error{"MAX is below MIN"};
-  return np;
-}
-
 namespace {
 
 // One variable of Paddle's env_args_mapping: `apply` checks the value and sets the option.
@@ -303,7 +285,7 @@ const std::vector<EnvOverride>& EnvOverrides() {
        }},
       {"PADDLE_LOG_LEVEL", "--log_level", Text(&LaunchOptions::log_level, CheckLogLevel)},
       {"PADDLE_MAX_RESTART", "--max_restart", Integer(&LaunchOptions::max_restart, 0)},
-      {"PADDLE_ELASTIC_TIMEOUT", "--elastic_timeout",
+      {kElasticTimeoutEnv, "--elastic_timeout",
        [](LaunchOptions& o, const std::string& text) -> Status {
          char* end = nullptr;
          const double seconds = std::strtod(text.c_str(), &end);
@@ -324,7 +306,7 @@ Status MapEtcdMaster(LaunchOptions& o, std::vector<std::string>& notes) {
   if (o.elastic_server || o.np) {
     return Error{"--master " + *o.master + " names etcd itself: drop --elastic_server/--np (or PADDLE_ELASTIC_*)"};
   }
-  o.elastic_server = o.master->substr(std::string(kEtcdScheme).size());
+  o.elastic_server = o.master->substr(kEtcdMasterScheme.size());
   o.np = o.nnodes.value_or("1");
   if (!o.job_id) {
     o.job_id = "default";
@@ -358,7 +340,7 @@ Result<std::vector<std::string>> ApplyLauncherEnv(LaunchOptions& options, const 
     return notes;
   }
   if (options.nnodes) {
-    const NpRange nodes = *ParseNodeRange(*options.nnodes);   // checked as it came in
+    const NpRange nodes = *ParseNpRange(*options.nnodes);   // checked as it came in
     const std::string source = nnodes_from_env ? "PADDLE_NNODES" : "--nnodes";
     if (!nodes.fixed()) return Error{source + ": " + Quoted(*options.nnodes) + ": MIN:MAX (elastic) needs --master etcd://host:port"};
     if (!options.master && nodes.min > 1) {

@@ -229,7 +229,7 @@ Result<std::unique_ptr<HttpRendezvous>> HttpRendezvous::Start(const LaunchOption
   node->master_ = *options.master;
   FLEET_ASSIGN_OR_RETURN(const Endpoint master, ParseEndpoint(node->master_));
   node->job_id_ = options.job_id.value_or("default");
-  node->nnodes_ = options.nnodes ? ParseNodeRange(*options.nnodes)->min : 1;
+  node->nnodes_ = options.nnodes ? ParseNpRange(*options.nnodes)->min : 1;
   node->timeout_seconds_ = options.rendezvous_timeout_seconds;
   if (options.rank && *options.rank >= node->nnodes_) {
     return Error{"--rank/PADDLE_RANK " + std::to_string(*options.rank) + " is not below --nnodes/PADDLE_NNODES " +

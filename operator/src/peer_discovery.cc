@@ -1,5 +1,7 @@
 #include "fleet/operator/peer_discovery.h"
 
+#include "fleet/runtime/elastic_contract.h"
+
 namespace fleet::op {
 
 PeerDiscovery PeerDiscovery::Of(const FleetJobSpec& spec) {
@@ -33,7 +35,7 @@ FailedPodCost PeerDiscovery::CostOfFailedPod() const {
 }
 
 std::optional<int> PeerDiscovery::GaveUpExitCode() const {
-  if (source_ == PeerSource::kRendezvous) return 124;
+  if (source_ == PeerSource::kRendezvous) return kElasticTimeoutStatus;
   return std::nullopt;
 }
 

@@ -616,7 +616,8 @@ bool Planner::HandleFailures(const RunPods& pods) {
     const std::optional<int>& code = pod.exit_code;
     if (code && code == peers_.GaveUpExitCode()) {
       // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
-      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) + ": its launcher had fewer than " +
+      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) +
+                                      ": its launcher had fewer than " +
                                       std::to_string(job().spec.elastic->min_replicas) +
                                       " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
       CleanUp();

@@ -4,6 +4,7 @@
 #include <set>
 
 #include "fleet/base/strings.h"
+#include "fleet/runtime/elastic_contract.h"
 
 namespace fleet::op {
 namespace {
@@ -88,6 +89,9 @@ PsLayout PsLayoutOf(const FleetJob& job, const std::vector<PodSlot>& slots, int 
   return layout;
 }
 
+// The node count an elastic pod's launcher is given: the worker replicas the spec allows.
+NpRange ReplicaRange(const ElasticSpec& elastic) { return {elastic.min_replicas, elastic.max_replicas}; }
+
 }  // namespace
 
 std::string HostTemplate::Fill(const std::vector<std::string>& hosts) const {
@@ -150,10 +154,10 @@ EnvMap RunEnv(const FleetJob& job, const RoleSpec& role, int run) {
   switch (DiscoveryOf(job.spec, role)) {
     case Discovery::kEtcdLegacy: {
       const ElasticSpec& elastic = *job.spec.elastic;
-      return {{"PADDLE_ELASTIC_SERVER", elastic.etcd_endpoint},
-              {"PADDLE_ELASTIC_JOB_ID", job_id},
-              {"PADDLE_ELASTIC_NP", std::to_string(elastic.min_replicas) + ":" + std::to_string(elastic.max_replicas)},
-              {"PADDLE_ELASTIC_TIMEOUT", std::to_string(elastic.timeout_seconds)},
+      return {{kElasticServerEnv, elastic.etcd_endpoint},
+              {kElasticJobIdEnv, job_id},
+              {kElasticNpEnv, FormatNpRange(ReplicaRange(elastic))},
+              {kElasticTimeoutEnv, std::to_string(elastic.timeout_seconds)},
               {"FLAGS_START_PORT", std::to_string(job.spec.port)}};
     }
     case Discovery::kEtcdLaunch:
@@ -355,12 +359,11 @@ EnvMap JobWiring::LaunchEnv(const PodSlot& slot) const {
     master_host = master.substr(0, colon);
     master_port = master.substr(colon + 1);
     const ElasticSpec& e = *spec.elastic;
-    nnodes = e.min_replicas == e.max_replicas ? std::to_string(e.max_replicas)
-                                               : std::to_string(e.min_replicas) + ":" + std::to_string(e.max_replicas);
+    nnodes = FormatNpShort(ReplicaRange(e));
     // Paddle 2.3 keeps this env value a string and fails comparing it: its pods pass
     // --elastic_timeout themselves.
     if (!spec.paddle_version || !spec.paddle_version->Before(2, 4)) {
-      env["PADDLE_ELASTIC_TIMEOUT"] = std::to_string(e.timeout_seconds);
+      env[kElasticTimeoutEnv] = std::to_string(e.timeout_seconds);
     }
   } else {
     // The master is pod 0's, at its own address: the launcher starts the master only on the pod

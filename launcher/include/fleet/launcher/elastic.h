@@ -21,18 +21,17 @@
 
 #include "fleet/launcher/flags.h"
 #include "fleet/launcher/plan.h"
+#include "fleet/runtime/elastic_contract.h"
 
 namespace fleet::launcher {
 
-// Paddle's exit codes: a fault-tolerant node whose trainer failed exits 101 ("restart this node",
-// ELASTIC_EXIT_CODE); a trainer exiting 102 (ELASTIC_AUTO_PARALLEL_EXIT_CODE) asks for a relaunch
-// of the local trainers after a new rendezvous.
-constexpr int kElasticExitCode = 101;
-constexpr int kElasticRelaunchCode = 102;
-// Below np.min for longer than PADDLE_ELASTIC_TIMEOUT: timeout(1)'s status, as --server_timeout.
-constexpr int kElasticTimeoutStatus = 124;
+// The env names, exit codes and np format are Paddle's elastic contract (fleet/runtime/elastic_contract.h):
+// a trainer exiting kElasticRelaunchCode gets a new rendezvous, below np.min for the timeout fleetrun
+// exits kElasticTimeoutStatus, and a failed trainer's own status is kept (not Paddle's kElasticExitCode,
+// docs/fleetrun.md).
+using fleet::kElasticTimeoutStatus;   // also launcher::, where the operator's tests name it
 
-// --np / PADDLE_ELASTIC_NP: "N" (fault tolerance: exactly N nodes) or "MIN:MAX" (elastic).
+// --np / PADDLE_ELASTIC_NP: ParseNpRange, its errors naming the flag and the variable.
 Result<NpRange> ParseNp(std::string_view text);
 
 struct ElasticSettings {
@@ -40,8 +39,8 @@ struct ElasticSettings {
   std::string job_id;
   NpRange np;
   Endpoint self;                 // this node's host and first trainer port
-  double timeout_seconds = 120;  // PADDLE_ELASTIC_TIMEOUT: below np.min this long ends the job
-  int ttl_seconds = 60;          // PADDLE_ELASTIC_TTL: a silent node is gone after this long
+  double timeout_seconds = kElasticDefaultTimeoutSeconds;  // below np.min this long ends the job
+  int ttl_seconds = kElasticDefaultTtlSeconds;             // a silent node is gone after this long
 };
 
 // The elastic settings of a launch; nullopt when it is not elastic (as Paddle: server, job id and

@@ -11,18 +11,10 @@
 #include <vector>
 
 #include "fleet/base/result.h"
+#include "fleet/runtime/elastic_contract.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace fleet::launcher {
-
-// --nnodes / --np: "N" (exactly N nodes) or "MIN:MAX" (elastic).
-struct NpRange {
-  int min = 0;
-  int max = 0;
-  bool fixed() const { return min == max; }
-};
-// The error says why, without naming the flag or variable (the caller does).
-Result<NpRange> ParseNodeRange(std::string_view text);
 
 struct LaunchOptions {
   // Collective.
@@ -43,7 +35,7 @@ struct LaunchOptions {
   std::optional<std::string> host;     // this node's address; default POD_IP, else local addresses
   std::optional<std::string> run_mode; // collective, ps, ps-heter; derived when omitted
   std::string log_dir = "log";
-  // Elastic (elastic.h): etcd host:port, the job's id in it, and "N" or "MIN:MAX" nodes.
+  // Elastic (elastic.h): etcd host:port, the job's id in it, and "N" or "MIN:MAX" nodes (NpRange).
   std::optional<std::string> elastic_server;
   std::optional<std::string> job_id;
   std::optional<std::string> np;

@@ -48,8 +48,8 @@ class PeerDiscovery {
   bool VanishedPodMovesAway() const { return source_ == PeerSource::kPodAddresses; }
 
   FailedPodCost CostOfFailedPod() const;
-  // The exit code with which a pod says no retry can help: Paddle's elastic launcher gave up
-  // waiting for the minimum of nodes (timeout(1)'s 124, as fleetrun's --server_timeout).
+  // The exit code with which a pod says no retry can help: its elastic launcher gave up waiting
+  // for the minimum of nodes (fleetrun's kElasticTimeoutStatus, runtime/elastic_contract.h).
   std::optional<int> GaveUpExitCode() const;
   bool Succeeded(int workers_succeeded, int workers_running, int worker_replicas) const;
   // The members are the workers that run now (status.elastic), and they vary within the run: a

@@ -63,8 +63,8 @@ std::string SlotHost(const FleetJob& job, const PodSlot& slot, const std::string
                      const std::string& cluster_domain);
 
 // The env that changes with every run, by the role's Discovery: an elastic fleetrun pod's
-// PADDLE_ELASTIC_SERVER, _JOB_ID, _NP (min:max), _TIMEOUT and FLAGS_START_PORT, as PaddleCloud
-// tells Paddle's launcher; a Paddle 2.3+ launcher's PADDLE_JOB_ID. The job id is new for every run
+// PADDLE_ELASTIC_SERVER, _JOB_ID, _NP (min:max), _TIMEOUT (fleet/runtime/elastic_contract.h) and
+// FLAGS_START_PORT, as PaddleCloud tells Paddle's launcher; a Paddle 2.3+ launcher's PADDLE_JOB_ID. The job id is new for every run
 // (<job>-<run>-<uid>): a run never sees an older run's registrations, and ending in the
 // fixed-length uid it is no prefix of another job's id (Paddle's cleanup deletes /paddle/<id> as a
 // prefix).
