@@ -10,6 +10,7 @@
 #include "builders.h"
 #include "fleet/base/time.h"
 #include "fleet/launcher/elastic.h"
+#include "fleet/runtime/elastic_contract.h"
 #include "fleet/operator/planner.h"
 #include "world.h"
 
@@ -257,7 +258,7 @@ TEST(ElasticMinimumTest, BackAtTheMinimumInTimeTheJobRunsOn) {
 
 TEST(ElasticMinimumTest, ALauncherThatGaveUpFailsTheJobWithTheReason) {
   World world = ElasticWorld(600, "OnFailure");
-  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(launcher::kElasticTimeoutStatus); });
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(kElasticTimeoutStatus); });
   world.Step();
   EXPECT_EQ(world.Status()["phase"], "Failed");
   EXPECT_EQ(Condition(world.Status(), "Failed").value("reason", ""), "ElasticBelowMinimum");

@@ -29,7 +29,6 @@ namespace fleet::launcher {
 // a trainer exiting kElasticRelaunchCode gets a new rendezvous, below np.min for the timeout fleetrun
 // exits kElasticTimeoutStatus, and a failed trainer's own status is kept (not Paddle's kElasticExitCode,
 // docs/fleetrun.md).
-using fleet::kElasticTimeoutStatus;   // also launcher::, where the operator's tests name it
 
 // --np / PADDLE_ELASTIC_NP: ParseNpRange, its errors naming the flag and the variable.
 Result<NpRange> ParseNp(std::string_view text);
