@@ -39,6 +39,15 @@ constexpr std::chrono::milliseconds kLogPoll{500};
 // A log stream that ended while its container still shows as running this long after is taken up
 // again (a status that lags the container's exit is not).
 constexpr std::chrono::seconds kEndedGrace{5};
+// No such moment (yet): a time point `logs -f` has not seen.
+constexpr Clock::time_point kNever = Clock::time_point::min();
+
+// Where `logs -f` opens a log stream (Client::FollowLog): the last `tail` lines (-1: all), of
+// those written in the last `since` seconds (0: of all).
+struct LogStart {
+  int64_t tail = -1;
+  int64_t since = 0;
+};
 
 int64_t Now() { return static_cast<int64_t>(std::time(nullptr)); }
 
@@ -465,111 +474,155 @@ class Session {
     return std::nullopt;
   }
 
+  // What `logs -f` knows from one round of Follow to the next.
+  struct Followed {
+    std::string uid;                          // the pod's
+    std::string waiting_for;                  // the note last printed
+    std::string followed_run;                 // "pod uid/container run" whose stream was read last
+    bool first = true;                        // nothing read yet: start with --tail
+    Clock::time_point resume_from = kNever;   // take followed_run up again from here
+    Clock::time_point ended = kNever;         // when followed_run's stream ended cleanly
+    Clock::time_point last_text = kNever;     // when followed_run's last text came
+
+    // A new pod of the same name: a new run, followed from its start.
+    void NewPod(const std::string& pod_uid) {
+      uid = pod_uid;
+      followed_run.clear();
+      resume_from = ended = last_text = kNever;
+    }
+
+    // Where to read `run`'s log from: the last `tail` lines at first, a new run from its start,
+    // the followed run from a little before where it was left. Nullopt: the followed run's stream
+    // ended with its container; nothing comes until the container restarts.
+    std::optional<LogStart> StartOf(const std::string& run, bool running, int64_t tail) {
+      if (first) return LogStart{tail, 0};
+      if (run != followed_run) return LogStart{};
+      if (resume_from == kNever && running && Clock::now() - ended > kEndedGrace) {
+        // Its stream ended, and well after that the same container still runs (not a status that
+        // lags its exit): a proxy or log rotation ended it. Take it up again.
+        resume_from = last_text != kNever ? last_text : ended;
+      }
+      if (resume_from == kNever) return std::nullopt;
+      return LogStart{-1, std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - resume_from).count() + 2};
+    }
+
+    // A stream of `run` that brought text or ended cleanly (with its container) is the one
+    // followed now; a broken one is resumed from its last text. A stream that broke with no text
+    // changes nothing: the next asks for the same again (the tail, the run's start, or the same
+    // resume point).
+    void Streamed(const std::string& run, bool got_text, bool ended_cleanly) {
+      if (!got_text && !ended_cleanly) return;
+      if (run != followed_run && !got_text) last_text = kNever;
+      first = false;
+      followed_run = run;
+      resume_from = ended_cleanly ? kNever : last_text;
+      if (ended_cleanly) ended = Clock::now();
+    }
+  };
+
+  // How Follow ends: with a failure, or none (the pod or the job ended).
+  struct FollowEnd {
+    std::optional<Failure> failure;
+  };
+
+  void NoteOnce(Followed& f, const std::string& what) {
+    if (what != f.waiting_for) Note() << "fleetctl: " << what << "\n" << std::flush;
+    f.waiting_for = what;
+  }
+
   // Follows the log as the API server streams it (follow=true: one request per container run,
   // each byte sent once), until the pod ends. A restarted container, or a pod replaced by a new one
   // of the same name (a new run), is followed from its start. A stream that breaks, or ends while
   // its container still runs, is opened again from a little before the last text it brought: lines
   // around the break may repeat, none are lost.
   std::optional<Failure> Follow(const std::string& job_name, const std::string& pod_name) {
-    std::string uid, waiting_for, followed_run;
-    bool first = true;
-    constexpr Clock::time_point kNever = Clock::time_point::min();
-    Clock::time_point resume_from = kNever;  // take followed_run up again from here
-    Clock::time_point ended = kNever;        // when followed_run's stream ended cleanly
-    Clock::time_point last_text = kNever;    // when followed_run's last text came
-    const kube::CancelToken never;
-    auto note_once = [&](const std::string& what) {
-      if (what != waiting_for) Note() << "fleetctl: " << what << "\n" << std::flush;
-      waiting_for = what;
-    };
+    Followed f;
     while (true) {
       auto pod = client_->Get(kube::Resource::Pods(), ns_, pod_name);
       if (!pod.ok()) {
         if (pod.status().code() != Code::kNotFound) return Explain(pod.status());
-        auto job = GetJob(job_name);
-        if (!job.ok()) {
-          if (job.status().code() == Code::kNotFound) return Failure{"fleetjob \"" + job_name + "\" was deleted"};
-          return Explain(job.status());
-        }
-        const api::FleetJobStatus status = StatusOf(*job);
-        const std::string phase = PhaseText(status);
-        if (HasStopped(status)) {
-          note_once("pod " + pod_name + " is gone and fleetjob \"" + job_name + "\" is " + phase);
-          return std::nullopt;
-        }
-        note_once("waiting for pod " + pod_name + " (fleetjob \"" + job_name + "\" is " +
-                  (phase.empty() ? "<none>" : phase) + ")");
-        std::this_thread::sleep_for(kLogPoll);
+        if (auto end = AwaitPod(job_name, pod_name, f)) return end->failure;
         continue;
       }
       const std::string pod_uid = pod->value("metadata", Json::object()).value("uid", "");
-      if (pod_uid != uid) {
-        if (!uid.empty()) note_once("pod " + pod_name + " was replaced (a new run); following the new one");
-        uid = pod_uid;
-        followed_run.clear();
-        resume_from = ended = last_text = kNever;
+      if (pod_uid != f.uid) {
+        if (!f.uid.empty()) NoteOnce(f, "pod " + pod_name + " was replaced (a new run); following the new one");
+        f.NewPod(pod_uid);
       }
       const std::string phase = pod->value("status", Json::object()).value("phase", "");
       const std::string container = ContainerOf(*pod);
       const ContainerState state = StateOf(*pod, container);
       const std::string run = pod_uid + "/" + state.run;
-      int64_t tail = -1, since = 0;
-      if (first) {
-        tail = cl_.logs.tail;
-      } else if (run == followed_run && resume_from == kNever && state.running && Clock::now() - ended > kEndedGrace) {
-        // Its stream ended, and well after that the same container still runs (not a status that
-        // lags its exit): a proxy or log rotation ended it. Take it up again.
-        resume_from = last_text != kNever ? last_text : ended;
+      const std::optional<LogStart> start = f.StartOf(run, state.running, cl_.logs.tail);
+      if (!start) {
+        // Wait for the pod to end or the container to restart.
+        if (phase == "Succeeded" || phase == "Failed") return std::nullopt;
+        std::this_thread::sleep_for(kLogPoll);
+        continue;
       }
-      if (!first && run == followed_run) {
-        if (resume_from == kNever) {
-          // Its stream ended with the container. Wait for the pod to end or the container to restart.
-          if (phase == "Succeeded" || phase == "Failed") return std::nullopt;
-          std::this_thread::sleep_for(kLogPoll);
-          continue;
-        }
-        since = std::chrono::duration_cast<std::chrono::seconds>(Clock::now() - resume_from).count() + 2;
-      }
-      // Machine output gets whole lines (a chunk may end anywhere, even inside a UTF-8 character).
-      std::string partial;
       bool got_text = false;
-      auto emit = [&](std::string_view text) {
-        got_text = true;
-        last_text = Clock::now();
-        if (!Machine()) return EmitLog(pod_name, container, std::string(text));
-        partial += text;
-        const size_t end = partial.rfind('\n');
-        if (end == std::string::npos) return;
-        EmitLog(pod_name, container, partial.substr(0, end + 1));
-        partial.erase(0, end + 1);
-      };
-      const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, tail, since, [&](std::string_view text) {
-        emit(text);
-        waiting_for.clear();
-        return true;
-      }, never);
-      EmitLog(pod_name, container, partial);
+      const ApiStatus followed = StreamLog(pod_name, container, *start, f, &got_text);
       if (followed.code() == Code::kBadRequest || followed.code() == Code::kNotFound) {
         // Not started yet; or the pod (or its node) went: see above.
-        if (followed.code() == Code::kBadRequest) note_once("pod " + pod_name + ": " + OneLine(followed.message()));
+        if (followed.code() == Code::kBadRequest) NoteOnce(f, "pod " + pod_name + ": " + OneLine(followed.message()));
         std::this_thread::sleep_for(kLogPoll);
         continue;
       }
       if (!followed.ok() && !followed.IsRetryable()) return Failure{"pod " + pod_name + ": " + OneLine(followed.message())};
-      if (got_text || followed.ok()) {
-        if (run != followed_run && !got_text) last_text = kNever;
-        first = false;
-        followed_run = run;
-        resume_from = followed.ok() ? kNever : last_text;
-        if (followed.ok()) ended = Clock::now();
-      }
-      // A stream that broke with no text asks for the same again: the tail, the run's start, or the
-      // same resume point.
+      f.Streamed(run, got_text, followed.ok());
       if (!followed.ok()) {
-        note_once("pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
+        NoteOnce(f, "pod " + pod_name + ": the log stream broke (" + OneLine(followed.message()) + "); following again");
         std::this_thread::sleep_for(kLogPoll);
       }
     }
+  }
+
+  // The pod is not there (not yet, or no more): the end when its job is gone or has stopped, else
+  // (nullopt) a wait before Follow looks for the pod again.
+  std::optional<FollowEnd> AwaitPod(const std::string& job_name, const std::string& pod_name, Followed& f) {
+    auto job = GetJob(job_name);
+    if (!job.ok()) {
+      if (job.status().code() == Code::kNotFound) return FollowEnd{Failure{"fleetjob \"" + job_name + "\" was deleted"}};
+      return FollowEnd{Explain(job.status())};
+    }
+    const api::FleetJobStatus status = StatusOf(*job);
+    const std::string phase = PhaseText(status);
+    if (HasStopped(status)) {
+      NoteOnce(f, "pod " + pod_name + " is gone and fleetjob \"" + job_name + "\" is " + phase);
+      return FollowEnd{};
+    }
+    NoteOnce(f, "waiting for pod " + pod_name + " (fleetjob \"" + job_name + "\" is " +
+                    (phase.empty() ? "<none>" : phase) + ")");
+    std::this_thread::sleep_for(kLogPoll);
+    return std::nullopt;
+  }
+
+  // One request that streams the container's log from `start` to the output until the stream
+  // ends; *got_text says whether it brought any, f.last_text when.
+  ApiStatus StreamLog(const std::string& pod_name, const std::string& container, LogStart start, Followed& f,
+                      bool* got_text) {
+    const kube::CancelToken never;
+    // Machine output gets whole lines (a chunk may end anywhere, even inside a UTF-8 character).
+    std::string partial;
+    auto emit = [&](std::string_view text) {
+      *got_text = true;
+      f.last_text = Clock::now();
+      if (!Machine()) return EmitLog(pod_name, container, std::string(text));
+      partial += text;
+      const size_t end = partial.rfind('\n');
+      if (end == std::string::npos) return;
+      EmitLog(pod_name, container, partial.substr(0, end + 1));
+      partial.erase(0, end + 1);
+    };
+    const ApiStatus followed = client_->FollowLog(ns_, pod_name, container, start.tail, start.since,
+                                                  [&](std::string_view text) {
+                                                    emit(text);
+                                                    f.waiting_for.clear();
+                                                    return true;
+                                                  },
+                                                  never);
+    EmitLog(pod_name, container, partial);
+    return followed;
   }
 
   // ---- stop, resume, delete -----------------------------------------------------------------------

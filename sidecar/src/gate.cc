@@ -328,10 +328,6 @@ void Gate::ApiFailed(const std::string& what, const kube::ApiStatus& status, mil
 // ---- threads ----
 
 void Gate::WatchLoop() {
-  const kube::Resource resource = kube::Resource::ConfigMaps();
-  const std::string& ns = config_.target.ns;
-  const std::string& name = config_.target.config_map;
-  const std::string selector = "metadata.name=" + name;
   Backoff backoff(config_.api_backoff_base, config_.api_backoff_max);
   std::string resource_version;
   bool relist = true;
@@ -344,46 +340,19 @@ void Gate::WatchLoop() {
 
   while (!cancel_.cancelled()) {
     if (relist) {
-      kube::ListOptions options;
-      options.field_selector = selector;
-      kube::StatusOr<Json> list = client_->List(resource, ns, options);
+      kube::StatusOr<std::string> listed = ListConfigMap();
       if (cancel_.cancelled()) return;
-      if (!list.ok()) {
-        fail("list the endpoints ConfigMap", list.status());
+      if (!listed.ok()) {
+        fail("list the endpoints ConfigMap", listed.status());
         continue;
       }
-      const Json* found = nullptr;
-      auto items = list->find("items");
-      if (items != list->end() && items->is_array()) {
-        for (const Json& item : *items) {
-          if (StringMember(ObjectMember(item, "metadata"), "name") == name) found = &item;
-        }
-      }
-      resource_version = StringMember(ObjectMember(*list, "metadata"), "resourceVersion");
-      ApplyVerdict(EvaluateConfigMap(found, config_.target), /*api_answered=*/true);
+      resource_version = *listed;
       relist = false;
-      if (cancel_.cancelled()) return;
     }
 
-    kube::WatchOptions options;
-    options.resource_version = resource_version;
-    options.field_selector = selector;
-    options.allow_bookmarks = true;
-    options.timeout_seconds = static_cast<int>(config_.watch_timeout.count());
     int64_t events = 0;
     const Clock::time_point started = Clock::now();
-    kube::ApiStatus status = client_->Watch(
-        resource, ns, options,
-        [&](const kube::WatchEvent& event) {
-          ++events;
-          const std::string rv = StringMember(ObjectMember(event.object, "metadata"), "resourceVersion");
-          if (!rv.empty()) resource_version = rv;
-          if (event.type == kube::WatchEventType::kBookmark) return true;
-          if (StringMember(ObjectMember(event.object, "metadata"), "name") != name) return true;  // not ours (selector ignored)
-          Apply(event.type == kube::WatchEventType::kDeleted ? nullptr : &event.object);
-          return !cancel_.cancelled();
-        },
-        cancel_);
+    kube::ApiStatus status = WatchConfigMap(&resource_version, &events);
     if (cancel_.cancelled() || status.code() == kube::Code::kCancelled) return;
     metrics_->watch_restarts->Increment();
     // Only a watch that worked ends a run of failures: a list that works while every watch fails
@@ -410,6 +379,45 @@ void Gate::WatchLoop() {
     }
     // Else the server's timeout: resume from the last resourceVersion.
   }
+}
+
+kube::StatusOr<std::string> Gate::ListConfigMap() {
+  const std::string& name = config_.target.config_map;
+  kube::ListOptions options;
+  options.field_selector = "metadata.name=" + name;
+  kube::StatusOr<Json> list = client_->List(kube::Resource::ConfigMaps(), config_.target.ns, options);
+  if (!list.ok()) return list.status();
+  if (cancel_.cancelled()) return kube::ApiStatus(kube::Code::kCancelled, "stopping");
+  const Json* found = nullptr;
+  auto items = list->find("items");
+  if (items != list->end() && items->is_array()) {
+    for (const Json& item : *items) {
+      if (StringMember(ObjectMember(item, "metadata"), "name") == name) found = &item;
+    }
+  }
+  ApplyVerdict(EvaluateConfigMap(found, config_.target), /*api_answered=*/true);
+  return StringMember(ObjectMember(*list, "metadata"), "resourceVersion");
+}
+
+kube::ApiStatus Gate::WatchConfigMap(std::string* resource_version, int64_t* events) {
+  const std::string& name = config_.target.config_map;
+  kube::WatchOptions options;
+  options.resource_version = *resource_version;
+  options.field_selector = "metadata.name=" + name;
+  options.allow_bookmarks = true;
+  options.timeout_seconds = static_cast<int>(config_.watch_timeout.count());
+  return client_->Watch(
+      kube::Resource::ConfigMaps(), config_.target.ns, options,
+      [&](const kube::WatchEvent& event) {
+        ++*events;
+        const std::string rv = StringMember(ObjectMember(event.object, "metadata"), "resourceVersion");
+        if (!rv.empty()) *resource_version = rv;
+        if (event.type == kube::WatchEventType::kBookmark) return true;
+        if (StringMember(ObjectMember(event.object, "metadata"), "name") != name) return true;  // not ours (selector ignored)
+        Apply(event.type == kube::WatchEventType::kDeleted ? nullptr : &event.object);
+        return !cancel_.cancelled();
+      },
+      cancel_);
 }
 
 void Gate::ProbeLoop() {

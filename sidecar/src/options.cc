@@ -90,9 +90,161 @@ struct Flags {
   std::vector<const CLI::Option*> gate_only;   // refused by `agent`
 };
 
-std::unique_ptr<CLI::App> SidecarApp(Flags& flags) {
+// A flag that only `gate` takes: `agent` refuses it (CheckFlags).
+CLI::Option* GateOnly(Flags& flags, CLI::Option* option) {
+  flags.gate_only.push_back(option);
+  return option;
+}
+
+// Who this pod is; CheckFlags says which of them each command requires.
+void AddIdentityFlags(CLI::App& app, Flags& flags) {
   GateOptions& o = flags.cl.gate;
-  AgentOptions& a = flags.cl.agent;
+  const std::string identity = "Required flags (gate; agent: --job, --role and --metrics-port)";
+  o.ns = "default";
+  app.add_option("--namespace", o.ns, "the job's namespace")
+      ->type_name("NS")->check(Is([](std::string_view s) { return IsDnsLabel(s); }, "a namespace name (a DNS label: a-z, 0-9, '-')"))->group(identity);
+  app.add_option("--job", o.job, "the FleetJob's name")->type_name("NAME")->check(Is(IsDnsSubdomain, "an object name"))->group(identity);
+  app.add_option("--pod", o.pod, "this pod's name")->type_name("POD")->check(Is(IsDnsSubdomain, "a pod name"))->group(identity);
+  app.add_option("--role", o.role, "this pod's role: server, worker or a heter stage's name")
+      ->type_name("ROLE")->check(Is(IsPlainToken, "a role name"))->group(identity);
+  GateOnly(flags, app.add_option("--run", o.run, "the job run this pod belongs to")
+                      ->type_name("N")->transform(cmdline::IntegerIn(0, INT_MAX))->group(identity));
+  GateOnly(flags, app.add_option("--config-map", o.config_map, "the job's endpoints ConfigMap")
+                      ->type_name("NAME")->check(Is(IsDnsSubdomain, "a ConfigMap name"))->group(identity));
+  app.add_option("--metrics-port", o.metrics_port, "the port of the HTTP endpoints")
+      ->type_name("PORT")->transform(cmdline::IntegerIn(1, 65535))->group(identity);
+}
+
+// The agent's group comes in two parts, the step logs' flags first; both show under one heading.
+constexpr const char* kAgentGroup = "Agent flags";
+
+// Where the agent reads the trainer's steps from (its logs) and when a rank counts as stalled.
+void AddStepLogFlags(CLI::App& app, AgentOptions& a) {
+  app.add_option("--rank", a.rank, "the rank of the pod's first process")
+      ->type_name("N")->transform(cmdline::IntegerIn(0, 1000000))->capture_default_str()->group(kAgentGroup);
+  app.add_option("--ranks", a.ranks, "processes in the pod: workerlog.K is rank N+K")
+      ->type_name("N")->transform(cmdline::IntegerIn(1, 4096))->capture_default_str()->group(kAgentGroup);
+  app.add_option("--log-dir", a.log_dir, "follow workerlog.K, serverlog.K and heterlog.K in DIR (fleetrun --log_dir)")
+      ->type_name("DIR")->check(cmdline::NonEmpty())->group(kAgentGroup);
+  app.add_option("--log-file", a.log_files,
+                 "follow this file (repeatable; it may appear later): rank N; .../workerlog.K is N+K if --ranks > 1")
+      ->type_name("PATH")->check(cmdline::NonEmpty())->allow_extra_args(false)->group(kAgentGroup);
+  app.add_option_function<std::vector<std::string>>(
+         "--pattern",
+         [&a](const std::vector<std::string>& patterns) {
+           for (const std::string& pattern : patterns) {
+             if (auto compiled = StepPattern::Compile(pattern); !compiled) throw CLI::ValidationError(compiled.error());
+           }
+           a.patterns = patterns;
+         },
+         "an extra step pattern with named groups, e.g. 'it (?P<step>\\d+) l=(?P<loss>\\S+)' (repeatable; names: "
+         "step, epoch, loss, step_time, samples, samples_per_second, others are custom scalars)")
+      ->type_name("REGEX")->allow_extra_args(false)->group(kAgentGroup);
+  app.add_option("--max-line-bytes", a.max_line_bytes, "longer log lines are skipped and counted")
+      ->type_name("N")->transform(cmdline::IntegerIn(256, 1 << 20))->capture_default_str()->group(kAgentGroup);
+  AddDuration(app, "--log-poll-interval", a.log_poll_interval, "how often the logs are read")->group(kAgentGroup);
+  app.add_option_function<std::string>(
+         "--stall-window",
+         [&a](const std::string& text) {
+           // Off: "off" or a zero duration however written (the operator writes "0s" for servers).
+           static const std::regex kZero("0+(ms|s|m|h)?");
+           if (text == "off" || std::regex_match(text, kZero)) {
+             a.stall_window = std::chrono::milliseconds(0);
+             return;
+           }
+           auto window = ParseDuration(text, "--stall-window");
+           if (!window) throw CLI::ValidationError(window.error());
+           if (*window < std::chrono::seconds(1)) throw CLI::ValidationError("--stall-window: must be at least 1s (or 0: off)");
+           a.stall_window = *window;
+         },
+         "a rank with no step for this long is stalled (0: off)")
+      ->type_name("D")->default_str(DurationText(a.stall_window))->group(kAgentGroup);
+}
+
+// The agent's other inputs (pushed reports, the main process, the peers) and its pod condition.
+void AddAgentInputFlags(CLI::App& app, AgentOptions& a) {
+  for (auto [name, out, protocol] :
+       {std::tuple<const char*, std::string*, const char*>{"--report-http", &a.report_http,
+                                                            "take JSON (or text) step reports on POST /v1/report"},
+        {"--report-udp", &a.report_udp, "take text protocol reports (\"step=12 loss=0.5 acc=0.9\")"}}) {
+    app.add_option_function<std::string>(
+           name,
+           [field = out, flag = std::string(name)](const std::string& text) {
+             if (text == "off") return;
+             auto address = ParseLoopbackAddress(text, flag);
+             if (!address) throw CLI::ValidationError(address.error());
+             *field = *address;
+           },
+           std::string(protocol) + " (loopback only; off: none)")
+        ->type_name("HOST:PORT")->group(kAgentGroup);
+  }
+  app.add_option("--report-socket", a.report_socket, "take text protocol reports on a Unix datagram socket")
+      ->type_name("PATH")
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return !path.empty() && path.front() == '/' && path.size() <= 107
+                       ? std::string()
+                       : "expected an absolute path of at most 107 bytes, got " + Quote(path);
+          },
+          ""))
+      ->group(kAgentGroup);
+  app.add_option("--main-process", a.main_process,
+                 "auto (observe it when PID 1 is the pod's pause process: shareProcessNamespace), on or off")
+      ->check(cmdline::OneOf({"auto", "on", "off"}))->capture_default_str()->group(kAgentGroup);
+  app.add_option("--main-process-match", a.main_process_match, "the main process's command line (default: any other process)")
+      ->type_name("REGEX")
+      ->check(CLI::Validator(
+          [](std::string& pattern) {
+            auto compiled = CompileUserRegex(pattern);
+            return compiled ? std::string() : "not a valid regular expression: " + compiled.error();
+          },
+          ""))
+      ->group(kAgentGroup);
+  AddDuration(app, "--peer-check-interval", a.peer_check_interval, "how often a parameter-server trainer checks its servers")
+      ->group(kAgentGroup);
+  cmdline::AddSwitch(app, "--pod-condition", a.pod_condition,
+                     "write the TrainingProgress pod condition (default: on for gate, off for agent)")
+      ->group(kAgentGroup);
+  AddDuration(app, "--condition-min-interval", a.condition_min_interval,
+              "at most one condition write per D (only state changes are written)")
+      ->group(kAgentGroup);
+}
+
+// How the sidecar serves HTTP and talks to the API server; the gate's timeouts.
+void AddOtherFlags(CLI::App& app, Flags& flags) {
+  GateOptions& o = flags.cl.gate;
+  const std::string other = "Other flags";
+  GateOnly(flags, cmdline::AddSwitch(app, "--exit-when-ready", o.exit_when_ready,
+                                     "(gate) exit 0 as soon as the gate opens (a plain init container: no agent)")
+                      ->group(other));
+  app.add_option("--kubeconfig", o.kubeconfig, "a kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
+      ->type_name("PATH")->check(cmdline::NonEmpty())->group(other);
+  app.add_option("--listen", o.listen, "where to serve HTTP (default: $POD_IP:<metrics-port>, 127.0.0.1 without POD_IP)")
+      ->type_name("HOST:PORT")
+      ->check(CLI::Validator(
+          [](std::string& text) {
+            auto listen = ParseListen(text);
+            return listen ? std::string() : listen.error();
+          },
+          ""))
+      ->group(other);
+  GateOnly(flags, app.add_option("--mode", o.mode, "(gate) with ps or ps-heter, a trainer requires the server list")
+                      ->check(cmdline::OneOf({"collective", "ps", "ps-heter"}))->group(other));
+  GateOnly(flags, AddDuration(app, "--server-connect-timeout", o.server_connect_timeout,
+                              "(gate) one TCP connection attempt to a server")->group(other));
+  GateOnly(flags, AddDuration(app, "--server-retry-max", o.server_retry_max,
+                              "(gate) the longest pause between rounds of server probes")->group(other));
+  GateOnly(flags, AddDuration(app, "--api-timeout", o.api_timeout, "(gate) one API request")->group(other));
+  GateOnly(flags, AddDuration(app, "--api-retry-max", o.api_retry_max,
+                              "(gate) the longest pause before retrying a failed list or watch")->group(other));
+  flags.watch_timeout = o.watch_timeout;
+  GateOnly(flags, AddDuration(app, "--watch-timeout", flags.watch_timeout,
+                              "(gate) the server ends each watch after this long; it is then resumed")->group(other));
+}
+
+// The command line: the commands, then one function per group of flags, in the order --help
+// shows them.
+std::unique_ptr<CLI::App> SidecarApp(Flags& flags) {
   auto app = cmdline::NewApp("fleet-sidecar", R"(The FleetJob pod sidecar:
   fleet-sidecar gate --namespace=NS --job=NAME --pod=POD --role=ROLE --run=N
                      --config-map=NAME --metrics-port=PORT [--exit-when-ready] [flags]
@@ -122,136 +274,10 @@ cluster config cannot be loaded or an address cannot be served; 2 for bad flags.
   app->add_subcommand("gate", "hold the pod until its run's endpoint lists are published, then be its agent");
   app->add_subcommand("agent", "the agent alone");
   cmdline::AddHelpCommand(*app);
-  auto gate_only = [&flags](CLI::Option* option) { flags.gate_only.push_back(option); };
-
-  const std::string identity = "Required flags (gate; agent: --job, --role and --metrics-port)";
-  o.ns = "default";
-  app->add_option("--namespace", o.ns, "the job's namespace")
-      ->type_name("NS")->check(Is([](std::string_view s) { return IsDnsLabel(s); }, "a namespace name (a DNS label: a-z, 0-9, '-')"))->group(identity);
-  app->add_option("--job", o.job, "the FleetJob's name")->type_name("NAME")->check(Is(IsDnsSubdomain, "an object name"))->group(identity);
-  app->add_option("--pod", o.pod, "this pod's name")->type_name("POD")->check(Is(IsDnsSubdomain, "a pod name"))->group(identity);
-  app->add_option("--role", o.role, "this pod's role: server, worker or a heter stage's name")
-      ->type_name("ROLE")->check(Is(IsPlainToken, "a role name"))->group(identity);
-  gate_only(app->add_option("--run", o.run, "the job run this pod belongs to")
-                ->type_name("N")->transform(cmdline::IntegerIn(0, INT_MAX))->group(identity));
-  gate_only(app->add_option("--config-map", o.config_map, "the job's endpoints ConfigMap")
-                ->type_name("NAME")->check(Is(IsDnsSubdomain, "a ConfigMap name"))->group(identity));
-  app->add_option("--metrics-port", o.metrics_port, "the port of the HTTP endpoints")
-      ->type_name("PORT")->transform(cmdline::IntegerIn(1, 65535))->group(identity);
-
-  const std::string agent = "Agent flags";
-  app->add_option("--rank", a.rank, "the rank of the pod's first process")
-      ->type_name("N")->transform(cmdline::IntegerIn(0, 1000000))->capture_default_str()->group(agent);
-  app->add_option("--ranks", a.ranks, "processes in the pod: workerlog.K is rank N+K")
-      ->type_name("N")->transform(cmdline::IntegerIn(1, 4096))->capture_default_str()->group(agent);
-  app->add_option("--log-dir", a.log_dir, "follow workerlog.K, serverlog.K and heterlog.K in DIR (fleetrun --log_dir)")
-      ->type_name("DIR")->check(cmdline::NonEmpty())->group(agent);
-  app->add_option("--log-file", a.log_files,
-                  "follow this file (repeatable; it may appear later): rank N; .../workerlog.K is N+K if --ranks > 1")
-      ->type_name("PATH")->check(cmdline::NonEmpty())->allow_extra_args(false)->group(agent);
-  app->add_option_function<std::vector<std::string>>(
-         "--pattern",
-         [&a](const std::vector<std::string>& patterns) {
-           for (const std::string& pattern : patterns) {
-             if (auto compiled = StepPattern::Compile(pattern); !compiled) throw CLI::ValidationError(compiled.error());
-           }
-           a.patterns = patterns;
-         },
-         "an extra step pattern with named groups, e.g. 'it (?P<step>\\d+) l=(?P<loss>\\S+)' (repeatable; names: "
-         "step, epoch, loss, step_time, samples, samples_per_second, others are custom scalars)")
-      ->type_name("REGEX")->allow_extra_args(false)->group(agent);
-  app->add_option("--max-line-bytes", a.max_line_bytes, "longer log lines are skipped and counted")
-      ->type_name("N")->transform(cmdline::IntegerIn(256, 1 << 20))->capture_default_str()->group(agent);
-  AddDuration(*app, "--log-poll-interval", a.log_poll_interval, "how often the logs are read")->group(agent);
-  app->add_option_function<std::string>(
-         "--stall-window",
-         [&a](const std::string& text) {
-           // Off: "off" or a zero duration however written (the operator writes "0s" for servers).
-           static const std::regex kZero("0+(ms|s|m|h)?");
-           if (text == "off" || std::regex_match(text, kZero)) {
-             a.stall_window = std::chrono::milliseconds(0);
-             return;
-           }
-           auto window = ParseDuration(text, "--stall-window");
-           if (!window) throw CLI::ValidationError(window.error());
-           if (*window < std::chrono::seconds(1)) throw CLI::ValidationError("--stall-window: must be at least 1s (or 0: off)");
-           a.stall_window = *window;
-         },
-         "a rank with no step for this long is stalled (0: off)")
-      ->type_name("D")->default_str(DurationText(a.stall_window))->group(agent);
-  for (auto [name, out, protocol] :
-       {std::tuple<const char*, std::string*, const char*>{"--report-http", &a.report_http,
-                                                            "take JSON (or text) step reports on POST /v1/report"},
-        {"--report-udp", &a.report_udp, "take text protocol reports (\"step=12 loss=0.5 acc=0.9\")"}}) {
-    app->add_option_function<std::string>(
-           name,
-           [field = out, flag = std::string(name)](const std::string& text) {
-             if (text == "off") return;
-             auto address = ParseLoopbackAddress(text, flag);
-             if (!address) throw CLI::ValidationError(address.error());
-             *field = *address;
-           },
-           std::string(protocol) + " (loopback only; off: none)")
-        ->type_name("HOST:PORT")->group(agent);
-  }
-  app->add_option("--report-socket", a.report_socket, "take text protocol reports on a Unix datagram socket")
-      ->type_name("PATH")
-      ->check(CLI::Validator(
-          [](std::string& path) {
-            return !path.empty() && path.front() == '/' && path.size() <= 107
-                       ? std::string()
-                       : "expected an absolute path of at most 107 bytes, got " + Quote(path);
-          },
-          ""))
-      ->group(agent);
-  app->add_option("--main-process", a.main_process,
-                  "auto (observe it when PID 1 is the pod's pause process: shareProcessNamespace), on or off")
-      ->check(cmdline::OneOf({"auto", "on", "off"}))->capture_default_str()->group(agent);
-  app->add_option("--main-process-match", a.main_process_match, "the main process's command line (default: any other process)")
-      ->type_name("REGEX")
-      ->check(CLI::Validator(
-          [](std::string& pattern) {
-            auto compiled = CompileUserRegex(pattern);
-            return compiled ? std::string() : "not a valid regular expression: " + compiled.error();
-          },
-          ""))
-      ->group(agent);
-  AddDuration(*app, "--peer-check-interval", a.peer_check_interval, "how often a parameter-server trainer checks its servers")
-      ->group(agent);
-  cmdline::AddSwitch(*app, "--pod-condition", a.pod_condition,
-                     "write the TrainingProgress pod condition (default: on for gate, off for agent)")
-      ->group(agent);
-  AddDuration(*app, "--condition-min-interval", a.condition_min_interval,
-              "at most one condition write per D (only state changes are written)")
-      ->group(agent);
-
-  const std::string other = "Other flags";
-  gate_only(cmdline::AddSwitch(*app, "--exit-when-ready", o.exit_when_ready,
-                               "(gate) exit 0 as soon as the gate opens (a plain init container: no agent)")
-                ->group(other));
-  app->add_option("--kubeconfig", o.kubeconfig, "a kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
-      ->type_name("PATH")->check(cmdline::NonEmpty())->group(other);
-  app->add_option("--listen", o.listen, "where to serve HTTP (default: $POD_IP:<metrics-port>, 127.0.0.1 without POD_IP)")
-      ->type_name("HOST:PORT")
-      ->check(CLI::Validator(
-          [](std::string& text) {
-            auto listen = ParseListen(text);
-            return listen ? std::string() : listen.error();
-          },
-          ""))
-      ->group(other);
-  gate_only(app->add_option("--mode", o.mode, "(gate) with ps or ps-heter, a trainer requires the server list")
-                ->check(cmdline::OneOf({"collective", "ps", "ps-heter"}))->group(other));
-  gate_only(AddDuration(*app, "--server-connect-timeout", o.server_connect_timeout,
-                        "(gate) one TCP connection attempt to a server")->group(other));
-  gate_only(AddDuration(*app, "--server-retry-max", o.server_retry_max,
-                        "(gate) the longest pause between rounds of server probes")->group(other));
-  gate_only(AddDuration(*app, "--api-timeout", o.api_timeout, "(gate) one API request")->group(other));
-  gate_only(AddDuration(*app, "--api-retry-max", o.api_retry_max,
-                        "(gate) the longest pause before retrying a failed list or watch")->group(other));
-  flags.watch_timeout = o.watch_timeout;
-  gate_only(AddDuration(*app, "--watch-timeout", flags.watch_timeout,
-                        "(gate) the server ends each watch after this long; it is then resumed")->group(other));
+  AddIdentityFlags(*app, flags);
+  AddStepLogFlags(*app, flags.cl.agent);
+  AddAgentInputFlags(*app, flags.cl.agent);
+  AddOtherFlags(*app, flags);
   return app;
 }
 

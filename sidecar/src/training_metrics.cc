@@ -128,6 +128,16 @@ struct TrainingMetrics::Rank {
   double loss = 0, sps = 0, last_step_time = 0;
   std::vector<std::pair<std::string, double>> scalars;   // name (as reported) -> value
   std::vector<std::string> scalar_labels;                 // ,name="..." per scalar
+
+  // Updating from one record (ApplyLocked), given the steps it completes (`delta`):
+  // The seconds one of those steps took (-1: unknown); remembers the record's times for the next.
+  double TimeSteps(const StepRecord& rec, int64_t delta, bool timed, uint64_t call, Clock::time_point now);
+  // Counts `delta` > 0 steps, into the duration histogram too when `per_step` is known.
+  void CountSteps(int64_t delta, double per_step, Clock::time_point now);
+  // Total steps, loss and samples per second.
+  void TakeGauges(const StepRecord& rec, int64_t delta, double per_step);
+  // The custom scalars; returns how many were dropped (over kMaxScalarsPerRank).
+  size_t TakeScalars(const StepRecord& rec);
 };
 
 TrainingMetrics::TrainingMetrics(PodIdentity identity) : identity_(std::move(identity)) {
@@ -179,7 +189,14 @@ ApplyStats TrainingMetrics::Apply(const Input* inputs, size_t count, bool timed,
 void TrainingMetrics::ApplyLocked(Rank& r, const StepRecord& rec, bool timed, uint64_t call, Clock::time_point now,
                                   ApplyStats* stats) {
   ++stats->applied;
-  // Steps this record completes.
+  const int64_t delta = StepsCompletedLocked(r, rec);
+  const double per_step = r.TimeSteps(rec, delta, timed, call, now);
+  if (delta > 0) r.CountSteps(delta, per_step, now);
+  r.TakeGauges(rec, delta, per_step);
+  stats->dropped_scalars += r.TakeScalars(rec) + rec.scalars_dropped;
+}
+
+int64_t TrainingMetrics::StepsCompletedLocked(Rank& r, const StepRecord& rec) {
   int64_t delta = rec.Has(StepRecord::kSteps) || !rec.Has(StepRecord::kStep) ? rec.steps : 1;
   if (rec.Has(StepRecord::kStep)) {
     const bool new_epoch = rec.Has(StepRecord::kEpoch) && r.has_epoch && rec.epoch > r.last_epoch;
@@ -204,74 +221,81 @@ void TrainingMetrics::ApplyLocked(Rank& r, const StepRecord& rec, bool timed, ui
     r.has_epoch = true;
     r.last_epoch = rec.epoch;
   }
+  return delta;
+}
 
-  // Seconds per step.
+double TrainingMetrics::Rank::TimeSteps(const StepRecord& rec, int64_t delta, bool timed, uint64_t call,
+                                        Clock::time_point now) {
   double per_step = -1;
   if (rec.Has(StepRecord::kStepTime)) {
     per_step = rec.step_time;
   } else if (rec.Has(StepRecord::kTotalTime)) {
-    if (r.has_total_time && rec.total_time > r.last_total_time && delta > 0) {
-      per_step = (rec.total_time - r.last_total_time) / static_cast<double>(delta);
+    if (has_total_time && rec.total_time > last_total_time && delta > 0) {
+      per_step = (rec.total_time - last_total_time) / static_cast<double>(delta);
     }
-  } else if (timed && r.has_wall && r.last_call != call && delta > 0) {
-    per_step = std::chrono::duration<double>(now - r.last_wall).count() / static_cast<double>(delta);
+  } else if (timed && has_wall && last_call != call && delta > 0) {
+    per_step = std::chrono::duration<double>(now - last_wall).count() / static_cast<double>(delta);
   }
   if (rec.Has(StepRecord::kTotalTime)) {
-    r.has_total_time = true;
-    r.last_total_time = rec.total_time;
+    has_total_time = true;
+    last_total_time = rec.total_time;
   }
   if (timed) {
-    r.has_wall = true;
-    r.last_wall = now;
-    r.last_call = call;
+    has_wall = true;
+    last_wall = now;
+    last_call = call;
   } else {
-    r.has_wall = false;
+    has_wall = false;
   }
+  return per_step;
+}
 
-  if (delta > 0) {
-    // Bounded as every count (kMaxStepCount), so that the operator, which refuses a larger one,
-    // still reads the pod's answer.
-    r.steps = std::min(r.steps + static_cast<double>(delta), static_cast<double>(kMaxStepCount));
-    r.seen_step = true;
-    r.last_progress = now;
-    if (per_step >= 0 && std::isfinite(per_step)) {
-      r.step_seconds = per_step;
-      const auto& bounds = StepDurationBuckets();
-      const size_t bucket =
-          static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), per_step) - bounds.begin());
-      r.buckets[bucket] += static_cast<uint64_t>(delta);
-      r.duration_count += static_cast<uint64_t>(delta);
-      r.duration_sum += per_step * static_cast<double>(delta);
-      r.has_duration = true;
-    }
-  }
-  if (rec.Has(StepRecord::kTotalSteps)) r.total_steps = rec.total_steps;
+void TrainingMetrics::Rank::CountSteps(int64_t delta, double per_step, Clock::time_point now) {
+  // Bounded as every count (kMaxStepCount), so that the operator, which refuses a larger one,
+  // still reads the pod's answer.
+  steps = std::min(steps + static_cast<double>(delta), static_cast<double>(kMaxStepCount));
+  seen_step = true;
+  last_progress = now;
+  if (per_step < 0 || !std::isfinite(per_step)) return;
+  step_seconds = per_step;
+  const auto& bounds = StepDurationBuckets();
+  const size_t bucket = static_cast<size_t>(std::lower_bound(bounds.begin(), bounds.end(), per_step) - bounds.begin());
+  buckets[bucket] += static_cast<uint64_t>(delta);
+  duration_count += static_cast<uint64_t>(delta);
+  duration_sum += per_step * static_cast<double>(delta);
+  has_duration = true;
+}
+
+void TrainingMetrics::Rank::TakeGauges(const StepRecord& rec, int64_t delta, double per_step) {
+  if (rec.Has(StepRecord::kTotalSteps)) total_steps = rec.total_steps;
   if (rec.Has(StepRecord::kLoss)) {
-    r.has_loss = true;
-    r.loss = rec.loss;
+    has_loss = true;
+    loss = rec.loss;
   }
   if (rec.Has(StepRecord::kSamplesPerSecond)) {
-    r.has_sps = true;
-    r.sps = rec.samples_per_second;
+    has_sps = true;
+    sps = rec.samples_per_second;
   } else if (rec.Has(StepRecord::kSamples) && per_step > 0 && delta > 0) {
-    r.has_sps = true;
-    r.sps = rec.samples / (per_step * static_cast<double>(delta));
+    has_sps = true;
+    sps = rec.samples / (per_step * static_cast<double>(delta));
   }
+}
+
+size_t TrainingMetrics::Rank::TakeScalars(const StepRecord& rec) {
+  size_t dropped = 0;
   for (size_t i = 0; i < rec.scalar_count; ++i) {
     const StepRecord::Scalar& s = rec.scalars[i];
-    auto it = std::find_if(r.scalars.begin(), r.scalars.end(), [&](const auto& p) { return p.first == s.name; });
-    if (it == r.scalars.end()) {
-      if (r.scalars.size() >= kMaxScalarsPerRank) {
-        ++stats->dropped_scalars;
-        continue;
-      }
-      r.scalars.emplace_back(std::string(s.name), s.value);
-      r.scalar_labels.push_back(",name=\"" + Escaped(std::string(s.name)) + "\"");
-      continue;
+    auto it = std::find_if(scalars.begin(), scalars.end(), [&](const auto& p) { return p.first == s.name; });
+    if (it != scalars.end()) {
+      it->second = s.value;
+    } else if (scalars.size() >= kMaxScalarsPerRank) {
+      ++dropped;
+    } else {
+      scalars.emplace_back(std::string(s.name), s.value);
+      scalar_labels.push_back(",name=\"" + Escaped(std::string(s.name)) + "\"");
     }
-    it->second = s.value;
   }
-  stats->dropped_scalars += rec.scalars_dropped;
+  return dropped;
 }
 
 void TrainingMetrics::CountRestart() {

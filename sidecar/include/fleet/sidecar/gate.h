@@ -106,6 +106,11 @@ class Gate {
   struct Metrics;
 
   void WatchLoop();
+  // One list of the ConfigMap, applied; its resourceVersion (where the watch starts).
+  kube::StatusOr<std::string> ListConfigMap();
+  // One watch from *resource_version, applying each change and moving *resource_version on;
+  // counts the events it delivers in *events. Ends as the server or the cancel token ends it.
+  kube::ApiStatus WatchConfigMap(std::string* resource_version, int64_t* events);
   void ProbeLoop();
   void RunThread(const char* name, void (Gate::*body)());
   void ApiFailed(const std::string& what, const kube::ApiStatus& status, std::chrono::milliseconds retry_in);

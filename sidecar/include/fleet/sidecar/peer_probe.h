@@ -10,6 +10,7 @@
 #include <chrono>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,11 @@ class PeerProber {
  private:
   struct Shared;
   struct Lookup;
+  struct Hosts;
+  Hosts ResolveHosts(const std::vector<Endpoint>& endpoints, const kube::CancelToken& cancel);
+  void StartLookups(const std::set<std::string>& names, Hosts* hosts);
+  void AwaitLookups(const std::set<std::string>& names, const kube::CancelToken& cancel, Hosts* hosts);
+
   std::chrono::milliseconds connect_timeout_;
   std::chrono::milliseconds resolve_timeout_;
   std::shared_ptr<Shared> shared_;

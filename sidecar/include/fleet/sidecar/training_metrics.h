@@ -110,6 +110,8 @@ class TrainingMetrics {
   Rank* RankLocked(int rank);
   void ApplyLocked(Rank& r, const StepRecord& record, bool timed, uint64_t call, Clock::time_point now,
                    ApplyStats* stats);
+  // The steps `record` completes for `r` (a step number going back counts a restart).
+  int64_t StepsCompletedLocked(Rank& r, const StepRecord& record);
 
   const PodIdentity identity_;
   std::string pod_labels_;                     // the pod-level series' labels, formatted
