@@ -12,19 +12,6 @@
 namespace fleet::op {
 namespace {
 
-std::optional<double> Number(const Json& object, const char* key) {
-  auto it = object.find(key);
-  if (it == object.end() || !it->is_number()) return std::nullopt;
-  const double v = it->get<double>();
-  return std::isfinite(v) ? std::optional<double>(v) : std::nullopt;
-}
-
-// A number in [low, high]; nullopt for anything else.
-std::optional<double> NumberIn(const Json& object, const char* key, double low, double high) {
-  auto v = Number(object, key);
-  return v && *v >= low && *v <= high ? v : std::nullopt;
-}
-
 // The lower median: of two ranks, the slower one's (a job is as far as its slower half).
 double Median(std::vector<double> values) {
   if (values.empty()) return 0;
@@ -61,7 +48,7 @@ std::optional<double> Speed(const RankReport& r, const std::map<std::pair<std::s
   if (it != before.end() && seconds > 0 && r.steps >= it->second->steps) {
     return std::min(kMaxStepsPerSecond, (r.steps - it->second->steps) / seconds);
   }
-  if (r.step_seconds) return 1 / *r.step_seconds;   // ParseSidecarStatus kept it >= 1 / kMaxStepsPerSecond
+  if (r.step_seconds) return 1 / *r.step_seconds;   // SidecarReport::FromJson kept it >= 1 / kMaxStepsPerSecond
   return std::nullopt;
 }
 
@@ -75,40 +62,26 @@ struct RankRow {
 
 Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const std::string& role,
                                                    const std::string& pod) {
-  const Json status = Json::parse(body, nullptr, /*allow_exceptions=*/false);
-  if (!status.is_object()) return Error{"not a JSON object"};
-  auto ranks = status.find("ranks");
-  if (ranks == status.end() || !ranks->is_array()) return Error{"no ranks array"};
-  std::set<int64_t> stalled;
-  if (auto s = status.find("stalled"); s != status.end() && s->is_array()) {
-    for (const Json& rank : *s) {
-      if (rank.is_number_integer()) stalled.insert(rank.get<int64_t>());
-    }
-  }
+  FLEET_ASSIGN_OR_RETURN(const api::SidecarReport report,
+                         api::SidecarReport::FromJson(Json::parse(body, nullptr, /*allow_exceptions=*/false)));
+  const std::set<int> stalled(report.stalled.begin(), report.stalled.end());
   std::vector<RankReport> out;
-  for (const Json& rank : *ranks) {
-    if (!rank.is_object()) return Error{"a rank is not an object"};
-    auto number = NumberIn(rank, "rank", 0, 1e7);
-    auto steps = NumberIn(rank, "steps", 0, kMaxProgressSteps);
-    auto step = NumberIn(rank, "step", 0, kMaxProgressSteps);
-    if (!steps) steps = step;   // a sidecar older than "steps"
-    if (!number || !steps) return Error{"a rank without rank and steps (each from 0 to 2^53)"};
+  out.reserve(report.ranks.size());
+  for (const api::SidecarReport::Rank& rank : report.ranks) {
     RankReport r;
     r.role = role;
     r.pod = pod;
-    r.rank = static_cast<int>(*number);
-    r.steps = std::floor(*steps);
-    r.idle_seconds = NumberIn(rank, "idleSeconds", 0, kMaxProgressSeconds).value_or(0);
-    r.stalled = stalled.count(r.rank) > 0;
-    if (auto total = NumberIn(rank, "totalSteps", 1, kMaxProgressSteps)) {
-      r.total_steps = static_cast<int64_t>(*total);
-      // "step 5001/10000": the logged number counts against the total (a run resumed from a
-      // checkpoint starts there), where the sidecar's count starts at the first step it saw.
-      if (step && *step > 0) r.steps = std::floor(*step);
-    }
-    r.loss = Number(rank, "loss");
-    r.samples_per_second = NumberIn(rank, "samplesPerSecond", 0, kMaxSamplesPerSecond);
-    r.step_seconds = NumberIn(rank, "stepSeconds", 1 / kMaxStepsPerSecond, kMaxProgressSeconds);
+    r.rank = rank.rank;
+    r.steps = std::floor(rank.steps);
+    // "step 5001/10000": the logged number counts against the total (a run resumed from a
+    // checkpoint starts there), where the sidecar's count starts at the first step it saw.
+    if (rank.total_steps && rank.step > 0) r.steps = static_cast<double>(rank.step);
+    r.idle_seconds = rank.idle_seconds;
+    r.stalled = stalled.count(rank.rank) > 0;
+    r.total_steps = rank.total_steps;
+    r.loss = rank.loss;
+    r.samples_per_second = rank.samples_per_second;
+    r.step_seconds = rank.step_seconds;
     out.push_back(std::move(r));
   }
   return out;

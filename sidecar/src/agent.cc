@@ -20,6 +20,7 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include "fleet/api/sidecar_report.h"
 #include "fleet/base/strings.h"
 #include "fleet/sidecar/log_tailer.h"
 #include "fleet/sidecar/peer_probe.h"
@@ -706,52 +707,35 @@ httpd::Route Agent::ReportRoute() {
 namespace {
 
 // One rank in GET /status, as the operator's progress collector reads it (docs/sidecar.md).
-Json RankJson(const RankProgress& p) {
-  Json rank = {{"rank", p.rank}, {"step", p.step}, {"steps", p.steps}, {"idleSeconds", p.idle_seconds}};
-  if (p.epoch) rank["epoch"] = *p.epoch;
-  if (p.total_steps) rank["totalSteps"] = *p.total_steps;
-  if (p.loss && std::isfinite(*p.loss)) rank["loss"] = *p.loss;   // JSON has no NaN
-  if (p.samples_per_second) rank["samplesPerSecond"] = *p.samples_per_second;
-  if (p.step_seconds) rank["stepSeconds"] = *p.step_seconds;
-  return rank;
+api::SidecarReport::Rank ReportedRank(const RankProgress& p) {
+  return {p.rank, p.step, p.steps, p.idle_seconds, p.epoch, p.total_steps, p.loss, p.samples_per_second, p.step_seconds};
 }
 
 }  // namespace
 
 httpd::Route Agent::StatusRoute() {
   return {"/status", {}, [this](const httpd::Request&) {
-            Json status;
+            api::SidecarReport report;
             {
               std::lock_guard<std::mutex> lock(mu_);
-              const std::string not_ready = NotReadyLocked();
-              status["ready"] = not_ready.empty();
-              if (!not_ready.empty()) status["notReady"] = not_ready;
-              status["gateOpen"] = gate_open_;
-              if (main_observed_) {
-                status["mainProcess"] = {{"running", main_running_}, {"pid", main_pid_}, {"command", main_command_}};
-              }
-              Json ranks = Json::array();
-              for (const RankProgress& p : progress_) ranks.push_back(RankJson(p));
-              status["ranks"] = ranks;
-              Json stalled = Json::array();
-              for (const RankProgress& p : stalled_) stalled.push_back(p.rank);
-              status["stalled"] = stalled;
-              status["peers"] = {{"total", servers_.size()}, {"unreachable", unreachable_}};
+              report.not_ready = NotReadyLocked();
+              report.ready = report.not_ready.empty();
+              report.gate_open = gate_open_;
+              if (main_observed_) report.main_process = {main_running_, main_pid_, main_command_};
+              for (const RankProgress& p : progress_) report.ranks.push_back(ReportedRank(p));
+              for (const RankProgress& p : stalled_) report.stalled.push_back(p.rank);
+              report.peers = {static_cast<int>(servers_.size()), unreachable_};
             }
             if (writer_) {
               if (auto written = writer_->written()) {
-                status["condition"] = {{"type", kProgressConditionType},
-                                       {"status", written->status ? "True" : "False"},
-                                       {"reason", written->reason},
-                                       {"message", written->message}};
+                report.condition = {written->status, written->reason, written->message};
               }
-              const std::string error = writer_->last_error();
-              if (!error.empty()) status["conditionError"] = error;
+              report.condition_error = writer_->last_error();
             }
             // A trainer's command line is any bytes: what is not UTF-8 is replaced, never thrown
             // about (which answered 500 for the pod's life).
             return httpd::Response{200, "application/json",
-                                   status.dump(2, ' ', false, Json::error_handler_t::replace) + "\n"};
+                                   report.ToJson().dump(2, ' ', false, Json::error_handler_t::replace) + "\n"};
           }};
 }
 

@@ -23,6 +23,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fleet/api/progress.h"
+#include "fleet/api/sidecar_report.h"
 #include "fleet/base/result.h"
 
 namespace fleet::op {
@@ -47,22 +48,18 @@ struct RankReport {
   std::optional<double> step_seconds;         // its latest step's duration
 };
 
-// The ranges a report's numbers are kept in. A sidecar's answer is untrusted (the job's author
-// chooses its image), and so is the trainer's log it reads: a number outside its range is not
-// taken, so that no sum, difference or conversion of them can overflow.
-// Steps: 2^53, the integers a JSON number (a double) holds exactly.
-inline constexpr double kMaxProgressSteps = 9007199254740992.0;
-// Steps per second: a step takes at least a microsecond.
-inline constexpr double kMaxStepsPerSecond = 1e6;
-// Samples per second, per rank.
-inline constexpr double kMaxSamplesPerSecond = 1e12;
-// Durations (idle, a step, the time left): a century.
-inline constexpr double kMaxProgressSeconds = 100.0 * 365 * 24 * 3600;
+// The ranges a report's numbers are kept in: the report's own (api/sidecar_report.h), which its
+// reader enforces. A sidecar's answer is untrusted (the job's author chooses its image), and so is
+// the trainer's log it reads.
+inline constexpr double kMaxProgressSteps = api::kMaxReportSteps;
+inline constexpr double kMaxStepsPerSecond = api::kMaxReportStepsPerSecond;
+inline constexpr double kMaxSamplesPerSecond = api::kMaxReportSamplesPerSecond;
+inline constexpr double kMaxProgressSeconds = api::kMaxReportSeconds;
 
-// A sidecar's GET /status body: the ranks it reports, for pod `pod` of role `role`. An error says
-// what is malformed; nothing in the body can make it throw. A logged step, total or speed out of
-// its range above is left out (the rank's own count of steps stands for its step); a rank whose
-// count is out of range is an error.
+// A sidecar's GET /status body (api::SidecarReport): the ranks it reports, for pod `pod` of role
+// `role`. An error says what is malformed; nothing in the body can make it throw. A number out of
+// its range is left out (a logged step too: the rank's own count of steps stands for its step); a
+// rank without its number or count is an error.
 Result<std::vector<RankReport>> ParseSidecarStatus(std::string_view body, const std::string& role,
                                                    const std::string& pod);
 
