@@ -7,7 +7,7 @@
 
 #include "fleet/api/names.h"
 #include "fleet/base/escape.h"
-#include "json_read.h"
+#include "fleet/base/json_read.h"
 
 namespace fleet::api {
 namespace {
