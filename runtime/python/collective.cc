@@ -102,53 +102,44 @@ void RunReleased(const std::shared_ptr<Communicator>& comm, Call&& call) {
   ThrowIfError(status);
 }
 
-}  // namespace
+// Communicator(...): the constructor's options, checked; joining blocks (without the GIL) until every
+// rank has.
+PyCommunicator Open(const py::object& env, const std::string& backend, double rendezvous_timeout, double timeout,
+                    bool host_buffers) {
+  auto choice = collective::ParseBackendChoice(backend);
+  if (!choice) throw py::value_error(choice.error());
+  if (!(rendezvous_timeout > 0) || !(timeout > 0)) throw py::value_error("timeouts must be positive seconds");
+  collective::CommunicatorOptions options;
+  options.backend = *choice;
+  options.rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
+  options.operation_timeout = std::chrono::milliseconds(static_cast<long long>(timeout * 1000));
+  options.host_buffers = host_buffers;
+  const EnvMap vars = EnvFromPython(env);
+  Result<std::unique_ptr<Communicator>> created = Error{""};
+  {
+    py::gil_scoped_release release;
+    created = collective::CreateCommunicator(vars, options);
+  }
+  ThrowIfError(created);
+  return PyCommunicator(std::shared_ptr<Communicator>(std::move(*created)));
+}
 
-void RegisterCollective(py::module_& m) {
-  py::class_<PyCommunicator>(m, "Communicator", R"doc(
-Collectives among the trainers of a collective job, set up from the Paddle launcher env
-(PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT,
-PADDLE_DISTRI_BACKEND, FLAGS_selected_gpus). Blocks until every rank has joined.
+py::buffer AllGather(const PyCommunicator& c, const py::buffer& input, const py::buffer& output, const py::object& dtype) {
+  auto comm = c.Get();
+  Buffer in = Request(input, false, dtype, "all_gather input");
+  Buffer out = Request(output, true, dtype, "all_gather output");
+  if (in.type != out.type) throw py::type_error("all_gather: input and output have different element types");
+  if (out.count != in.count * static_cast<size_t>(comm->size())) {
+    throw py::value_error("all_gather: the output has " + std::to_string(out.count) + " items, needs size * " +
+                          std::to_string(in.count) + " = " + std::to_string(in.count * static_cast<size_t>(comm->size())));
+  }
+  RunReleased(comm, [&](Communicator& x) { return x.AllGather(in.data(), out.data(), in.count, in.type); });
+  return output;
+}
 
-  comm = fleet_runtime.Communicator()              # os.environ, backend chosen from the env
-  comm.all_reduce(grad, op="avg")                  # in place
-  comm.broadcast(params, root=0)
-  comm.all_gather(mine, everyone)                  # len(everyone) == comm.size * len(mine)
-  comm.barrier()
-
-Every rank must call the same operations in the same order. Failures raise fleet_runtime.Error;
-after one, the communicator stays unusable.)doc")
-      .def(py::init([](const py::object& env, const std::string& backend, double rendezvous_timeout, double timeout,
-                       bool host_buffers) {
-             auto choice = collective::ParseBackendChoice(backend);
-             if (!choice) throw py::value_error(choice.error());
-             if (!(rendezvous_timeout > 0) || !(timeout > 0)) throw py::value_error("timeouts must be positive seconds");
-             collective::CommunicatorOptions options;
-             options.backend = *choice;
-             options.rendezvous_timeout = std::chrono::milliseconds(static_cast<long long>(rendezvous_timeout * 1000));
-             options.operation_timeout = std::chrono::milliseconds(static_cast<long long>(timeout * 1000));
-             options.host_buffers = host_buffers;
-             const EnvMap vars = EnvFromPython(env);
-             Result<std::unique_ptr<Communicator>> created = Error{""};
-             {
-               py::gil_scoped_release release;
-               created = collective::CreateCommunicator(vars, options);
-             }
-             ThrowIfError(created);
-             return PyCommunicator(std::shared_ptr<Communicator>(std::move(*created)));
-           }),
-           py::kw_only(), py::arg("env") = py::none(), py::arg("backend") = "auto", py::arg("rendezvous_timeout") = 900.0,
-           py::arg("timeout") = 1800.0, py::arg("host_buffers") = true,
-           "env: a str->str mapping read instead of os.environ; backend: 'auto', 'gloo' or 'nccl'; "
-           "rendezvous_timeout / timeout: seconds to wait for the other ranks to join / for one operation; "
-           "host_buffers: buffers are host memory (nccl stages them through the GPU)")
-      .def_property_readonly("rank", [](const PyCommunicator& c) { return c.Get()->rank(); })
-      .def_property_readonly("size", [](const PyCommunicator& c) { return c.Get()->size(); })
-      .def_property_readonly("backend",
-                             [](const PyCommunicator& c) { return std::string(collective::BackendName(c.Get()->backend())); })
-      .def_property_readonly("device", [](const PyCommunicator& c) { return c.Get()->device(); },
-                             "the CUDA device (nccl), -1 for gloo")
-      .def_property_readonly("closed", &PyCommunicator::closed)
+// The collectives: every rank calls them in the same order.
+void DefineOperations(py::class_<PyCommunicator>& communicator) {
+  communicator
       .def(
           "all_reduce",
           [](const PyCommunicator& c, const py::buffer& buffer, const std::string& op, const py::object& dtype) {
@@ -171,30 +162,48 @@ after one, the communicator stays unusable.)doc")
           },
           py::arg("buffer"), py::arg("root") = 0, py::arg("dtype") = py::none(),
           "In place: every rank ends with root's buffer. Returns the buffer.")
-      .def(
-          "all_gather",
-          [](const PyCommunicator& c, const py::buffer& input, const py::buffer& output, const py::object& dtype) {
-            auto comm = c.Get();
-            Buffer in = Request(input, false, dtype, "all_gather input");
-            Buffer out = Request(output, true, dtype, "all_gather output");
-            if (in.type != out.type) throw py::type_error("all_gather: input and output have different element types");
-            if (out.count != in.count * static_cast<size_t>(comm->size())) {
-              throw py::value_error("all_gather: the output has " + std::to_string(out.count) + " items, needs size * " +
-                                    std::to_string(in.count) + " = " + std::to_string(in.count * static_cast<size_t>(comm->size())));
-            }
-            RunReleased(comm, [&](Communicator& x) { return x.AllGather(in.data(), out.data(), in.count, in.type); });
-            return output;
-          },
-          py::arg("input"), py::arg("output"), py::arg("dtype") = py::none(),
-          "output[r * len(input):(r + 1) * len(input)] = rank r's input, on every rank. Returns output.")
+      .def("all_gather", &AllGather, py::arg("input"), py::arg("output"), py::arg("dtype") = py::none(),
+           "output[r * len(input):(r + 1) * len(input)] = rank r's input, on every rank. Returns output.")
       .def(
           "barrier",
           [](const PyCommunicator& c) {
             auto comm = c.Get();
             RunReleased(comm, [](Communicator& x) { return x.Barrier(); });
           },
-          "Returns once every rank has called barrier().")
-      .def("close", &PyCommunicator::Close, "Releases the communicator (its sockets and ports).")
+          "Returns once every rank has called barrier().");
+}
+
+}  // namespace
+
+void RegisterCollective(py::module_& m) {
+  py::class_<PyCommunicator> communicator(m, "Communicator", R"doc(
+Collectives among the trainers of a collective job, set up from the Paddle launcher env
+(PADDLE_TRAINER_ID, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ENDPOINTS, PADDLE_CURRENT_ENDPOINT,
+PADDLE_DISTRI_BACKEND, FLAGS_selected_gpus). Blocks until every rank has joined.
+
+  comm = fleet_runtime.Communicator()              # os.environ, backend chosen from the env
+  comm.all_reduce(grad, op="avg")                  # in place
+  comm.broadcast(params, root=0)
+  comm.all_gather(mine, everyone)                  # len(everyone) == comm.size * len(mine)
+  comm.barrier()
+
+Every rank must call the same operations in the same order. Failures raise fleet_runtime.Error;
+after one, the communicator stays unusable.)doc");
+  communicator
+      .def(py::init(&Open), py::kw_only(), py::arg("env") = py::none(), py::arg("backend") = "auto",
+           py::arg("rendezvous_timeout") = 900.0, py::arg("timeout") = 1800.0, py::arg("host_buffers") = true,
+           "env: a str->str mapping read instead of os.environ; backend: 'auto', 'gloo' or 'nccl'; "
+           "rendezvous_timeout / timeout: seconds to wait for the other ranks to join / for one operation; "
+           "host_buffers: buffers are host memory (nccl stages them through the GPU)")
+      .def_property_readonly("rank", [](const PyCommunicator& c) { return c.Get()->rank(); })
+      .def_property_readonly("size", [](const PyCommunicator& c) { return c.Get()->size(); })
+      .def_property_readonly("backend",
+                             [](const PyCommunicator& c) { return std::string(collective::BackendName(c.Get()->backend())); })
+      .def_property_readonly("device", [](const PyCommunicator& c) { return c.Get()->device(); },
+                             "the CUDA device (nccl), -1 for gloo")
+      .def_property_readonly("closed", &PyCommunicator::closed);
+  DefineOperations(communicator);
+  communicator.def("close", &PyCommunicator::Close, "Releases the communicator (its sockets and ports).")
       .def("__enter__", [](PyCommunicator& c) -> PyCommunicator& { return c; }, py::return_value_policy::reference)
       .def("__exit__", [](PyCommunicator& c, const py::args&) { c.Close(); })
       .def("__repr__", [](const PyCommunicator& c) {

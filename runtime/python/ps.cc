@@ -172,6 +172,12 @@ const ps::TableConfig& DenseTableOf(uint32_t table) {
   return t;
 }
 
+const ps::TableConfig& SparseTableOf(uint32_t table) {
+  const ps::TableConfig& t = TableOf(table);
+  if (t.kind != ps::TableKind::kSparse) throw py::value_error("table " + std::to_string(table) + " is dense");
+  return t;
+}
+
 // A gradient of the whole dense table `t`, as floats.
 std::vector<float> DenseGradient(const ps::TableConfig& t, const py::object& gradient) {
   std::vector<float> g = Floats(gradient, "gradient");
@@ -218,16 +224,7 @@ struct PyStrategy {
   }
 };
 
-}  // namespace
-
-void RegisterPs(py::module_& parent) {
-  py::module_ m = parent.def_submodule("ps", R"doc(
-The parameter-server half of Paddle's Fleet API, from the Paddle launcher env (TRAINING_ROLE,
-PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ID, POD_IP, PADDLE_PORT).
-Tables are sharded over the servers; SGD / Adam / Adagrad run on the servers; the strategy picks
-sync (a_sync=False), async (a_sync=True) or geo (a_sync=True, a_sync_configs={"k_steps": k}).
-See docs/runtime.md, "Parameter server".)doc");
-
+void RegisterStrategy(py::module_& m) {
   py::class_<PyStrategy>(m, "DistributedStrategy", "fleet.DistributedStrategy(): a_sync (default True) and a_sync_configs.")
       .def(py::init<>())
       .def_readwrite("a_sync", &PyStrategy::a_sync)
@@ -241,7 +238,10 @@ See docs/runtime.md, "Parameter server".)doc");
             s.a_sync_configs = d;
           })
       .def_property_readonly("mode", [](const PyStrategy& s) { return std::string(ps::ModeName(s.ToStrategy().mode())); });
+}
 
+// init, and what the role it read says.
+void RegisterRole(py::module_& m) {
   m.def(
       "init",
       [](const py::object& role_maker, bool is_collective, const py::object& strategy, const py::object& env) {
@@ -265,7 +265,9 @@ See docs/runtime.md, "Parameter server".)doc");
   m.def("server_num", [] { return Need().server_num(); });
   m.def("server_endpoints", [] { return Need().server_endpoints(); });
   m.def("mode", [] { return std::string(ps::ModeName(Need().mode())); }, "'sync', 'async' or 'geo'.");
+}
 
+void RegisterTableDeclarations(py::module_& m) {
   m.def(
       "add_dense_table",
       [](uint32_t table, const py::object& initial, const std::string& optimizer, float learning_rate, float beta1,
@@ -299,7 +301,9 @@ See docs/runtime.md, "Parameter server".)doc");
       "Declares a sparse (embedding) table of rows of `dim` floats, created on first pull, uniform in "
       "[-init_range, init_range] from (seed, table_id, key). max_rows: rows one server may hold (0 = the "
       "server's default); a pull or push that would create more fails with RESOURCE_EXHAUSTED.");
+}
 
+void RegisterServer(py::module_& m) {
   m.def(
       "init_server",
       [](const py::object& model_dir) {
@@ -326,6 +330,10 @@ See docs/runtime.md, "Parameter server".)doc");
         Check(s);
       },
       "Serves until every trainer called stop_worker().");
+}
+
+// The worker's calls that are not about one table's values.
+void RegisterWorker(py::module_& m) {
   m.def(
       "init_worker",
       [] {
@@ -355,7 +363,19 @@ See docs/runtime.md, "Parameter server".)doc");
         Released([&] { return w.Flush(); });
       },
       "geo: sends the pending deltas now; later pulls return the servers' merged values. No-op otherwise.");
+  m.def(
+      "save_persistables",
+      [](const py::object& dirname) {
+        const std::string dir = py::str(dirname).cast<std::string>();
+        ps::Worker& w = NeedWorker();
+        Released([&] { return w.Save(dir); });
+      },
+      py::arg("dirname"),
+      "Every server writes its shards of every table into dirname (on the servers' filesystem); "
+      "init_server(model_dir=dirname) loads them.");
+}
 
+void RegisterDense(py::module_& m) {
   m.def(
       "pull_dense",
       [](uint32_t table, const py::object& out) {
@@ -392,11 +412,13 @@ See docs/runtime.md, "Parameter server".)doc");
       py::arg("table_id"), py::arg("gradient"), py::arg("out") = py::none(),
       "push_dense then pull_dense in one round trip per server: the values after this push (sync: after "
       "every trainer's push of this step).");
+}
+
+void RegisterSparse(py::module_& m) {
   m.def(
       "pull_sparse",
       [](uint32_t table, const py::object& keys, const py::object& out) {
-        const ps::TableConfig& t = TableOf(table);
-        if (t.kind != ps::TableKind::kSparse) throw py::value_error("table " + std::to_string(table) + " is dense");
+        const ps::TableConfig& t = SparseTableOf(table);
         std::vector<uint64_t> k = Keys(keys);
         ps::Worker& w = NeedWorker();
         float* data = nullptr;
@@ -409,8 +431,7 @@ See docs/runtime.md, "Parameter server".)doc");
   m.def(
       "push_sparse",
       [](uint32_t table, const py::object& keys, const py::object& gradient) {
-        const ps::TableConfig& t = TableOf(table);
-        if (t.kind != ps::TableKind::kSparse) throw py::value_error("table " + std::to_string(table) + " is dense");
+        const ps::TableConfig& t = SparseTableOf(table);
         std::vector<uint64_t> k = Keys(keys);
         std::vector<float> g = Floats(gradient, "gradient");
         if (g.size() != k.size() * t.dim) {
@@ -421,16 +442,24 @@ See docs/runtime.md, "Parameter server".)doc");
         Released([&] { return w.PushSparse(table, k.data(), k.size(), g.data()); });
       },
       py::arg("table_id"), py::arg("keys"), py::arg("gradient"), "Gradients of the rows (duplicate keys are summed).");
-  m.def(
-      "save_persistables",
-      [](const py::object& dirname) {
-        const std::string dir = py::str(dirname).cast<std::string>();
-        ps::Worker& w = NeedWorker();
-        Released([&] { return w.Save(dir); });
-      },
-      py::arg("dirname"),
-      "Every server writes its shards of every table into dirname (on the servers' filesystem); "
-      "init_server(model_dir=dirname) loads them.");
+}
+
+}  // namespace
+
+void RegisterPs(py::module_& parent) {
+  py::module_ m = parent.def_submodule("ps", R"doc(
+The parameter-server half of Paddle's Fleet API, from the Paddle launcher env (TRAINING_ROLE,
+PADDLE_PSERVERS_IP_PORT_LIST, PADDLE_TRAINERS_NUM, PADDLE_TRAINER_ID, POD_IP, PADDLE_PORT).
+Tables are sharded over the servers; SGD / Adam / Adagrad run on the servers; the strategy picks
+sync (a_sync=False), async (a_sync=True) or geo (a_sync=True, a_sync_configs={"k_steps": k}).
+See docs/runtime.md, "Parameter server".)doc");
+  RegisterStrategy(m);
+  RegisterRole(m);
+  RegisterTableDeclarations(m);
+  RegisterServer(m);
+  RegisterWorker(m);
+  RegisterDense(m);
+  RegisterSparse(m);
 }
 
 }  // namespace fleet::python

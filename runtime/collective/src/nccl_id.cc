@@ -38,19 +38,85 @@ std::string DescribeHead(const Head& head) {
   return "{version " + std::to_string(fields[0]) + ", ring_id " + std::to_string(fields[1]) + "}";
 }
 
-std::string Rejections(const std::vector<std::string>& rejected, size_t total) {
-  if (total == 0) return "";
-  std::string text = "; ignored " + std::to_string(total) + " other connection(s): " + JoinStrings(rejected, "; ");
-  if (total > rejected.size()) text += "; ...";
-  return text;
-}
-
 struct Pending {
   net::Fd fd;
   std::string peer;
   Head head{};
   size_t got = 0;
 };
+
+// Connections that were not rank 0, counted; the first kMaxReported are named in a timeout's message.
+struct Rejections {
+  std::vector<std::string> named;
+  size_t total = 0;
+
+  void Add(const Pending& p, const std::string& why) {
+    ++total;
+    if (named.size() < kMaxReported) named.push_back(p.peer + " " + why);
+  }
+  std::string Describe() const {
+    if (total == 0) return "";
+    std::string text = "; ignored " + std::to_string(total) + " other connection(s): " + JoinStrings(named, "; ");
+    if (total > named.size()) text += "; ...";
+    return text;
+  }
+};
+
+// Reads what has come of a pending connection's head. kRankZero: the whole head, and it is
+// Paddle's (the ids follow); kRejected: it closed early or sent another head (counted in rejections).
+enum class HeadRead { kIncomplete, kRejected, kRankZero };
+HeadRead ReadHead(Pending& p, const Head& expected, Rejections& rejections) {
+  const ssize_t got = ::recv(p.fd.get(), p.head.data() + p.got, kHeadBytes - p.got, 0);
+  if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return HeadRead::kIncomplete;
+  if (got <= 0) {
+    rejections.Add(p, "closed the connection after " + std::to_string(p.got) + " of " + std::to_string(kHeadBytes) + " head bytes");
+    return HeadRead::kRejected;
+  }
+  p.got += static_cast<size_t>(got);
+  if (p.got < kHeadBytes) return HeadRead::kIncomplete;
+  if (p.head != expected) {
+    rejections.Add(p, "sent head " + DescribeHead(p.head) + ", not Paddle's c_gen_nccl_id head " + DescribeHead(expected));
+    return HeadRead::kRejected;
+  }
+  return HeadRead::kRankZero;
+}
+
+// Rank 0's connection: echoes the head, then reads the ids.
+Result<std::vector<UniqueId>> ReadIds(const Pending& rank_zero, const Head& head, size_t count,
+                                      Clock::time_point deadline) {
+  if (auto s = net::SendAll(rank_zero.fd.get(), head.data(), kHeadBytes, deadline); !s) {
+    return Error{"NCCL id exchange: echoing the head to rank 0 (" + rank_zero.peer + ") failed: " + s.error()};
+  }
+  std::vector<UniqueId> ids(count);
+  for (size_t k = 0; k < count; ++k) {
+    auto read = net::RecvAll(rank_zero.fd.get(), ids[k].data(), kUniqueIdBytes, deadline);
+    if (!read) {
+      return Error{"NCCL id exchange: reading id " + std::to_string(k) + " from rank 0 (" + rank_zero.peer +
+                   ") failed: " + read.error()};
+    }
+    if (*read < kUniqueIdBytes) {
+      return Error{"NCCL id exchange: rank 0 (" + rank_zero.peer + ") closed the connection after " +
+                   std::to_string(k * kUniqueIdBytes + *read) + " of " + std::to_string(count * kUniqueIdBytes) +
+                   " id bytes"};
+    }
+  }
+  return ids;
+}
+
+// Accepts every connection waiting on the listener; each is pending until it has sent a head.
+void AcceptAll(int listener, std::vector<Pending>& pending, Rejections& rejections) {
+  while (true) {
+    Pending p;
+    p.fd = net::Fd(::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
+    if (!p.fd.valid()) return;  // EAGAIN: no more for now
+    p.peer = net::PeerName(p.fd.get());
+    if (pending.size() >= kMaxPending) {  // a flood of silent connections: drop the oldest
+      rejections.Add(pending.front(), "stayed silent");
+      pending.erase(pending.begin());
+    }
+    pending.push_back(std::move(p));
+  }
+}
 
 }  // namespace
 
@@ -114,13 +180,7 @@ Result<std::vector<UniqueId>> ReceiveUniqueIds(const std::string& endpoint_text,
   const Head expected = MakeHead(options.ring_id);
 
   std::vector<Pending> pending;
-  std::vector<std::string> rejected;
-  size_t rejected_total = 0;
-  auto reject = [&](const Pending& p, const std::string& why) {
-    ++rejected_total;
-    if (rejected.size() < kMaxReported) rejected.push_back(p.peer + " " + why);
-  };
-
+  Rejections rejections;
   while (true) {
     std::vector<pollfd> fds;
     fds.push_back(pollfd{listener->get(), POLLIN, 0});
@@ -131,7 +191,7 @@ Result<std::vector<UniqueId>> ReceiveUniqueIds(const std::string& endpoint_text,
     }
     if (Clock::now() >= deadline) {
       return Error{"NCCL id exchange: timed out after " + net::FormatDuration(options.timeout) + " waiting for rank 0 to send " +
-                   "the NCCL unique id to " + endpoint_text + Rejections(rejected, rejected_total)};
+                   "the NCCL unique id to " + endpoint_text + rejections.Describe()};
     }
     if (n <= 0) continue;
 
@@ -143,57 +203,18 @@ Result<std::vector<UniqueId>> ReceiveUniqueIds(const std::string& endpoint_text,
         still.push_back(std::move(p));
         continue;
       }
-      const ssize_t got = ::recv(p.fd.get(), p.head.data() + p.got, kHeadBytes - p.got, 0);
-      if (got < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) {
-        still.push_back(std::move(p));
-        continue;
+      switch (ReadHead(p, expected, rejections)) {
+        case HeadRead::kIncomplete:
+          still.push_back(std::move(p));
+          break;
+        case HeadRead::kRejected:
+          break;
+        case HeadRead::kRankZero:
+          return ReadIds(p, expected, count, deadline);
       }
-      if (got <= 0) {
-        reject(p, "closed the connection after " + std::to_string(p.got) + " of " + std::to_string(kHeadBytes) + " head bytes");
-        continue;
-      }
-      p.got += static_cast<size_t>(got);
-      if (p.got < kHeadBytes) {
-        still.push_back(std::move(p));
-        continue;
-      }
-      if (p.head != expected) {
-        reject(p, "sent head " + DescribeHead(p.head) + ", not Paddle's c_gen_nccl_id head " + DescribeHead(expected));
-        continue;
-      }
-      // Rank 0. Echo the head, then read the ids.
-      if (auto s = net::SendAll(p.fd.get(), expected.data(), kHeadBytes, deadline); !s) {
-        return Error{"NCCL id exchange: echoing the head to rank 0 (" + p.peer + ") failed: " + s.error()};
-      }
-      std::vector<UniqueId> ids(count);
-      for (size_t k = 0; k < count; ++k) {
-        auto read = net::RecvAll(p.fd.get(), ids[k].data(), kUniqueIdBytes, deadline);
-        if (!read) {
-          return Error{"NCCL id exchange: reading id " + std::to_string(k) + " from rank 0 (" + p.peer + ") failed: " + read.error()};
-        }
-        if (*read < kUniqueIdBytes) {
-          return Error{"NCCL id exchange: rank 0 (" + p.peer + ") closed the connection after " +
-                       std::to_string(k * kUniqueIdBytes + *read) + " of " + std::to_string(count * kUniqueIdBytes) +
-                       " id bytes"};
-        }
-      }
-      return ids;
     }
     pending = std::move(still);
-
-    if (fds[0].revents & POLLIN) {
-      while (true) {
-        Pending p;
-        p.fd = net::Fd(::accept4(listener->get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK));
-        if (!p.fd.valid()) break;  // EAGAIN: no more for now
-        p.peer = net::PeerName(p.fd.get());
-        if (pending.size() >= kMaxPending) {  // a flood of silent connections: drop the oldest
-          reject(pending.front(), "stayed silent");
-          pending.erase(pending.begin());
-        }
-        pending.push_back(std::move(p));
-      }
-    }
+    if (fds[0].revents & POLLIN) AcceptAll(listener->get(), pending, rejections);
   }
 }
 

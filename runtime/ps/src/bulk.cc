@@ -285,7 +285,16 @@ struct Acceptor::Impl {
   bool stopping = false;
   std::atomic<size_t> dense_open{0};
 
+  // A new connection that has not yet said which protocol it speaks.
+  struct Pending {
+    int fd;
+    Clock::time_point deadline;
+    Clock::time_point recheck;  // a preface that came in part: look again then, not at every wake-up
+    Clock::duration backoff = kFirstRecheck;
+  };
   void AcceptLoop();
+  void SortPending(std::vector<Pending>& pending, const std::vector<short>& woke, Clock::time_point polled_at);
+  void AcceptAll(int listener, std::vector<Pending>& pending);
   void Wake() {
     const uint64_t one = 1;
     [[maybe_unused]] ssize_t n = ::write(wake.get(), &one, sizeof(one));
@@ -401,12 +410,6 @@ Acceptor::~Acceptor() { Shutdown(); }
 // nothing costs a descriptor for kClassifyTimeout, not a thread): gRPC's go to gRPC, dense ones
 // get a thread each.
 void Acceptor::Impl::AcceptLoop() {
-  struct Pending {
-    int fd;
-    Clock::time_point deadline;
-    Clock::time_point recheck;  // a preface that came in part: look again then, not at every wake-up
-    Clock::duration backoff = kFirstRecheck;
-  };
   std::vector<Pending> pending;
   std::vector<pollfd> fds;
   std::vector<size_t> polled;  // the pending connections in fds, in order
@@ -440,54 +443,65 @@ void Acceptor::Impl::AcceptLoop() {
       if (stopping) break;
       JoinFinished();  // a dense connection ended: its thread's stack goes now, not with the next one
     }
-    const Clock::time_point later = Clock::now();
     std::vector<short> woke(pending.size(), 0);
     for (size_t k = 0; k < polled.size(); ++k) woke[polled[k]] = fds[first_pending + k].revents;
-    size_t kept = 0;
-    for (size_t i = 0; i < pending.size(); ++i) {
-      Pending p = pending[i];
-      const bool look = woke[i] != 0 || (p.recheck > now && p.recheck <= later);
-      Kind kind = look ? Classify(p.fd) : Kind::kUndecided;
-      // Part of a preface, and then the peer closed (or time is up): it will never say more.
-      if (kind == Kind::kUndecided && (later >= p.deadline || (woke[i] & (POLLRDHUP | POLLHUP | POLLERR)))) kind = Kind::kNone;
-      if (kind == Kind::kUndecided) {
-        if (look) {
-          p.recheck = later + p.backoff;
-          p.backoff = std::min<Clock::duration>(p.backoff * 2, kMaxRecheck);
-        }
-        pending[kept++] = p;
-      } else if (kind == Kind::kGrpc && ::fcntl(p.fd, F_SETFL, ::fcntl(p.fd, F_GETFL) | O_NONBLOCK) == 0) {
-        // gRPC reads it without blocking. Shutdown joins this thread before gRPC shuts down.
-        grpc::AddInsecureChannelFromFd(grpc_server, p.fd);
-      } else if (kind == Kind::kDense) {
-        StartDense(p.fd);
-      } else {
-        ::close(p.fd);
-      }
-    }
-    pending.resize(kept);
+    SortPending(pending, woke, now);
     for (size_t l = 1; l < first_pending; ++l) {
-      if (fds[l].revents == 0) continue;
-      for (;;) {
-        const int fd = ::accept4(fds[l].fd, nullptr, nullptr, SOCK_CLOEXEC);
-        if (fd < 0) {
-          // Out of descriptors or memory: the connection waits in the backlog; try again shortly
-          // instead of spinning. Others (EAGAIN: none left; a client that gave up) need nothing.
-          if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-            std::this_thread::sleep_for(std::chrono::milliseconds(10));
-          }
-          break;
-        }
-        if (pending.size() >= kMaxPending) {  // the oldest goes: peers that say nothing cannot lock others out
-          ::close(pending.front().fd);
-          pending.erase(pending.begin());
-        }
-        SetNoDelay(fd);
-        pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min(), kFirstRecheck});
-      }
+      if (fds[l].revents != 0) AcceptAll(fds[l].fd, pending);
     }
   }
   for (const Pending& p : pending) ::close(p.fd);
+}
+
+// Classifies the pending connections that woke (woke[i]: their poll events) or whose recheck came
+// since `polled_at`, and hands on those that said what they are. The rest stay, in order.
+void Acceptor::Impl::SortPending(std::vector<Pending>& pending, const std::vector<short>& woke,
+                                 Clock::time_point polled_at) {
+  const Clock::time_point now = Clock::now();
+  size_t kept = 0;
+  for (size_t i = 0; i < pending.size(); ++i) {
+    Pending p = pending[i];
+    const bool look = woke[i] != 0 || (p.recheck > polled_at && p.recheck <= now);
+    Kind kind = look ? Classify(p.fd) : Kind::kUndecided;
+    // Part of a preface, and then the peer closed (or time is up): it will never say more.
+    if (kind == Kind::kUndecided && (now >= p.deadline || (woke[i] & (POLLRDHUP | POLLHUP | POLLERR)))) kind = Kind::kNone;
+    if (kind == Kind::kUndecided) {
+      if (look) {
+        p.recheck = now + p.backoff;
+        p.backoff = std::min<Clock::duration>(p.backoff * 2, kMaxRecheck);
+      }
+      pending[kept++] = p;
+    } else if (kind == Kind::kGrpc && ::fcntl(p.fd, F_SETFL, ::fcntl(p.fd, F_GETFL) | O_NONBLOCK) == 0) {
+      // gRPC reads it without blocking. Shutdown joins this thread before gRPC shuts down.
+      grpc::AddInsecureChannelFromFd(grpc_server, p.fd);
+    } else if (kind == Kind::kDense) {
+      StartDense(p.fd);
+    } else {
+      ::close(p.fd);
+    }
+  }
+  pending.resize(kept);
+}
+
+// Accepts every connection waiting on `listener`; each is pending until it says what it is.
+void Acceptor::Impl::AcceptAll(int listener, std::vector<Pending>& pending) {
+  for (;;) {
+    const int fd = ::accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      // Out of descriptors or memory: the connection waits in the backlog; try again shortly
+      // instead of spinning. Others (EAGAIN: none left; a client that gave up) need nothing.
+      if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      return;
+    }
+    if (pending.size() >= kMaxPending) {  // the oldest goes: peers that say nothing cannot lock others out
+      ::close(pending.front().fd);
+      pending.erase(pending.begin());
+    }
+    SetNoDelay(fd);
+    pending.push_back({fd, Clock::now() + kClassifyTimeout, Clock::time_point::min(), kFirstRecheck});
+  }
 }
 
 void Acceptor::Impl::JoinFinished() {
@@ -762,118 +776,79 @@ void Connections::DropClosed() {
   }
 }
 
+// One Run: what the caller asked for, and the first failure.
+struct Connections::Call {
+  const Request& request;
+  std::chrono::milliseconds timeout;
+  Status first_error;
+};
+
 Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const Request& request) {
   // Each server's requests in order; the buffers are kept from call to call (a step allocates nothing).
-  std::vector<std::vector<size_t>>& queue = queue_;
-  queue.resize(servers_.size());
-  for (auto& q : queue) q.clear();
-  std::vector<size_t>& taken = taken_;
-  taken.assign(servers_.size(), 0);
-  for (size_t i = 0; i < count; ++i) queue[static_cast<size_t>(request.server_of(i))].push_back(i);
-  Status first_error;
-  auto fail = [&](size_t slot, const Status& why) {
-    if (first_error.ok()) first_error = request.annotate(static_cast<int>(slot / kPerServer), why);
-    conns_[slot].reset();  // closed: the server sees the end
-  };
-  auto launch = [&](size_t slot) {
-    const size_t server = slot / kPerServer;
-    if (taken[server] == queue[server].size() || !first_error.ok()) return;
-    const Clock::time_point deadline = Clock::now() + timeout;
-    std::unique_ptr<Conn>& c = conns_[slot];
-    if (!c) {
-      Fd socket;
-      // A server whose packets vanish would otherwise hold every other connection for the kernel's
-      // SYN retries, or the whole (sync) deadline.
-      const Clock::time_point connected_by = std::min(deadline, Clock::now() + kConnectTimeout);
-      if (Status s = ConnectTo(servers_[server], connected_by, &socket); !s.ok()) return fail(slot, s);
-      c = std::make_unique<Conn>();
-      c->socket = std::move(socket);
-    }
-    c->index = queue[server][taken[server]++];
-    c->slices.clear();
-    if (!request.build(c->index).Dump(&c->slices).ok()) return fail(slot, Internal("cannot read a built request"));
-    char* frame_header = c->header;
-    if (c->fresh) {
-      std::memcpy(c->header, kPreface, kPrefaceBytes);
-      frame_header += kPrefaceBytes;
-    }
-    c->out = FrameOf(c->slices, frame_header);
-    if (c->fresh) c->out.front() = {c->header, kPrefaceBytes + kFrameHeaderBytes};
-    c->fresh = false;
-    c->out_first = 0;
-    c->send_error = 0;
-    const size_t expect = kFrameHeaderBytes + std::min(request.answer_bytes(c->index), frame_limit_);
-    if (c->in_capacity < expect || c->in_capacity > 2 * expect + 4096) {
-      c->in_capacity = std::max<size_t>(expect, 256);
-      c->in.reset(new char[c->in_capacity]);
-    }
-    c->in_got = 0;
-    c->deadline = deadline;
-    c->busy = true;
-  };
-  // Sends more of the slot's request, or reads more of its answer; a whole answer is consumed and
-  // the slot's next request launched.
-  auto progress = [&](size_t slot) {
-    Conn& c = *conns_[slot];
-    if (!c.sent()) {
-      const ssize_t n = SendSome(c.socket.get(), c.out, c.out_first);
-      if (n > 0) {
-        Advance(c.out, &c.out_first, static_cast<size_t>(n));
-      } else if (errno == EPIPE || errno == ECONNRESET) {
-        // The server may have answered and closed (a request it refuses without reading): read
-        // that answer rather than report the broken send.
-        c.send_error = errno;
-        c.out_first = c.out.size();
-      } else if (errno != EAGAIN) {
-        fail(slot, Unavailable("the dense connection broke: " + ErrnoText()));
-      }
-      return;
-    }
-    auto broke = [&](const std::string& what) {
-      fail(slot, Unavailable(c.send_error != 0 ? "the dense connection broke: " + std::string(std::strerror(c.send_error)) : what));
-    };
-    // Read what is there; grow the buffer once the header says the answer is longer than hinted.
-    if (c.in_got >= kFrameHeaderBytes) {
-      const size_t whole = kFrameHeaderBytes + FrameLength(c.in.get());
-      if (whole > c.in_capacity) {
-        std::unique_ptr<char[]> bigger(new char[whole]);
-        std::memcpy(bigger.get(), c.in.get(), c.in_got);
-        c.in = std::move(bigger);
-        c.in_capacity = whole;
-      }
-    }
-    const size_t want = c.in_got < kFrameHeaderBytes ? c.in_capacity - c.in_got
-                                                     : kFrameHeaderBytes + FrameLength(c.in.get()) - c.in_got;
-    ssize_t n;
-    do {
-      n = ::recv(c.socket.get(), c.in.get() + c.in_got, want, 0);
-    } while (n < 0 && errno == EINTR);
-    if (n == 0) return broke("the server closed the dense connection");
-    if (n < 0) {
-      if (errno != EAGAIN) broke("the dense connection broke: " + ErrnoText());
-      return;
-    }
-    c.in_got += static_cast<size_t>(n);
-    if (c.in_got < kFrameHeaderBytes) return;
-    const size_t length = FrameLength(c.in.get());
-    if (c.in[0] != 0 || length > frame_limit_) {
-      return fail(slot, Internal("the server sent a malformed frame (" + std::to_string(length) + " bytes)"));
-    }
-    if (c.in_got > kFrameHeaderBytes + length) return fail(slot, Internal("the server sent more than one answer"));
-    if (!c.answered()) return;
-    grpc::Slice slice(c.in.get() + kFrameHeaderBytes, length, grpc::Slice::STATIC_SLICE);
-    const Status result = request.consume(c.index, grpc::ByteBuffer(&slice, 1));
-    c.busy = false;
-    c.slices.clear();
-    c.last_used = Clock::now();
-    if (!result.ok() && first_error.ok()) first_error = result;
-    // The server may close a connection after a failed answer; a new one costs little.
-    if (!result.ok() || c.send_error != 0) conns_[slot].reset();
-    launch(slot);
-  };
+  queue_.resize(servers_.size());
+  for (auto& q : queue_) q.clear();
+  taken_.assign(servers_.size(), 0);
+  for (size_t i = 0; i < count; ++i) queue_[static_cast<size_t>(request.server_of(i))].push_back(i);
+  Call call{request, timeout, Status()};
   DropClosed();
-  for (size_t slot = 0; slot < conns_.size(); ++slot) launch(slot);
+  for (size_t slot = 0; slot < conns_.size(); ++slot) Launch(call, slot);
+  Drive(call);
+  // Idle connections keep no large buffer.
+  for (auto& c : conns_) {
+    if (c && c->in_capacity > (64u << 10)) {
+      c->in.reset();
+      c->in_capacity = 0;
+    }
+  }
+  return call.first_error;
+}
 
+void Connections::Fail(Call& call, size_t slot, const Status& why) {
+  if (call.first_error.ok()) call.first_error = call.request.annotate(static_cast<int>(slot / kPerServer), why);
+  conns_[slot].reset();  // closed: the server sees the end
+}
+
+// Starts the slot's server's next request on the slot (connecting first if it has no connection),
+// unless none is left or a request failed.
+void Connections::Launch(Call& call, size_t slot) {
+  const size_t server = slot / kPerServer;
+  if (taken_[server] == queue_[server].size() || !call.first_error.ok()) return;
+  const Clock::time_point deadline = Clock::now() + call.timeout;
+  std::unique_ptr<Conn>& c = conns_[slot];
+  if (!c) {
+    Fd socket;
+    // A server whose packets vanish would otherwise hold every other connection for the kernel's
+    // SYN retries, or the whole (sync) deadline.
+    const Clock::time_point connected_by = std::min(deadline, Clock::now() + kConnectTimeout);
+    if (Status s = ConnectTo(servers_[server], connected_by, &socket); !s.ok()) return Fail(call, slot, s);
+    c = std::make_unique<Conn>();
+    c->socket = std::move(socket);
+  }
+  c->index = queue_[server][taken_[server]++];
+  c->slices.clear();
+  if (!call.request.build(c->index).Dump(&c->slices).ok()) return Fail(call, slot, Internal("cannot read a built request"));
+  char* frame_header = c->header;
+  if (c->fresh) {
+    std::memcpy(c->header, kPreface, kPrefaceBytes);
+    frame_header += kPrefaceBytes;
+  }
+  c->out = FrameOf(c->slices, frame_header);
+  if (c->fresh) c->out.front() = {c->header, kPrefaceBytes + kFrameHeaderBytes};
+  c->fresh = false;
+  c->out_first = 0;
+  c->send_error = 0;
+  const size_t expect = kFrameHeaderBytes + std::min(call.request.answer_bytes(c->index), frame_limit_);
+  if (c->in_capacity < expect || c->in_capacity > 2 * expect + 4096) {
+    c->in_capacity = std::max<size_t>(expect, 256);
+    c->in.reset(new char[c->in_capacity]);
+  }
+  c->in_got = 0;
+  c->deadline = deadline;
+  c->busy = true;
+}
+
+// Polls the busy connections, sending their requests and reading their answers, until none is busy.
+void Connections::Drive(Call& call) {
   std::vector<pollfd>& fds = fds_;
   std::vector<size_t>& slots = slots_;
   for (;;) {
@@ -891,28 +866,93 @@ Status Connections::Run(size_t count, std::chrono::milliseconds timeout, const R
     if (fds.empty()) break;
     const auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next - Clock::now()).count() + 1;
     if (::poll(fds.data(), fds.size(), static_cast<int>(std::clamp<int64_t>(wait, 0, INT32_MAX))) < 0 && errno != EINTR) {
-      for (size_t slot : slots) fail(slot, Internal("poll: " + ErrnoText()));
+      for (size_t slot : slots) Fail(call, slot, Internal("poll: " + ErrnoText()));
       break;
     }
     for (size_t k = 0; k < fds.size(); ++k) {
-      if (fds[k].revents != 0) progress(slots[k]);
+      if (fds[k].revents == 0) continue;
+      if (!conns_[slots[k]]->sent()) {
+        Send(call, slots[k]);
+      } else {
+        Receive(call, slots[k]);
+      }
     }
     // Late answers fail even while bytes still trickle in.
     const Clock::time_point now = Clock::now();
     for (size_t slot : slots) {
       if (conns_[slot] && conns_[slot]->busy && now >= conns_[slot]->deadline) {
-        fail(slot, Status(Code::kDeadlineExceeded, "no answer within " + std::to_string(timeout.count()) + " ms"));
+        Fail(call, slot, Status(Code::kDeadlineExceeded, "no answer within " + std::to_string(call.timeout.count()) + " ms"));
       }
     }
   }
-  // Idle connections keep no large buffer.
-  for (auto& c : conns_) {
-    if (c && c->in_capacity > (64u << 10)) {
-      c->in.reset();
-      c->in_capacity = 0;
+}
+
+// Sends more of the slot's request.
+void Connections::Send(Call& call, size_t slot) {
+  Conn& c = *conns_[slot];
+  const ssize_t n = SendSome(c.socket.get(), c.out, c.out_first);
+  if (n > 0) {
+    Advance(c.out, &c.out_first, static_cast<size_t>(n));
+  } else if (errno == EPIPE || errno == ECONNRESET) {
+    // The server may have answered and closed (a request it refuses without reading): read
+    // that answer rather than report the broken send.
+    c.send_error = errno;
+    c.out_first = c.out.size();
+  } else if (errno != EAGAIN) {
+    Fail(call, slot, Unavailable("the dense connection broke: " + ErrnoText()));
+  }
+}
+
+// Reads more of the slot's answer; a whole answer is consumed (Finish).
+void Connections::Receive(Call& call, size_t slot) {
+  Conn& c = *conns_[slot];
+  auto broke = [&](const std::string& what) {
+    Fail(call, slot,
+         Unavailable(c.send_error != 0 ? "the dense connection broke: " + std::string(std::strerror(c.send_error)) : what));
+  };
+  // Read what is there; grow the buffer once the header says the answer is longer than hinted.
+  if (c.in_got >= kFrameHeaderBytes) {
+    const size_t whole = kFrameHeaderBytes + FrameLength(c.in.get());
+    if (whole > c.in_capacity) {
+      std::unique_ptr<char[]> bigger(new char[whole]);
+      std::memcpy(bigger.get(), c.in.get(), c.in_got);
+      c.in = std::move(bigger);
+      c.in_capacity = whole;
     }
   }
-  return first_error;
+  const size_t want = c.in_got < kFrameHeaderBytes ? c.in_capacity - c.in_got
+                                                   : kFrameHeaderBytes + FrameLength(c.in.get()) - c.in_got;
+  ssize_t n;
+  do {
+    n = ::recv(c.socket.get(), c.in.get() + c.in_got, want, 0);
+  } while (n < 0 && errno == EINTR);
+  if (n == 0) return broke("the server closed the dense connection");
+  if (n < 0) {
+    if (errno != EAGAIN) broke("the dense connection broke: " + ErrnoText());
+    return;
+  }
+  c.in_got += static_cast<size_t>(n);
+  if (c.in_got < kFrameHeaderBytes) return;
+  const size_t length = FrameLength(c.in.get());
+  if (c.in[0] != 0 || length > frame_limit_) {
+    return Fail(call, slot, Internal("the server sent a malformed frame (" + std::to_string(length) + " bytes)"));
+  }
+  if (c.in_got > kFrameHeaderBytes + length) return Fail(call, slot, Internal("the server sent more than one answer"));
+  if (c.answered()) Finish(call, slot);
+}
+
+// Hands the slot's whole answer to the caller, then starts the slot's next request.
+void Connections::Finish(Call& call, size_t slot) {
+  Conn& c = *conns_[slot];
+  grpc::Slice slice(c.in.get() + kFrameHeaderBytes, FrameLength(c.in.get()), grpc::Slice::STATIC_SLICE);
+  const Status result = call.request.consume(c.index, grpc::ByteBuffer(&slice, 1));
+  c.busy = false;
+  c.slices.clear();
+  c.last_used = Clock::now();
+  if (!result.ok() && call.first_error.ok()) call.first_error = result;
+  // The server may close a connection after a failed answer; a new one costs little.
+  if (!result.ok() || c.send_error != 0) conns_[slot].reset();
+  Launch(call, slot);
 }
 
 }  // namespace fleet::ps::bulk

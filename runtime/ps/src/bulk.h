@@ -112,7 +112,15 @@ class Connections {
 
  private:
   struct Conn;
+  struct Call;  // one Run's request, timeout and first failure
   void DropClosed();
+  void Launch(Call& call, size_t slot);
+  void Drive(Call& call);
+  void Send(Call& call, size_t slot);
+  void Receive(Call& call, size_t slot);
+  void Finish(Call& call, size_t slot);
+  // Closes the slot's connection; the first failure is the one Run returns.
+  void Fail(Call& call, size_t slot, const Status& why);
   std::vector<std::string> servers_;
   size_t frame_limit_;
   std::vector<std::unique_ptr<Conn>> conns_;  // server s's at [s * kPerServer, (s + 1) * kPerServer)

@@ -65,6 +65,8 @@ struct PsClient::Impl {
   std::vector<std::unique_ptr<bulk::Connections>> idle_dense;
 
   int servers() const { return static_cast<int>(stubs.size()); }
+  Status CheckInfo(size_t s, const wire::InfoResponse& resp) const;
+  Status WaitForServers() const;
 
   // A server's failure, named: "pserver 127.0.0.1:6001 (server 1): <what it said>".
   Status Annotate(int server, const grpc::Status& s) const { return Answer(server, FromGrpc(s)); }
@@ -298,7 +300,9 @@ int PsClient::trainer_id() const { return impl_->options.trainer_id; }
 int PsClient::trainers() const { return impl_->options.trainers; }
 int PsClient::server_count() const { return impl_->servers(); }
 
-Status PsClient::Connect(const ClientOptions& options, std::unique_ptr<PsClient>* out) {
+namespace {
+
+Status CheckClientOptions(const ClientOptions& options) {
   if (options.servers.empty()) return InvalidArgument("no parameter servers to connect to");
   if (options.trainers < 1 || options.trainer_id < 0 || options.trainer_id >= options.trainers) {
     return InvalidArgument("trainer id " + std::to_string(options.trainer_id) + " of " +
@@ -312,30 +316,54 @@ Status PsClient::Connect(const ClientOptions& options, std::unique_ptr<PsClient>
   for (const std::string& endpoint : options.servers) {
     if (Status s = bulk::CheckAddress(endpoint); !s.ok()) return InvalidArgument("pserver endpoint " + s.message());
   }
-  TuneProcessOnce();
-  std::unique_ptr<PsClient> client(new PsClient());
-  Impl& impl = *client->impl_;
-  impl.options = options;
-  const int limit = static_cast<int>(std::min<size_t>(options.max_message_bytes + (64u << 10), INT32_MAX));
-  for (const std::string& endpoint : options.servers) {
-    grpc::ChannelArguments args;
-    args.SetMaxReceiveMessageSize(limit);
-    args.SetMaxSendMessageSize(limit);
-    // One connection per server even when a process has several clients (tests, benchmarks).
-    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-    SetTransferArgs(args, options.max_message_bytes);
-    // Reconnect quickly: a server that is still starting, or restarting, is found within 0.1-1 s.
-    args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
-    args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-    auto channel = grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
-    impl.stubs.push_back(wire::ParameterServer::NewStub(channel));
-    impl.generic.push_back(std::make_unique<grpc::GenericStub>(channel));
-  }
+  return Status::Ok();
+}
 
-  // Paddle's trainers wait for every server before training; so do we, with a deadline. A round
-  // asks every server not known ready yet, each call waiting (wait_for_ready) until the round's end
-  // for its channel to connect, so a server is seen as soon as it listens.
+std::shared_ptr<grpc::Channel> OpenChannel(const std::string& endpoint, size_t max_message_bytes) {
+  const int limit = static_cast<int>(std::min<size_t>(max_message_bytes + (64u << 10), INT32_MAX));
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(limit);
+  args.SetMaxSendMessageSize(limit);
+  // One connection per server even when a process has several clients (tests, benchmarks).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  SetTransferArgs(args, max_message_bytes);
+  // Reconnect quickly: a server that is still starting, or restarting, is found within 0.1-1 s.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  return grpc::CreateCustomChannel(endpoint, grpc::InsecureChannelCredentials(), args);
+}
+
+void LogNotReady(const ClientOptions& options, const std::vector<std::string>& not_ready) {
+  std::string list;
+  for (const std::string& e : not_ready) list += (list.empty() ? "'" : ", '") + e + "'";
+  std::ostringstream wait;
+  wait << std::chrono::duration<double>(options.retry_interval).count();
+  options.log("server not ready, wait " + wait.str() + " sec to retry...");
+  options.log("not ready endpoints:[" + list + "]");
+}
+
+}  // namespace
+
+// Whether server s's answer to Info fits this trainer's view of the job.
+Status PsClient::Impl::CheckInfo(size_t s, const wire::InfoResponse& resp) const {
+  if (resp.server_index() != s || resp.server_count() != options.servers.size()) {
+    return FailedPrecondition("pserver " + options.servers[s] + " says it is server " +
+                              std::to_string(resp.server_index()) + " of " + std::to_string(resp.server_count()) +
+                              ", but it is entry " + std::to_string(s) + " of " +
+                              std::to_string(options.servers.size()) + " in this trainer's server list");
+  }
+  if (resp.trainers() != static_cast<uint32_t>(options.trainers)) {
+    return FailedPrecondition("pserver " + options.servers[s] + " expects " + std::to_string(resp.trainers()) +
+                              " trainers, this trainer says " + std::to_string(options.trainers));
+  }
+  return Status::Ok();
+}
+
+// Paddle's trainers wait for every server before training; so do we, with a deadline. A round
+// asks every server not known ready yet, each call waiting (wait_for_ready) until the round's end
+// for its channel to connect, so a server is seen as soon as it listens.
+Status PsClient::Impl::WaitForServers() const {
   const Clock::time_point give_up = Clock::now() + options.connect_timeout;
   std::vector<bool> ready(options.servers.size(), false);
   for (;;) {
@@ -349,39 +377,37 @@ Status PsClient::Connect(const ClientOptions& options, std::unique_ptr<PsClient>
       ctx.set_deadline(std::max(round_end, std::chrono::system_clock::now() + std::chrono::milliseconds(100)));
       wire::InfoRequest req;
       wire::InfoResponse resp;
-      grpc::Status st = impl.stubs[s]->Info(&ctx, req, &resp);
+      grpc::Status st = stubs[s]->Info(&ctx, req, &resp);
       if (!st.ok()) {
         not_ready.push_back(options.servers[s]);
         continue;
       }
-      if (resp.server_index() != s || resp.server_count() != options.servers.size()) {
-        return FailedPrecondition("pserver " + options.servers[s] + " says it is server " +
-                                  std::to_string(resp.server_index()) + " of " + std::to_string(resp.server_count()) +
-                                  ", but it is entry " + std::to_string(s) + " of " +
-                                  std::to_string(options.servers.size()) + " in this trainer's server list");
-      }
-      if (resp.trainers() != static_cast<uint32_t>(options.trainers)) {
-        return FailedPrecondition("pserver " + options.servers[s] + " expects " + std::to_string(resp.trainers()) +
-                                  " trainers, this trainer says " + std::to_string(options.trainers));
-      }
+      if (Status mismatch = CheckInfo(s, resp); !mismatch.ok()) return mismatch;
       ready[s] = true;
     }
-    if (not_ready.empty()) break;
+    if (not_ready.empty()) return Status::Ok();
     if (Clock::now() >= give_up) {
       return Unavailable("parameter servers not reachable after " +
                          std::to_string(std::chrono::duration_cast<std::chrono::seconds>(options.connect_timeout).count()) +
                          " s: " + not_ready.front() +
                          (not_ready.size() > 1 ? " and " + std::to_string(not_ready.size() - 1) + " more" : ""));
     }
-    if (options.log) {
-      std::string list;
-      for (const std::string& e : not_ready) list += (list.empty() ? "'" : ", '") + e + "'";
-      std::ostringstream wait;
-      wait << std::chrono::duration<double>(options.retry_interval).count();
-      options.log("server not ready, wait " + wait.str() + " sec to retry...");
-      options.log("not ready endpoints:[" + list + "]");
-    }
+    if (options.log) LogNotReady(options, not_ready);
   }
+}
+
+Status PsClient::Connect(const ClientOptions& options, std::unique_ptr<PsClient>* out) {
+  if (Status s = CheckClientOptions(options); !s.ok()) return s;
+  TuneProcessOnce();
+  std::unique_ptr<PsClient> client(new PsClient());
+  Impl& impl = *client->impl_;
+  impl.options = options;
+  for (const std::string& endpoint : options.servers) {
+    auto channel = OpenChannel(endpoint, options.max_message_bytes);
+    impl.stubs.push_back(wire::ParameterServer::NewStub(channel));
+    impl.generic.push_back(std::make_unique<grpc::GenericStub>(channel));
+  }
+  if (Status s = impl.WaitForServers(); !s.ok()) return s;
   *out = std::move(client);
   return Status::Ok();
 }

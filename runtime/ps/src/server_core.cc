@@ -133,6 +133,40 @@ struct ServerCore::State {
     }
   }
 
+  // Adds a trainer's chunk to its sync sparse table's step, which then holds `done`. The chunk that
+  // completes the step moves the step to *full and sets *complete. A refusal leaves `done` to the caller.
+  Status JoinSparseStep(uint32_t id, uint32_t trainer, uint32_t chunk_count, const std::string& keys,
+                        const std::string& values, Done& done, SparseRound* full, bool* complete) {
+    std::lock_guard lock(sync_mutex);
+    SyncState& table_sync = sync[id];
+    Status refuse = !aborted.ok() ? aborted : !table_sync.broken.ok() ? table_sync.broken : StoppedTrainers();
+    if (!refuse.ok()) return refuse;
+    SparseRound& round = table_sync.sparse;
+    if (!round.active()) {
+      round = SparseRound();
+      round.parts.resize(static_cast<size_t>(options.trainers));
+      round.started = Clock::now();
+    }
+    SparseRound::Part& part = round.parts[trainer];
+    if (part.expected == 0) part.expected = chunk_count;
+    if (part.expected != chunk_count) {
+      return InvalidArgument("trainer " + std::to_string(trainer) + " announced " + std::to_string(part.expected) +
+                             " chunks for this step of " + TableName(id) + ", then " + std::to_string(chunk_count));
+    }
+    if (part.chunks.size() == part.expected) {
+      return FailedPrecondition("trainer " + std::to_string(trainer) + " pushed " + TableName(id) +
+                                " twice in one sync step");
+    }
+    part.chunks.emplace_back(keys, values);
+    round.waiters.push_back(std::move(done));
+    if (part.chunks.size() == part.expected) ++round.complete;
+    if (round.complete < options.trainers) return Status::Ok();
+    *full = std::move(round);
+    round = SparseRound();
+    *complete = true;
+    return Status::Ok();
+  }
+
   Status CheckSize(uint64_t bytes, const char* what) const {
     if (bytes > options.max_message_bytes) {
       return ResourceExhausted(std::string(what) + " of " + std::to_string(bytes) + " bytes is over the " +
@@ -349,6 +383,40 @@ Status ServerCore::PullSparse(uint32_t id, const std::string& keys, std::string*
   });
 }
 
+namespace {
+
+// A completed sync step of a sparse table: per key, the sum over trainers in trainer order (the
+// result never depends on arrival order), divided by the trainer count, applied to the shard.
+Status ApplySparseStep(const SparseRound& step, uint64_t dim, int trainers, SparseShard* shard) {
+  std::unordered_map<uint64_t, size_t> slot;
+  std::vector<uint64_t> order;
+  std::vector<float> sums;
+  std::vector<float> g(dim);
+  for (const SparseRound::Part& p : step.parts) {
+    for (const auto& [kb, vb] : p.chunks) {
+      const size_t m = kb.size() / sizeof(uint64_t);
+      for (size_t i = 0; i < m; ++i) {
+        uint64_t key;
+        std::memcpy(&key, kb.data() + i * sizeof(uint64_t), sizeof(key));
+        std::memcpy(g.data(), vb.data() + i * dim * sizeof(float), dim * sizeof(float));
+        auto [it, inserted] = slot.try_emplace(key, order.size());
+        if (inserted) {
+          order.push_back(key);
+          sums.insert(sums.end(), g.begin(), g.end());
+        } else {
+          float* sum = sums.data() + it->second * dim;
+          for (uint64_t j = 0; j < dim; ++j) sum[j] += g[j];
+        }
+      }
+    }
+  }
+  const float scale = 1.0f / static_cast<float>(trainers);
+  for (float& x : sums) x *= scale;
+  return shard->Update(order.data(), sums.data(), order.size());
+}
+
+}  // namespace
+
 void ServerCore::PushSparse(uint32_t id, uint32_t trainer, uint32_t chunk_count, const std::string& keys,
                             const std::string& values, Done done) {
   State& st = *state_;
@@ -380,61 +448,13 @@ void ServerCore::PushSparse(uint32_t id, uint32_t trainer, uint32_t chunk_count,
     return done(InvalidArgument("a sync sparse push needs 0 < chunk_count <= 2^20, got " + std::to_string(chunk_count)));
   }
   SparseRound full;
-  {
-    std::lock_guard lock(st.sync_mutex);
-    SyncState& sync = st.sync[id];
-    Status refuse = !st.aborted.ok() ? st.aborted : !sync.broken.ok() ? sync.broken : st.StoppedTrainers();
-    if (!refuse.ok()) return done(refuse);
-    SparseRound& round = sync.sparse;
-    if (!round.active()) {
-      round = SparseRound();
-      round.parts.resize(static_cast<size_t>(st.options.trainers));
-      round.started = Clock::now();
-    }
-    SparseRound::Part& part = round.parts[trainer];
-    if (part.expected == 0) part.expected = chunk_count;
-    if (part.expected != chunk_count) {
-      return done(InvalidArgument("trainer " + std::to_string(trainer) + " announced " +
-                                  std::to_string(part.expected) + " chunks for this step of " + TableName(id) +
-                                  ", then " + std::to_string(chunk_count)));
-    }
-    if (part.chunks.size() == part.expected) {
-      return done(FailedPrecondition("trainer " + std::to_string(trainer) + " pushed " + TableName(id) +
-                                     " twice in one sync step"));
-    }
-    part.chunks.emplace_back(keys, values);
-    round.waiters.push_back(std::move(done));
-    if (part.chunks.size() == part.expected) ++round.complete;
-    if (round.complete < st.options.trainers) return;
-    full = std::move(round);
-    round = SparseRound();
+  bool complete = false;
+  if (Status s = st.JoinSparseStep(id, trainer, chunk_count, keys, values, done, &full, &complete); !s.ok()) {
+    return done(s);
   }
-  // Per key: the sum over trainers in trainer order, divided by the trainer count.
-  std::unordered_map<uint64_t, size_t> slot;
-  std::vector<uint64_t> order;
-  std::vector<float> sums;
-  std::vector<float> g(dim);
-  for (const SparseRound::Part& p : full.parts) {
-    for (const auto& [kb, vb] : p.chunks) {
-      const size_t m = kb.size() / sizeof(uint64_t);
-      for (size_t i = 0; i < m; ++i) {
-        uint64_t key;
-        std::memcpy(&key, kb.data() + i * sizeof(uint64_t), sizeof(key));
-        std::memcpy(g.data(), vb.data() + i * dim * sizeof(float), dim * sizeof(float));
-        auto [it, inserted] = slot.try_emplace(key, order.size());
-        if (inserted) {
-          order.push_back(key);
-          sums.insert(sums.end(), g.begin(), g.end());
-        } else {
-          float* sum = sums.data() + it->second * dim;
-          for (uint64_t j = 0; j < dim; ++j) sum[j] += g[j];
-        }
-      }
-    }
-  }
-  const float scale = 1.0f / static_cast<float>(st.options.trainers);
-  for (float& x : sums) x *= scale;
-  const Status applied = shard->Update(order.data(), sums.data(), order.size());
+  if (!complete) return;  // `done` waits in the step
+  // The last chunk's pusher applies the step, outside the lock.
+  const Status applied = ApplySparseStep(full, dim, st.options.trainers, shard);
   for (Done& d : full.waiters) d(applied);
 }
 
