@@ -177,18 +177,25 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
   w.host_port_base_ = host_port_base;
   w.cluster_domain_ = cluster_domain;
   w.slots_ = PodSlots(job);
-  const FleetJobSpec& spec = job.spec;
+  FLEET_RETURN_IF_ERROR(w.BuildTopology());
+  w.ShareLists();
+  FLEET_ASSIGN_OR_RETURN(const auto key_bytes, w.ListSizes());
+  FLEET_RETURN_IF_ERROR(w.ChooseFiles(key_bytes));
+  return w;
+}
 
-  // Only pods given every process's lists need the job's topology; launchers that find their
-  // peers themselves (a master, etcd, PaddleCloud's node lists) are given less (SymbolicEnv).
+// Only pods given every process's lists need the job's topology; launchers that find their peers
+// themselves (a master, etcd, PaddleCloud's node lists) are given less (SymbolicEnv).
+Status JobWiring::BuildTopology() {
+  const FleetJobSpec& spec = job_->spec;
   if (spec.mode != JobMode::kCollective) {
-    FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(PsLayoutOf(job, w.slots_, host_port_base)));
-    w.topology_ = std::make_shared<Topology>(std::move(topology));
+    FLEET_ASSIGN_OR_RETURN(auto topology, BuildPsTopology(PsLayoutOf(*job_, slots_, host_port_base_)));
+    topology_ = std::make_shared<Topology>(std::move(topology));
   } else if (DiscoveryOf(spec, *spec.Find(RoleKind::kWorker)) == Discovery::kProcessEnv) {
     CollectiveLayout layout;
-    for (const PodSlot& slot : w.slots_) {
+    for (const PodSlot& slot : slots_) {
       layout.nodes.push_back(Symbol(slot.ordinal));
-      layout.node_ports.push_back({op::PodPort(job, slot, host_port_base)});
+      layout.node_ports.push_back({op::PodPort(*job_, slot, host_port_base_)});
     }
     const int gpus = TemplateGpus(spec.roles.front().template_);
     layout.device_kind = gpus > 0 ? DeviceKind::kGpu : DeviceKind::kCpu;
@@ -197,31 +204,33 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     layout.device_groups = {devices};
     layout.gloo.with_gloo = GlooLevel(spec.gloo);
     FLEET_ASSIGN_OR_RETURN(auto topology, BuildCollectiveTopology(layout));
-    w.topology_ = std::make_shared<Topology>(std::move(topology));
+    topology_ = std::make_shared<Topology>(std::move(topology));
   }
-  if (w.topology_) {
-    w.renderer_ = std::make_shared<EnvRenderer>(*w.topology_);
-    w.process_of_slot_.assign(w.slots_.size(), -1);
-    for (size_t p = 0; p < w.topology_->processes.size(); ++p) {
-      const HostTemplate t = ParseTemplate(w.topology_->processes[p].endpoint.host);
-      w.process_of_slot_[static_cast<size_t>(t.holes.front())] = static_cast<int>(p);
-    }
+  if (!topology_) return OkStatus();
+  renderer_ = std::make_shared<EnvRenderer>(*topology_);
+  process_of_slot_.assign(slots_.size(), -1);
+  for (size_t p = 0; p < topology_->processes.size(); ++p) {
+    const HostTemplate t = ParseTemplate(topology_->processes[p].endpoint.host);
+    process_of_slot_[static_cast<size_t>(t.holes.front())] = static_cast<int>(p);
   }
+  return OkStatus();
+}
 
-  // The shared variables: those naming another pod, in the first or the last pod of a role (the
-  // first server names only itself in PADDLE_GLOO_HTTP_ENDPOINT, the others name it). A key per
-  // variable, qualified by the role where roles see different values (heter previous/next lists).
+// The shared variables: those naming another pod, in the first or the last pod of a role (the
+// first server names only itself in PADDLE_GLOO_HTTP_ENDPOINT, the others name it). A key per
+// variable, qualified by the role where roles see different values (heter previous/next lists).
+void JobWiring::ShareLists() {
   std::map<std::string, std::map<std::string, std::string>> by_var;  // var -> role -> value
-  for (const RoleSpec& role : spec.roles) {
+  for (const RoleSpec& role : job_->spec.roles) {
     std::vector<int> samples;
-    for (const PodSlot& slot : w.slots_) {
+    for (const PodSlot& slot : slots_) {
       if (slot.role != &role) continue;
       if (samples.size() < 2) samples.push_back(slot.ordinal);
       else samples.back() = slot.ordinal;
     }
     std::set<std::string> varies;   // long hole-free values the samples disagree on: each pod's own
     for (int ordinal : samples) {
-      for (const auto& [var, value] : w.SymbolicEnv(ordinal)) {
+      for (const auto& [var, value] : SymbolicEnv(ordinal)) {
         const HostTemplate t = ParseTemplate(value);
         if (NamesOthers(t, ordinal)) {
           by_var[var][role.name] = value;
@@ -244,21 +253,23 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
                                   [&first](const auto& rv) { return rv.second == first; });
     for (const auto& [role, value] : per_role) {
       const std::string key = same ? var : var + "." + role;
-      w.key_of_[{role, var}] = key;
-      w.templates_.emplace(key, ParseTemplate(value));
+      key_of_[{role, var}] = key;
+      templates_.emplace(key, ParseTemplate(value));
     }
   }
+}
 
-  // Each key's size, with every pod's host at its longest (Service mode: its DNS name, known now;
-  // else a dotted IPv4 address at its longest); then what travels as files.
+// Each key's size, with every pod's host at its longest (Service mode: its DNS name, known now;
+// else a dotted IPv4 address at its longest); an error past a ConfigMap's 1 MiB.
+Result<std::map<std::string, size_t>> JobWiring::ListSizes() const {
   std::vector<size_t> host_bytes;
-  for (const PodSlot& slot : w.slots_) {
-    host_bytes.push_back(spec.network == Network::kService ? ServiceHost(job, slot.name, cluster_domain).size()
-                                                           : std::string("255.255.255.255").size());
+  for (const PodSlot& slot : slots_) {
+    host_bytes.push_back(job_->spec.network == Network::kService ? ServiceHost(*job_, slot.name, cluster_domain_).size()
+                                                                 : std::string("255.255.255.255").size());
   }
   std::map<std::string, size_t> key_bytes;
   size_t total = 0;
-  for (const auto& [key, t] : w.templates_) {
+  for (const auto& [key, t] : templates_) {
     size_t bytes = 0;
     for (int hole : t.holes) bytes += host_bytes[static_cast<size_t>(hole)];
     for (const std::string& l : t.literals) bytes += l.size();
@@ -269,8 +280,7 @@ Result<JobWiring> JobWiring::Build(const FleetJob& job, int host_port_base, cons
     return Error{"spec: the endpoint lists would take about " + std::to_string(total / 1024) +
                  " KiB, over the 1 MiB limit of a ConfigMap; use fewer pods"};
   }
-  FLEET_RETURN_IF_ERROR(w.ChooseFiles(key_bytes));
-  return w;
+  return key_bytes;
 }
 
 // Per role, largest first: a list over kMaxEnvList, or while the role's lists pass kMaxEnvLists,

@@ -110,6 +110,11 @@ class JobWiring {
   EnvMap LaunchEnv(const PodSlot& slot) const;
   EnvMap PsLaunchEnv(const PodSlot& slot) const;
   std::string SharedKey(int ordinal, const std::string& var) const;
+  // Build's steps: the topology of pods given every process's lists; the ConfigMap keys of the
+  // variables that name other pods; each key's size at its longest; what travels as files.
+  Status BuildTopology();
+  void ShareLists();
+  Result<std::map<std::string, size_t>> ListSizes() const;
   Status ChooseFiles(const std::map<std::string, size_t>& key_bytes);
 
   const FleetJob* job_ = nullptr;
