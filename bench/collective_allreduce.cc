@@ -90,6 +90,96 @@ std::vector<int> FreePorts(int n) {
 // ---------------------------------------------------------------------------------------------
 // Worker: one rank, both Gloo paths.
 
+// One rank's all-reduce paths on one buffer: the fleet communicator, and raw gloo, as its own
+// examples set it up, on two contexts (`context` against fleet, `context2` for the noise floor).
+class Paths {
+ public:
+  Paths(Communicator& fleet_comm, const char* store_dir, size_t largest_bytes)
+      : fleet_comm_(fleet_comm), file_store_(store_dir), buffer_(largest_bytes / sizeof(float), 0.0f) {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = "127.0.0.1";
+    context_ = Connect("raw", attr, device_);
+    context2_ = Connect("raw2", attr, device2_);
+  }
+
+  std::vector<float>& buffer() { return buffer_; }
+  void Fleet(size_t count) {
+    if (!fleet_comm_.AllReduce(buffer_.data(), count, ReduceOp::kSum).ok()) Die("fleet all-reduce failed");
+  }
+  void Raw(size_t count) { RawOn(context_, count); }
+  void RawFloor(size_t count) { RawOn(context2_, count); }
+  void RawBarrier() {
+    gloo::BarrierOptions opts(context_);
+    gloo::barrier(opts);
+  }
+
+ private:
+  std::shared_ptr<gloo::rendezvous::Context> Connect(const std::string& prefix, const gloo::transport::tcp::attr& attr,
+                                                     std::shared_ptr<gloo::transport::Device>& device) {
+    gloo::rendezvous::PrefixStore store(prefix, file_store_);
+    device = gloo::transport::tcp::CreateDevice(attr);
+    auto context = std::make_shared<gloo::rendezvous::Context>(fleet_comm_.rank(), fleet_comm_.size());
+    context->setTimeout(std::chrono::seconds(600));
+    context->connectFullMesh(store, device);
+    return context;
+  }
+  void RawOn(const std::shared_ptr<gloo::rendezvous::Context>& on, size_t count) {
+    gloo::AllreduceOptions opts(on);
+    opts.setOutput(buffer_.data(), count);
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    gloo::allreduce(opts);
+  }
+
+  Communicator& fleet_comm_;
+  gloo::rendezvous::FileStore file_store_;
+  std::vector<float> buffer_;
+  std::shared_ptr<gloo::transport::Device> device_, device2_;
+  std::shared_ptr<gloo::rendezvous::Context> context_, context2_;
+};
+
+// Per path (fleet, gloo, gloo') the sampled times, and per sample triple the ratios to gloo.
+struct Sampled {
+  std::vector<double> times[3], ratios, floor_ratios, cpu_ratios, cpu_floor_ratios;
+};
+
+// `samples` turns of the three paths, one all-reduce of `count` floats at a time.
+Sampled Sample(Paths& paths, size_t count, int64_t samples) {
+  Sampled s;
+  for (int64_t k = 0; k < samples; ++k) {
+    double took[3] = {0, 0, 0};
+    double cpu[3] = {0, 0, 0};
+    for (int turn = 0; turn < 3; ++turn) {
+      const int path = static_cast<int>((k + turn) % 3);
+      const double cpu_start = ProcessCpuSeconds();
+      const auto start = Clock::now();
+      if (path == 0) paths.Fleet(count);
+      if (path == 1) paths.Raw(count);
+      if (path == 2) paths.RawFloor(count);
+      took[path] = Seconds(start);
+      cpu[path] = ProcessCpuSeconds() - cpu_start;
+    }
+    for (int path = 0; path < 3; ++path) s.times[path].push_back(took[path]);
+    s.ratios.push_back(took[0] / took[1]);
+    s.floor_ratios.push_back(took[2] / took[1]);
+    s.cpu_ratios.push_back(cpu[0] / std::max(cpu[1], 1e-9));
+    s.cpu_floor_ratios.push_back(cpu[2] / std::max(cpu[1], 1e-9));
+  }
+  return s;
+}
+
+// Correctness of both paths: rank r contributes r + 1.
+void CheckSums(Paths& paths, size_t count, int rank, int size) {
+  std::vector<float>& buffer = paths.buffer();
+  const float want = static_cast<float>(size * (size + 1) / 2);
+  for (int path = 0; path < 2; ++path) {
+    std::fill(buffer.begin(), buffer.begin() + static_cast<long>(count), static_cast<float>(rank + 1));
+    path == 0 ? paths.Fleet(count) : paths.Raw(count);
+    if (buffer[0] != want || buffer[count - 1] != want) Die(std::string(path == 0 ? "fleet" : "gloo") + " all-reduce gave a wrong sum");
+  }
+  std::fill(buffer.begin(), buffer.end(), 0.0f);
+}
+
+// One rank: every size timed on the three paths, the sums checked; rank 0 prints the results.
 int Worker(const std::vector<size_t>& sizes) {
   const char* store_dir = std::getenv("FLEET_BENCH_STORE_DIR");
   if (!store_dir) Die("worker without FLEET_BENCH_STORE_DIR");
@@ -102,88 +192,32 @@ int Worker(const std::vector<size_t>& sizes) {
   const int rank = fleet_comm.rank();
   const int size = fleet_comm.size();
 
-  // Raw gloo, as its own examples set it up.
-  gloo::rendezvous::FileStore file_store(store_dir);
-  gloo::rendezvous::PrefixStore store("raw", file_store);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(std::chrono::seconds(600));
-  context->connectFullMesh(store, device);
-  gloo::rendezvous::PrefixStore store2("raw2", file_store);
-  auto device2 = gloo::transport::tcp::CreateDevice(attr);
-  auto context2 = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context2->setTimeout(std::chrono::seconds(600));
-  context2->connectFullMesh(store2, device2);
-
   size_t largest = 4;
   for (size_t s : sizes) largest = std::max(largest, s);
-  std::vector<float> buffer(largest / sizeof(float), 0.0f);
-
-  auto fleet_allreduce = [&](size_t count) {
-    if (!fleet_comm.AllReduce(buffer.data(), count, ReduceOp::kSum).ok()) Die("fleet all-reduce failed");
-  };
-  auto raw_allreduce_on = [&](const std::shared_ptr<gloo::rendezvous::Context>& on, size_t count) {
-    gloo::AllreduceOptions opts(on);
-    opts.setOutput(buffer.data(), count);
-    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-    gloo::allreduce(opts);
-  };
-  auto raw_allreduce = [&](size_t count) { raw_allreduce_on(context, count); };
-  auto raw_barrier = [&] {
-    gloo::BarrierOptions opts(context);
-    gloo::barrier(opts);
-  };
+  Paths paths(fleet_comm, store_dir, largest);
 
   for (size_t bytes : sizes) {
     const size_t count = bytes / sizeof(float);
     for (int i = 0; i < 2; ++i) {
-      fleet_allreduce(count);
-      raw_allreduce(count);
+      paths.Fleet(count);
+      paths.Raw(count);
     }
     // Probe on rank 0, shared with the others.
     if (!fleet_comm.Barrier().ok()) Die("barrier failed");
-    auto start = Clock::now();
-    for (int i = 0; i < 3; ++i) fleet_allreduce(count);
+    const auto start = Clock::now();
+    for (int i = 0; i < 3; ++i) paths.Fleet(count);
     int64_t samples = Samples(Seconds(start) / 3);
     if (!fleet_comm.Broadcast(&samples, 1, 0).ok()) Die("broadcast failed");
-    std::vector<double> times[3], ratios, floor_ratios, cpu_ratios, cpu_floor_ratios;  // fleet, gloo, gloo'
-    for (int64_t k = 0; k < samples; ++k) {
-      double took[3] = {0, 0, 0};
-      double cpu[3] = {0, 0, 0};
-      for (int turn = 0; turn < 3; ++turn) {
-        const int path = static_cast<int>((k + turn) % 3);
-        const double cpu_start = ProcessCpuSeconds();
-        start = Clock::now();
-        if (path == 0) fleet_allreduce(count);
-        if (path == 1) raw_allreduce(count);
-        if (path == 2) raw_allreduce_on(context2, count);
-        took[path] = Seconds(start);
-        cpu[path] = ProcessCpuSeconds() - cpu_start;
-      }
-      for (int path = 0; path < 3; ++path) times[path].push_back(took[path]);
-      ratios.push_back(took[0] / took[1]);
-      floor_ratios.push_back(took[2] / took[1]);
-      cpu_ratios.push_back(cpu[0] / std::max(cpu[1], 1e-9));
-      cpu_floor_ratios.push_back(cpu[2] / std::max(cpu[1], 1e-9));
-    }
-    // Correctness of both paths: rank r contributes r + 1.
-    const float want = static_cast<float>(size * (size + 1) / 2);
-    for (int path = 0; path < 2; ++path) {
-      std::fill(buffer.begin(), buffer.begin() + static_cast<long>(count), static_cast<float>(rank + 1));
-      path == 0 ? fleet_allreduce(count) : raw_allreduce(count);
-      if (buffer[0] != want || buffer[count - 1] != want) Die(std::string(path == 0 ? "fleet" : "gloo") + " all-reduce gave a wrong sum");
-    }
-    std::fill(buffer.begin(), buffer.end(), 0.0f);
+    const Sampled s = Sample(paths, count, samples);
+    CheckSums(paths, count, rank, size);
     if (rank == 0) {
       std::printf("RESULT %zu %lld %.9f %.9f %.6f %.6f %.6f %.6f\n", bytes, static_cast<long long>(samples),
-                  Median(times[0]), Median(times[1]), Median(ratios), Median(floor_ratios), Median(cpu_ratios),
-                  Median(cpu_floor_ratios));
+                  Median(s.times[0]), Median(s.times[1]), Median(s.ratios), Median(s.floor_ratios),
+                  Median(s.cpu_ratios), Median(s.cpu_floor_ratios));
     }
     std::fflush(stdout);
   }
-  raw_barrier();
+  paths.RawBarrier();
   if (!fleet_comm.Barrier().ok()) Die("final barrier failed");
   return 0;
 }

@@ -53,6 +53,75 @@ void Finish(ElasticCluster& cluster, const std::vector<int>& nodes) {
   fs::remove(cluster.Root() / "finish");
 }
 
+void StartThree(ElasticCluster& cluster, const std::string& name) {
+  for (int node : {2, 3, 4}) Check(cluster.StartNode(node, name, "2:4"), "node did not start", cluster);
+  Check(cluster.WaitForGeneration({2, 3, 4}, {}, kGiveUpSeconds) >= 0, "the three nodes never ran", cluster);
+}
+
+// (a) SIGKILL, then (b) a join.
+void KillThenJoin(ElasticCluster& cluster, const std::string& job, Times& t) {
+  StartThree(cluster, job);
+  auto seen = cluster.DumpNames();
+  auto start = Clock::now();
+  cluster.KillNode(3, SIGKILL);
+  Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4} after the kill", cluster);
+  t.killed.push_back(SecondsSince(start));
+  seen = cluster.DumpNames();
+  start = Clock::now();
+  Check(cluster.StartNode(5, job, "2:4"), "node 5 did not start", cluster);
+  Check(cluster.WaitForGeneration({2, 4, 5}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4, 5}", cluster);
+  t.joined.push_back(SecondsSince(start));
+  Finish(cluster, {2, 4, 5});
+}
+
+// (a') SIGTERM: the node deregisters as it goes.
+void Terminate(ElasticCluster& cluster, const std::string& job, Times& t) {
+  StartThree(cluster, job);
+  const auto seen = cluster.DumpNames();
+  const auto start = Clock::now();
+  cluster.KillNode(3, SIGTERM);
+  Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4} after SIGTERM", cluster);
+  t.stopped.push_back(SecondsSince(start));
+  Finish(cluster, {2, 4});
+}
+
+// (c) the whole job restarted as a fresh non-elastic job of the survivors.
+void RestartWholeJob(ElasticCluster& cluster, const std::string& job, Times& t) {
+  const std::string survivors = Host(2) + "," + Host(4);
+  StartThree(cluster, job);
+  const auto seen = cluster.DumpNames();
+  const auto start = Clock::now();
+  for (int node : {3, 2, 4}) cluster.KillNode(node, SIGKILL);
+  for (int node : {2, 4}) {
+    Check(cluster.StartFleetrun(node, {"--ips=" + survivors, "--host=" + Host(node),
+                                       "--start_port=" + std::to_string(ElasticCluster::kPort),
+                                       (cluster.Root() / "elastic.sh").string()}),
+          "fleetrun --ips did not start", cluster);
+  }
+  Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "the restarted job never ran", cluster);
+  t.whole_job.push_back(SecondsSince(start));
+  Finish(cluster, {2, 4});
+}
+
+void PrintMedians(const Times& t, int repetitions, int ttl) {
+  const double killed = Median(t.killed), stopped = Median(t.stopped), joined = Median(t.joined),
+               whole = Median(t.whole_job);
+  std::printf("\nmedians of %d runs, PADDLE_ELASTIC_TTL=%d s, loopback:\n", repetitions, ttl);
+  std::printf("  (a)  node SIGKILLed -> survivors running with the new env   %7.3f s  (TTL + %.3f s)\n", killed, killed - ttl);
+  std::printf("  (a') node SIGTERMed -> survivors running with the new env   %7.3f s\n", stopped);
+  std::printf("  (b)  node joined    -> all running with the new env         %7.3f s\n", joined);
+  std::printf("  (c)  whole-job restart of the survivors (fresh fleetrun)     %7.3f s\n", whole);
+  std::printf("  ratios: (a)/(c) %.1f x, (a')/(c) %.1f x, (b)/(c) %.1f x\n", killed / whole, stopped / whole, joined / whole);
+  // fleetrun's restart after the lease: what (a) took beyond the TTL.
+  const double restart = killed - ttl;
+  std::printf("\nwith the default TTL (%d s, Paddle's ELASTIC_TTL), (a) would take up to %.1f s: the lease, then %.3f s\n",
+              kPaddleElasticTtl, kPaddleElasticTtl + restart, restart);
+  const int paddle = kPaddleElasticTtl + kPaddleElasticTimeout + 2 * kPaddlePollSeconds;
+  std::printf("Paddle's elastic launcher, np 2:4, 3 -> 2 nodes: the lease (ELASTIC_TTL), then ELASTIC_TIMEOUT (%d s)\n"
+              "  waiting for MAX nodes, reading etcd every %d s: up to %d s, %.1f x fleetrun's (a) at the same TTL\n",
+              kPaddleElasticTimeout, kPaddlePollSeconds, paddle, paddle / (kPaddleElasticTtl + restart));
+}
+
 }  // namespace
 }  // namespace fleet
 
@@ -74,74 +143,17 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "elastic_recovery: %s\n", error.c_str());
     return 1;
   }
-  const std::string survivors = Host(2) + "," + Host(4);
   Times t;
   for (int rep = 0; rep < repetitions; ++rep) {
     const std::string job = "bench" + std::to_string(rep);
-    auto start_three = [&](const std::string& name) {
-      for (int node : {2, 3, 4}) Check(cluster.StartNode(node, name, "2:4"), "node did not start", cluster);
-      Check(cluster.WaitForGeneration({2, 3, 4}, {}, kGiveUpSeconds) >= 0, "the three nodes never ran", cluster);
-    };
-
-    // (a) SIGKILL, then (b) a join.
-    start_three(job + "a");
-    auto seen = cluster.DumpNames();
-    auto start = Clock::now();
-    cluster.KillNode(3, SIGKILL);
-    Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4} after the kill", cluster);
-    t.killed.push_back(SecondsSince(start));
-    seen = cluster.DumpNames();
-    start = Clock::now();
-    Check(cluster.StartNode(5, job + "a", "2:4"), "node 5 did not start", cluster);
-    Check(cluster.WaitForGeneration({2, 4, 5}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4, 5}", cluster);
-    t.joined.push_back(SecondsSince(start));
-    Finish(cluster, {2, 4, 5});
-
-    // (a') SIGTERM: the node deregisters as it goes.
-    start_three(job + "b");
-    seen = cluster.DumpNames();
-    start = Clock::now();
-    cluster.KillNode(3, SIGTERM);
-    Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "no generation {2, 4} after SIGTERM", cluster);
-    t.stopped.push_back(SecondsSince(start));
-    Finish(cluster, {2, 4});
-
-    // (c) the whole job restarted as a fresh non-elastic job of the survivors.
-    start_three(job + "c");
-    seen = cluster.DumpNames();
-    start = Clock::now();
-    for (int node : {3, 2, 4}) cluster.KillNode(node, SIGKILL);
-    for (int node : {2, 4}) {
-      Check(cluster.StartFleetrun(node, {"--ips=" + survivors, "--host=" + Host(node),
-                                         "--start_port=" + std::to_string(ElasticCluster::kPort),
-                                         (cluster.Root() / "elastic.sh").string()}),
-            "fleetrun --ips did not start", cluster);
-    }
-    Check(cluster.WaitForGeneration({2, 4}, seen, kGiveUpSeconds) >= 0, "the restarted job never ran", cluster);
-    t.whole_job.push_back(SecondsSince(start));
-    Finish(cluster, {2, 4});
-
+    KillThenJoin(cluster, job + "a", t);
+    Terminate(cluster, job + "b", t);
+    RestartWholeJob(cluster, job + "c", t);
     std::printf("run %d: (a) SIGKILL -> running %.3f s, (a') SIGTERM -> running %.3f s, (b) join -> running %.3f s, "
                 "(c) whole-job restart -> running %.3f s\n",
                 rep + 1, t.killed.back(), t.stopped.back(), t.joined.back(), t.whole_job.back());
     std::fflush(stdout);
   }
-
-  const double killed = Median(t.killed), stopped = Median(t.stopped), joined = Median(t.joined),
-               whole = Median(t.whole_job);
-  std::printf("\nmedians of %d runs, PADDLE_ELASTIC_TTL=%d s, loopback:\n", repetitions, ttl);
-  std::printf("  (a)  node SIGKILLed -> survivors running with the new env   %7.3f s  (TTL + %.3f s)\n", killed, killed - ttl);
-  std::printf("  (a') node SIGTERMed -> survivors running with the new env   %7.3f s\n", stopped);
-  std::printf("  (b)  node joined    -> all running with the new env         %7.3f s\n", joined);
-  std::printf("  (c)  whole-job restart of the survivors (fresh fleetrun)     %7.3f s\n", whole);
-  std::printf("  ratios: (a)/(c) %.1f x, (a')/(c) %.1f x, (b)/(c) %.1f x\n", killed / whole, stopped / whole, joined / whole);
-  // fleetrun's restart after the lease: what (a) took beyond the TTL.
-  const double restart = killed - ttl;
-  std::printf("\nwith the default TTL (%d s, Paddle's ELASTIC_TTL), (a) would take up to %.1f s: the lease, then %.3f s\n",
-              kPaddleElasticTtl, kPaddleElasticTtl + restart, restart);
-  const int paddle = kPaddleElasticTtl + kPaddleElasticTimeout + 2 * kPaddlePollSeconds;
-  std::printf("Paddle's elastic launcher, np 2:4, 3 -> 2 nodes: the lease (ELASTIC_TTL), then ELASTIC_TIMEOUT (%d s)\n"
-              "  waiting for MAX nodes, reading etcd every %d s: up to %d s, %.1f x fleetrun's (a) at the same TTL\n",
-              kPaddleElasticTimeout, kPaddlePollSeconds, paddle, paddle / (kPaddleElasticTtl + restart));
+  PrintMedians(t, repetitions, ttl);
   return 0;
 }

@@ -175,22 +175,9 @@ Json WorkerPodTemplate() {
 
 const char* Verdict(bool ok) { return ok ? "meets target" : "MISSES target"; }
 
-}  // namespace
 
-int main(int argc, char** argv) {
-  std::setvbuf(stdout, nullptr, _IOLBF, 0);   // progress shows as it happens when piped
-  const int pods = argc > 1 ? std::atoi(argv[1]) : 10000;
-  const int events = argc > 2 ? std::atoi(argv[2]) : 10000;
-  const int rounds = std::max(1, argc > 3 ? std::atoi(argv[3]) : 3);
-  const long rss_start_kib = StatusKib("VmRSS");
-
-  // ---- fixture: the fake with `pods` running pods, then a quiet kubelet ----
-  fleet::kube::testing::FakeApiServer fake(
-      {"--kubelet", "auto", "--watch-cache-size", std::to_string(2 * events + 1000)});
-  if (!fake.ok()) {
-    std::fprintf(stderr, "fake API server did not start: %s\n", fake.error().c_str());
-    return 1;
-  }
+// The fake with `pods` running pods, then a quiet kubelet.
+void SeedRunningPods(fleet::kube::testing::FakeApiServer& fake, int pods) {
   const Clock::time_point seed_start = Clock::now();
   fake.Control("seed", {{"path", "/api/v1/namespaces/default/pods"},
                         {"count", pods},
@@ -207,74 +194,74 @@ int main(int argc, char** argv) {
   fake.Control("config", {{"kubelet", "manual"}});
   std::printf("fixture: %d running pods seeded in %.1f s (resourceVersion %s)\n", pods,
               Seconds(Clock::now() - seed_start), last_rv.c_str());
+}
 
+fleet::kube::ClientOptions BenchClientOptions() {
   fleet::kube::ClientOptions client_options;
   client_options.request_timeout = std::chrono::seconds(120);
+  return client_options;
+}
+
+fleet::kube::InformerOptions BenchInformerOptions() {
   fleet::kube::InformerOptions options;
   options.ns = "default";
   options.list_page_size = 500;
   options.backoff_cap = std::chrono::milliseconds(1000);   // (b) burst: reconnect soon after the fake lets it
+  return options;
+}
 
-  // ---- (d) list memory: each path in a child forked before this process used cpprestsdk (its
-  // numbers are printed at the end) ----
-  auto list_new = InChild([&] {
-    auto client = Client::Create(fake.Config(), client_options).value();
-    Informer fresh(client, Resource::Pods(), options);
-    int64_t added = 0;
-    fleet::kube::EventHandlers count_adds;
-    count_adds.on_add = [&](const Json&) { added++; };
-    fresh.AddHandlers(count_adds);
-    return MeasureList([&] {
-      fresh.Start();
-      if (!fresh.WaitForSync(std::chrono::seconds(300))) std::abort();
-      return fresh.cache().Size();
-    });
+// (d) new: an informer's paged list, each page packed as it arrives.
+ListMemory ListThroughInformer(const fleet::kube::testing::FakeApiServer& fake,
+                               const fleet::kube::InformerOptions& options) {
+  auto client = Client::Create(fake.Config(), BenchClientOptions()).value();
+  Informer fresh(client, Resource::Pods(), options);
+  int64_t added = 0;
+  fleet::kube::EventHandlers count_adds;
+  count_adds.on_add = [&](const Json&) { added++; };
+  fresh.AddHandlers(count_adds);
+  return MeasureList([&] {
+    fresh.Start();
+    if (!fresh.WaitForSync(std::chrono::seconds(300))) std::abort();
+    return fresh.cache().Size();
   });
-  auto list_old = InChild([&] {
-    auto client = Client::Create(fake.Config(), client_options).value();
-    fleet::kube::ObjectCache cache;
-    int64_t added = 0;
-    return MeasureList([&] {
-      // What Informer::ListAndReplace did before: every page parsed and kept until the list is
-      // complete, then each item packed into the cache and handed to the add handler; then the
-      // freed heap trimmed.
-      {
-        fleet::kube::ListOptions list_options;
-        list_options.limit = options.list_page_size;
-        auto list = client->List(Resource::Pods(), "default", list_options);
-        if (!list.ok()) std::abort();
-        for (const Json& item : (*list)["items"]) {
-          cache.Put(item);
-          added++;
-        }
+}
+
+// (d) old: Client::List's whole answer parsed, then packed into an ObjectCache.
+ListMemory ListWhole(const fleet::kube::testing::FakeApiServer& fake, const fleet::kube::InformerOptions& options) {
+  auto client = Client::Create(fake.Config(), BenchClientOptions()).value();
+  fleet::kube::ObjectCache cache;
+  int64_t added = 0;
+  return MeasureList([&] {
+    // What Informer::ListAndReplace did before: every page parsed and kept until the list is
+    // complete, then each item packed into the cache and handed to the add handler; then the
+    // freed heap trimmed.
+    {
+      fleet::kube::ListOptions list_options;
+      list_options.limit = options.list_page_size;
+      auto list = client->List(Resource::Pods(), "default", list_options);
+      if (!list.ok()) std::abort();
+      for (const Json& item : (*list)["items"]) {
+        cache.Put(item);
+        added++;
       }
-      TrimHeap();
-      return cache.Size();
-    });
+    }
+    TrimHeap();
+    return cache.Size();
   });
+}
 
-  auto created = Client::Create(fake.Config(), client_options);
-  if (!created.ok()) {
-    std::fprintf(stderr, "client: %s\n", created.status().ToString().c_str());
-    return 1;
-  }
-  std::shared_ptr<Client> client = *created;
-  const long rss_before_kib = StatusKib("VmRSS");
+// One measured stretch of update deliveries. The handler (the informer's thread) fills it and
+// publishes it with `done`.
+struct Phase {
+  int64_t target = 0;
+  std::atomic<int64_t> count{0};
+  double cpu_first = 0, cpu_last = 0;
+  Clock::time_point first{}, last{};
+  std::atomic<bool> done{false};
+};
 
-  // ---- (a) initial list + apply ----
-  auto informer_owner = std::make_unique<Informer>(client, Resource::Pods(), options);
-  Informer& informer = *informer_owner;
-  std::atomic<int64_t> adds{0};
-  // One measured stretch of update deliveries. The handler (the informer's thread) fills it and
-  // publishes it with `done`.
-  struct Phase {
-    int64_t target = 0;
-    std::atomic<int64_t> count{0};
-    double cpu_first = 0, cpu_last = 0;
-    Clock::time_point first{}, last{};
-    std::atomic<bool> done{false};
-  };
-  std::atomic<Phase*> phase{nullptr};
+// The benchmark's handlers: adds counted, updates timed into the current phase.
+fleet::kube::EventHandlers PhaseHandlers(std::atomic<int64_t>& adds, std::atomic<Phase*>& phase) {
   fleet::kube::EventHandlers handlers;
   handlers.on_add = [&](const Json&) { adds++; };
   handlers.on_update = [&](const Json& old_object, const Json& new_object) {
@@ -293,105 +280,121 @@ int main(int argc, char** argv) {
       p->done = true;
     }
   };
-  informer.AddHandlers(handlers);
+  return handlers;
+}
+
+// The process's RSS (KiB) at each step, for the summary.
+struct RssSteps {
+  long start = 0, with_client = 0, synced = 0, synced_peak = 0, trickle = 0, ingested = 0, trimmed = 0;
+};
+
+// (a) the initial list + apply, timed; false when the informer does not sync.
+bool ListAndApply(Informer& informer, int pods, RssSteps& rss) {
   const Clock::time_point list_start = Clock::now();
   informer.Start();
   if (!informer.WaitForSync(std::chrono::seconds(300))) {
     std::fprintf(stderr, "informer did not sync\n");
-    return 1;
+    return false;
   }
   const double list_s = Seconds(Clock::now() - list_start);
-  const long rss_synced_kib = StatusKib("VmRSS");
-  const long hwm_synced_kib = StatusKib("VmHWM");
+  rss.synced = StatusKib("VmRSS");
+  rss.synced_peak = StatusKib("VmHWM");
   std::printf("(a) list + apply: %zu pods in %.0f ms = %.0f pods/s (HTTP + decode into the packed form + index)\n",
               informer.cache().Size(), list_s * 1e3, static_cast<double>(informer.cache().Size()) / list_s);
   std::printf("    packed cache: %.1f MiB of objects (%.0f bytes per pod)\n",
               static_cast<double>(informer.cache().PackedBytes()) / 1048576.0,
               static_cast<double>(informer.cache().PackedBytes()) / static_cast<double>(pods));
+  return true;
+}
 
-  // The patches go through the fixture's plain socket client, not fleet::kube::Client: the
-  // writers' own allocations (16 threads parsing 20,000 responses) would otherwise blur the RSS
-  // of the informer being measured.
-  auto patch_all = [&](const std::string& annotation) {
-    std::vector<std::thread> writers;
-    constexpr int kWriters = 16;
-    for (int w = 0; w < kWriters; ++w) {
-      writers.emplace_back([&, w] {
-        fleet::kube::testing::HttpConnection http(fake.url());
-        for (int i = w; i < events; i += kWriters) {
-          const std::string path = "/api/v1/namespaces/default/pods/trainer-worker-" + std::to_string(i % pods);
-          const std::string body = R"({"metadata":{"annotations":{")" + annotation + R"(":")" + std::to_string(i) + R"("}}})";
-          auto response = http.Send("PATCH", path, body, {{"Content-Type", "application/merge-patch+json"}});
-          if (!response || response->status != 200) {
-            std::fprintf(stderr, "patch %s: %s\n", path.c_str(),
-                         response ? std::to_string(response->status).c_str() : http.error().c_str());
-          }
+// The patches go through the fixture's plain socket client, not fleet::kube::Client: the
+// writers' own allocations (16 threads parsing 20,000 responses) would otherwise blur the RSS
+// of the informer being measured.
+void PatchAll(const fleet::kube::testing::FakeApiServer& fake, int pods, int events, const std::string& annotation) {
+  std::vector<std::thread> writers;
+  constexpr int kWriters = 16;
+  for (int w = 0; w < kWriters; ++w) {
+    writers.emplace_back([&, w] {
+      fleet::kube::testing::HttpConnection http(fake.url());
+      for (int i = w; i < events; i += kWriters) {
+        const std::string path = "/api/v1/namespaces/default/pods/trainer-worker-" + std::to_string(i % pods);
+        const std::string body = R"({"metadata":{"annotations":{")" + annotation + R"(":")" + std::to_string(i) + R"("}}})";
+        auto response = http.Send("PATCH", path, body, {{"Content-Type", "application/merge-patch+json"}});
+        if (!response || response->status != 200) {
+          std::fprintf(stderr, "patch %s: %s\n", path.c_str(),
+                       response ? std::to_string(response->status).c_str() : http.error().c_str());
         }
-      });
-    }
-    for (std::thread& t : writers) t.join();
-  };
-  auto wait_for = [&](Phase& p) {
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(180);
-    while (!p.done && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    if (!p.done) std::fprintf(stderr, "only %lld of %d updates arrived\n", static_cast<long long>(p.count.load()), events);
-    return p.done.load();
-  };
-  auto report = [&](const char* what, const Phase& p, const char* note) {
-    const double wall = Seconds(p.last - p.first);
-    const double cpu = p.cpu_last - p.cpu_first;
-    const double per_core = static_cast<double>(p.target - 1) / cpu;
-    std::printf("(b) %s: %d MODIFIED events applied in %.0f ms = %.0f events/s end to end%s\n", what, events,
-                wall * 1e3, static_cast<double>(p.target - 1) / wall, note);
-    std::printf("    informer thread CPU %.1f us/event (HTTP read + decode + apply + handler) = %.0f events/s on one core"
-                "  [target >= 20000: %s]\n", cpu * 1e6 / static_cast<double>(p.target - 1), per_core,
-                Verdict(per_core >= 20000));
-  };
+      }
+    });
+  }
+  for (std::thread& t : writers) t.join();
+}
 
-  // ---- (b) trickle: MODIFIED events as the patches happen ----
-  const std::string rv_before_patches = informer.LastResourceVersion();
+bool WaitFor(const Phase& p, int events) {
+  const Clock::time_point deadline = Clock::now() + std::chrono::seconds(180);
+  while (!p.done && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  if (!p.done) std::fprintf(stderr, "only %lld of %d updates arrived\n", static_cast<long long>(p.count.load()), events);
+  return p.done.load();
+}
+
+void ReportIngest(const char* what, const Phase& p, int events, const char* note) {
+  const double wall = Seconds(p.last - p.first);
+  const double cpu = p.cpu_last - p.cpu_first;
+  const double per_core = static_cast<double>(p.target - 1) / cpu;
+  std::printf("(b) %s: %d MODIFIED events applied in %.0f ms = %.0f events/s end to end%s\n", what, events,
+              wall * 1e3, static_cast<double>(p.target - 1) / wall, note);
+  std::printf("    informer thread CPU %.1f us/event (HTTP read + decode + apply + handler) = %.0f events/s on one core"
+              "  [target >= 20000: %s]\n", cpu * 1e6 / static_cast<double>(p.target - 1), per_core,
+              Verdict(per_core >= 20000));
+}
+
+// (b) trickle: MODIFIED events as the patches happen.
+bool IngestTrickle(const fleet::kube::testing::FakeApiServer& fake, int pods, int events,
+                   std::atomic<Phase*>& phase) {
   Phase trickle;
   trickle.target = events;
   phase = &trickle;
   const Clock::time_point trickle_start = Clock::now();
-  patch_all("bench/trickle");
+  PatchAll(fake, pods, events, "bench/trickle");
   const double patch_s = Seconds(Clock::now() - trickle_start);
-  if (!wait_for(trickle)) return 1;
+  const bool done = WaitFor(trickle, events);
+  phase = nullptr;   // `trickle` ends here; the handler ignores what comes after it is done
+  if (!done) return false;
   char note[128];
   std::snprintf(note, sizeof note, " (the fake took %.0f ms to accept the patches)", patch_s * 1e3);
-  report("trickle", trickle, note);
-  const long rss_trickle_kib = StatusKib("VmRSS");
+  ReportIngest("trickle", trickle, events, note);
+  return true;
+}
 
-  // ---- (b) burst: the same number of events, delivered at once on reconnection ----
+// (b) burst: the same number of events, delivered at once on reconnection.
+bool IngestBurst(fleet::kube::testing::FakeApiServer& fake, const Informer& informer, int pods, int events,
+                 std::atomic<Phase*>& phase) {
   const std::string pods_watch = "WATCH /api/v1/namespaces/default/pods";
   fake.Control("faults", {{"failNext", 1000000}, {"code", 503}, {"match", pods_watch}});
   fake.Control("faults", {{"dropWatches", true}});
   Phase burst;
   burst.target = events;
   phase = &burst;
-  patch_all("bench/burst");
+  PatchAll(fake, pods, events, "bench/burst");
   fake.Control("faults", {{"reset", true}});
-  if (!wait_for(burst)) return 1;
-  report("burst", burst, informer.lists() == 1 ? " (resumed watch, no relist)" : " (RELISTED: not a watch burst)");
+  const bool done = WaitFor(burst, events);
   phase = nullptr;
-  const long rss_ingested_kib = StatusKib("VmRSS");
-#if defined(__GLIBC__)
-  // How much of that is heap already freed (mostly the 16 writer threads' malloc arenas and the
-  // parse garbage of 20,000 events) that glibc has not handed back yet.
-  malloc_trim(0);
-#endif
-  const long rss_trimmed_kib = StatusKib("VmRSS");
+  if (done) {
+    ReportIngest("burst", burst, events,
+                 informer.lists() == 1 ? " (resumed watch, no relist)" : " (RELISTED: not a watch burst)");
+  }
+  return done;
+}
 
-  // ---- (c) replay: record the same events as the server sent them, then feed them on one thread ----
-  informer.Stop();
-  std::vector<std::string> lines;
+// (c) the MODIFIED events since `resource_version`, as the server sent them; false when fewer came.
+bool RecordStream(Client& client, const std::string& resource_version, int events, std::vector<std::string>& lines) {
   lines.reserve(static_cast<size_t>(events));
   fleet::kube::WatchOptions watch_options;
-  watch_options.resource_version = rv_before_patches;
+  watch_options.resource_version = resource_version;
   watch_options.allow_bookmarks = false;
   watch_options.timeout_seconds = 60;
   fleet::kube::CancelToken never;
-  fleet::kube::ApiStatus watched = client->WatchLines(
+  fleet::kube::ApiStatus watched = client.WatchLines(
       Resource::Pods(), "default", watch_options,
       [&](std::string_view line) {
         if (Json::parse(line).value("type", "") == "MODIFIED") lines.emplace_back(line);
@@ -400,59 +403,53 @@ int main(int argc, char** argv) {
       never);
   if (!watched.ok() || static_cast<int>(lines.size()) < events) {
     std::fprintf(stderr, "recording the stream: %s (%zu events)\n", watched.ToString().c_str(), lines.size());
-    return 1;
+    return false;
   }
+  return true;
+}
+
+// This thread's CPU time to apply every line with Informer::ApplyLine.
+double NewPass(Informer& target, const std::vector<std::string>& lines) {
+  const double cpu0 = ThreadCpuSeconds();
+  for (const std::string& line : lines) {
+    if (!target.ApplyLine(line).ok()) std::abort();
+  }
+  return ThreadCpuSeconds() - cpu0;
+}
+
+// The same through the DOM path: nlohmann::json::parse + Informer::Apply.
+double OldPass(Informer& target, const std::vector<std::string>& lines) {
+  const double cpu0 = ThreadCpuSeconds();
+  for (const std::string& line : lines) {
+    Json parsed = Json::parse(line);   // what Client::Watch did for every event
+    WatchEvent event;
+    event.type = WatchEventType::kModified;
+    event.object = std::move(parsed["object"]);
+    target.Apply(event);
+  }
+  return ThreadCpuSeconds() - cpu0;
+}
+
+// (c) alternating rounds of old and new passes over `lines`, into `with_handler` and `bare`.
+void Replay(Informer& with_handler, Informer& bare, const std::vector<std::string>& lines, int rounds, bool pinned,
+            int cpu) {
   size_t bytes = 0;
   for (const std::string& line : lines) bytes += line.size();
-
-  // One core: this thread alone, pinned to the CPU it is on (the informer and the writers are done).
-  const int cpu = ::sched_getcpu();
-  cpu_set_t one;
-  CPU_ZERO(&one);
-  CPU_SET(cpu, &one);
-  const bool pinned = ::sched_setaffinity(0, sizeof one, &one) == 0;
-
-  // A second informer without handlers (never started): what decoding + caching cost alone.
-  auto bare = std::make_unique<Informer>(client, Resource::Pods(), options);
-  for (const std::string& line : lines) {
-    if (fleet::kube::ApiStatus s = bare->ApplyLine(line); !s.ok()) {
-      std::fprintf(stderr, "ApplyLine: %s\n", s.ToString().c_str());
-      return 1;
-    }
-  }
-  auto new_pass = [&](Informer& target) {
-    const double cpu0 = ThreadCpuSeconds();
-    for (const std::string& line : lines) {
-      if (!target.ApplyLine(line).ok()) std::abort();
-    }
-    return ThreadCpuSeconds() - cpu0;
-  };
-  auto old_pass = [&](Informer& target) {
-    const double cpu0 = ThreadCpuSeconds();
-    for (const std::string& line : lines) {
-      Json parsed = Json::parse(line);   // what Client::Watch did for every event
-      WatchEvent event;
-      event.type = WatchEventType::kModified;
-      event.object = std::move(parsed["object"]);
-      target.Apply(event);
-    }
-    return ThreadCpuSeconds() - cpu0;
-  };
   struct Variant {
     const char* name;
     Informer* target;
     std::vector<double> old_s, new_s;
   };
-  Variant variants[] = {{"update handler (old + new objects materialized for it)", &informer, {}, {}},
-                        {"no handlers (decode + cache only)", bare.get(), {}, {}}};
+  Variant variants[] = {{"update handler (old + new objects materialized for it)", &with_handler, {}, {}},
+                        {"no handlers (decode + cache only)", &bare, {}, {}}};
   for (int r = 0; r < rounds; ++r) {
     for (Variant& v : variants) {
       if (r % 2 == 0) {
-        v.old_s.push_back(old_pass(*v.target));
-        v.new_s.push_back(new_pass(*v.target));
+        v.old_s.push_back(OldPass(*v.target, lines));
+        v.new_s.push_back(NewPass(*v.target, lines));
       } else {
-        v.new_s.push_back(new_pass(*v.target));
-        v.old_s.push_back(old_pass(*v.target));
+        v.new_s.push_back(NewPass(*v.target, lines));
+        v.old_s.push_back(OldPass(*v.target, lines));
       }
     }
   }
@@ -469,19 +466,99 @@ int main(int argc, char** argv) {
                 "  [target >= 20000: %s]\n",
                 new_s * 1e6 / n, n / new_s, old_s / new_s, Verdict(n / new_s >= 20000));
   }
+}
 
+void PrintRss(const RssSteps& rss, size_t cached) {
   std::printf("RSS (VmRSS): %.1f MiB at start, %.1f MiB with the client; with %zu pods cached: %.1f MiB after the "
               "list  [target <= 80 MiB: %s]\n",
-              Mib(rss_start_kib), Mib(rss_before_kib), informer.cache().Size(), Mib(rss_synced_kib),
-              Verdict(rss_synced_kib <= 80 * 1024));
+              Mib(rss.start), Mib(rss.with_client), cached, Mib(rss.synced), Verdict(rss.synced <= 80 * 1024));
   std::printf("    peak during the list %.1f MiB; %.1f MiB after the trickle, %.1f MiB after the burst, %.1f MiB once "
               "freed heap is trimmed  [target <= 80 MiB: %s]\n",
-              Mib(hwm_synced_kib), Mib(rss_trickle_kib), Mib(rss_ingested_kib), Mib(rss_trimmed_kib),
-              Verdict(rss_ingested_kib <= 80 * 1024));
+              Mib(rss.synced_peak), Mib(rss.trickle), Mib(rss.ingested), Mib(rss.trimmed),
+              Verdict(rss.ingested <= 80 * 1024));
+}
 
+// Pins this thread to `cpu` (one core: the informer and the writers are done); false where not allowed.
+bool PinTo(int cpu) {
+  cpu_set_t one;
   CPU_ZERO(&one);
-  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &one);
-  (void)::sched_setaffinity(0, sizeof one, &one);
+  CPU_SET(cpu, &one);
+  return ::sched_setaffinity(0, sizeof one, &one) == 0;
+}
+
+void UnpinAll() {
+  cpu_set_t all;
+  CPU_ZERO(&all);
+  for (int c = 0; c < CPU_SETSIZE; ++c) CPU_SET(c, &all);
+  (void)::sched_setaffinity(0, sizeof all, &all);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);   // progress shows as it happens when piped
+  const int pods = argc > 1 ? std::atoi(argv[1]) : 10000;
+  const int events = argc > 2 ? std::atoi(argv[2]) : 10000;
+  const int rounds = std::max(1, argc > 3 ? std::atoi(argv[3]) : 3);
+  RssSteps rss;
+  rss.start = StatusKib("VmRSS");
+
+  fleet::kube::testing::FakeApiServer fake(
+      {"--kubelet", "auto", "--watch-cache-size", std::to_string(2 * events + 1000)});
+  if (!fake.ok()) {
+    std::fprintf(stderr, "fake API server did not start: %s\n", fake.error().c_str());
+    return 1;
+  }
+  SeedRunningPods(fake, pods);
+  const fleet::kube::InformerOptions options = BenchInformerOptions();
+
+  // (d) list memory: each path in a child forked before this process used cpprestsdk (its
+  // numbers are printed at the end).
+  const ListMemory list_new = InChild([&] { return ListThroughInformer(fake, options); });
+  const ListMemory list_old = InChild([&] { return ListWhole(fake, options); });
+
+  auto created = Client::Create(fake.Config(), BenchClientOptions());
+  if (!created.ok()) {
+    std::fprintf(stderr, "client: %s\n", created.status().ToString().c_str());
+    return 1;
+  }
+  std::shared_ptr<Client> client = *created;
+  rss.with_client = StatusKib("VmRSS");
+
+  std::atomic<int64_t> adds{0};
+  std::atomic<Phase*> phase{nullptr};
+  Informer informer(client, Resource::Pods(), options);
+  informer.AddHandlers(PhaseHandlers(adds, phase));
+  if (!ListAndApply(informer, pods, rss)) return 1;
+
+  const std::string rv_before_patches = informer.LastResourceVersion();
+  if (!IngestTrickle(fake, pods, events, phase)) return 1;
+  rss.trickle = StatusKib("VmRSS");
+  if (!IngestBurst(fake, informer, pods, events, phase)) return 1;
+  rss.ingested = StatusKib("VmRSS");
+  // How much of that is heap already freed (mostly the 16 writer threads' malloc arenas and the
+  // parse garbage of 20,000 events) that glibc has not handed back yet.
+  TrimHeap();
+  rss.trimmed = StatusKib("VmRSS");
+
+  // (c) replay: record the same events as the server sent them, then feed them on one thread.
+  informer.Stop();
+  std::vector<std::string> lines;
+  if (!RecordStream(*client, rv_before_patches, events, lines)) return 1;
+  const int cpu = ::sched_getcpu();
+  const bool pinned = PinTo(cpu);
+  // A second informer without handlers (never started): what decoding + caching cost alone.
+  Informer bare(client, Resource::Pods(), options);
+  for (const std::string& line : lines) {
+    if (fleet::kube::ApiStatus s = bare.ApplyLine(line); !s.ok()) {
+      std::fprintf(stderr, "ApplyLine: %s\n", s.ToString().c_str());
+      return 1;
+    }
+  }
+  Replay(informer, bare, lines, rounds, pinned, cpu);
+  PrintRss(rss, informer.cache().Size());
+
+  UnpinAll();
   std::printf("(d) the same list in fresh processes, same run (VmHWM reset before each list):\n");
   PrintList("new (pages packed as they arrive)      ", list_new);
   PrintList("old (Client::List parsed whole, packed)", list_old);

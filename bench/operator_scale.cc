@@ -361,6 +361,91 @@ void PodCacheBytes(const std::shared_ptr<Client>& client, const std::string& ns)
               bytes_per_pod(false), bytes_per_pod(true));
 }
 
+size_t StatusWrites(FakeApiServer& fake) {
+  size_t status_writes = 0;
+  for (const Json& r : fake.Requests()) {
+    const std::string path = r.value("path", "");
+    status_writes += r.value("method", "") == "PUT" && path.size() > 7 && path.compare(path.size() - 7, 7, "/status") == 0;
+  }
+  return status_writes;
+}
+
+// The in-process operator's bring-up of `job`, timed to each milestone.
+struct Milestones {
+  double first_pod = 0, all_created = 0, published = 0, running = 0;
+};
+
+Milestones InProcessBringUp(FakeApiServer& fake, const std::shared_ptr<Client>& client,
+                            prometheus::Registry& registry, const Json& job, size_t total) {
+  BringUpWatch watch(client, "operator", job, total);
+  fake.ClearRequests();
+  const auto t0 = Clock::now();
+  if (!client->Create(fleet::op::FleetJobResource(), "operator", job).ok()) std::exit(1);
+  // Read in-process: the metric costs the fake nothing.
+  while (PodsCreated(registry) < static_cast<double>(total) && Clock::now() - t0 < std::chrono::minutes(5)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  Milestones m;
+  m.all_created = Seconds(Clock::now() - t0);
+  m.first_pod = watch.first_pod.SecondsAfter(t0, "the first pod");
+  m.published = watch.published.SecondsAfter(t0, "the lists");
+  m.running = watch.running.SecondsAfter(t0, "Running");
+  return m;
+}
+
+// Steady state: the job runs; a reconcile finds nothing to do.
+void SteadyStateReconciles(FakeApiServer& fake, fleet::op::Controller& controller, size_t total) {
+  std::this_thread::sleep_for(std::chrono::seconds(1));   // let the last status write reach the cache
+  std::vector<double> took;
+  fake.ClearRequests();
+  for (int i = 0; i < 1000; ++i) {
+    const auto r0 = Clock::now();
+    controller.Reconcile("operator/big");
+    took.push_back(Seconds(Clock::now() - r0) * 1000);
+  }
+  std::sort(took.begin(), took.end());
+  {
+    // A steady-state reconcile must not write anything (no status churn, no repeated creates).
+    size_t writes = 0;
+    for (const Json& r : fake.Requests()) writes += r.value("method", "") != "GET";
+    std::printf("  API writes during the steady-state reconciles: %zu\n", writes);
+  }
+  std::printf("steady-state reconcile of the %zu-pod job (1000 calls): p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 <= 5 ms)\n",
+              total, took[took.size() / 2], took[took.size() * 99 / 100], took.back());
+}
+
+// FLEET_OPERATOR_BINARIES="a:b": each binary in turn, against the same baseline (to compare builds
+// in one run); else FLEET_OPERATOR_BINARY or this build's.
+std::vector<std::string> ComparedBinaries() {
+  const char* binaries = std::getenv("FLEET_OPERATOR_BINARIES");
+  std::vector<std::string> compared;
+  std::istringstream paths(binaries ? binaries : "");
+  for (std::string path; std::getline(paths, path, ':');) {
+    if (!path.empty()) compared.push_back(path);
+  }
+  if (compared.empty()) compared.push_back(fleet::op::e2e::OperatorBinary());
+  return compared;
+}
+
+// The fake slows as it fills (each phase's pods stay): a binary run late meets a slower fake
+// than the first plain client did. So the plain client runs again after each binary, and each
+// binary is also compared with the mean of the plain runs just before and after it.
+void CompareBinaries(FakeApiServer& fake, const std::shared_ptr<Client>& client, int servers, int workers,
+                     const Json& job, int concurrency, double by_hand_running) {
+  const std::vector<std::string> compared = ComparedBinaries();
+  double plain_before = by_hand_running;
+  for (size_t i = 0; i < compared.size(); ++i) {
+    const double binary_running = BringUpWithBinary(fake, client, servers, workers, by_hand_running, compared[i],
+                                             "binary" + std::to_string(i));
+    const std::string ns = "parallel-after" + std::to_string(i);
+    (void)client->Create({"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
+    const double plain_after = PlainClientBringUp(client, PodsFor(job, ns), ns, concurrency).running;
+    std::printf("  fleet-operator binary %s: %.2f x the plain client's runs just before and after it (%.2f s, %.2f s)\n",
+                compared[i].c_str(), binary_running / ((plain_before + plain_after) / 2), plain_before, plain_after);
+    plain_before = plain_after;
+  }
+}
+
 void BringUp(int servers, int workers, int latency_ms, int concurrency, int serial_pods) {
   FakeApiServer fake({"--nodes", "100"});
   if (!fake.ok()) {
@@ -393,79 +478,25 @@ void BringUp(int servers, int workers, int latency_ms, int concurrency, int seri
   controller.WaitForSync(std::chrono::seconds(30));
   std::thread workers_thread([&] { controller.Run(); });
 
-  BringUpWatch watch(client, "operator", job, total);
-  fake.ClearRequests();
-  const auto t0 = Clock::now();
-  if (!client->Create(fleet::op::FleetJobResource(), "operator", job).ok()) std::exit(1);
-  // Read in-process: the metric costs the fake nothing.
-  while (PodsCreated(*registry) < static_cast<double>(total) && Clock::now() - t0 < std::chrono::minutes(5)) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
-  const double all_created = Seconds(Clock::now() - t0);
-  const double first_pod = watch.first_pod.SecondsAfter(t0, "the first pod");
-  const double published = watch.published.SecondsAfter(t0, "the lists");
-  const double running = watch.running.SecondsAfter(t0, "Running");
+  const Milestones m = InProcessBringUp(fake, client, *registry, job, total);
   std::printf("  fleet-operator in this process (default flags: qps %.0f, burst %d, %d pod writes in flight): first pod after %.3f s, "
               "all pods created after %.2f s, lists published after %.2f s, job Running after %.2f s\n",
-              flags.qps, flags.burst, flags.controller.create_concurrency, first_pod, all_created, published, running);
-  size_t status_writes = 0;
-  for (const Json& r : fake.Requests()) {
-    const std::string path = r.value("path", "");
-    status_writes += r.value("method", "") == "PUT" && path.size() > 7 && path.compare(path.size() - 7, 7, "/status") == 0;
-  }
-  std::printf("  its reconciles until Running: %s; job status writes: %zu\n", Reconciles(*registry).c_str(), status_writes);
+              flags.qps, flags.burst, flags.controller.create_concurrency, m.first_pod, m.all_created, m.published,
+              m.running);
+  std::printf("  its reconciles until Running: %s; job status writes: %zu\n", Reconciles(*registry).c_str(),
+              StatusWrites(fake));
   std::printf("  ratio operator / plain parallel client doing the whole job: %.2f to the lists (target <= 1.5), %.2f to Running "
-              "(target <= 1.2); against its creates alone: %.2f\n", published / by_hand, running / by_hand_running,
-              published / parallel);
+              "(target <= 1.2); against its creates alone: %.2f\n", m.published / by_hand, m.running / by_hand_running,
+              m.published / parallel);
 
   PodCacheBytes(client, "operator");
-
-  // Steady state: the job runs; a reconcile finds nothing to do.
-  std::this_thread::sleep_for(std::chrono::seconds(1));   // let the last status write reach the cache
-  std::vector<double> took;
-  fake.ClearRequests();
-  for (int i = 0; i < 1000; ++i) {
-    const auto r0 = Clock::now();
-    controller.Reconcile("operator/big");
-    took.push_back(Seconds(Clock::now() - r0) * 1000);
-  }
-  std::sort(took.begin(), took.end());
-  {
-    // A steady-state reconcile must not write anything (no status churn, no repeated creates).
-    size_t writes = 0;
-    for (const Json& r : fake.Requests()) writes += r.value("method", "") != "GET";
-    std::printf("  API writes during the steady-state reconciles: %zu\n", writes);
-  }
-  std::printf("steady-state reconcile of the %zu-pod job (1000 calls): p50 %.2f ms, p99 %.2f ms, max %.2f ms (target p99 <= 5 ms)\n",
-              total, took[took.size() / 2], took[took.size() * 99 / 100], took.back());
-  // FLEET_OPERATOR_BINARIES="a:b": each binary in turn, against the same baseline (to compare builds
-  // in one run); else FLEET_OPERATOR_BINARY or this build's.
-  const char* binaries = std::getenv("FLEET_OPERATOR_BINARIES");
-  std::vector<std::string> compared;
-  std::istringstream paths(binaries ? binaries : "");
-  for (std::string path; std::getline(paths, path, ':');) {
-    if (!path.empty()) compared.push_back(path);
-  }
-  if (compared.empty()) compared.push_back(fleet::op::e2e::OperatorBinary());
-  // The fake slows as it fills (each phase's pods stay): a binary run late meets a slower fake
-  // than the first plain client did. So the plain client runs again after each binary, and each
-  // binary is also compared with the mean of the plain runs just before and after it.
-  double plain_before = by_hand_running;
-  for (size_t i = 0; i < compared.size(); ++i) {
-    const double binary_running = BringUpWithBinary(fake, client, servers, workers, by_hand_running, compared[i],
-                                             "binary" + std::to_string(i));
-    const std::string ns = "parallel-after" + std::to_string(i);
-    (void)client->Create({"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
-    const double plain_after = PlainClientBringUp(client, PodsFor(job, ns), ns, concurrency).running;
-    std::printf("  fleet-operator binary %s: %.2f x the plain client's runs just before and after it (%.2f s, %.2f s)\n",
-                compared[i].c_str(), binary_running / ((plain_before + plain_after) / 2), plain_before, plain_after);
-    plain_before = plain_after;
-  }
+  SteadyStateReconciles(fake, controller, total);
+  CompareBinaries(fake, client, servers, workers, job, concurrency, by_hand_running);
   const double serial = CreateSerial(*client, PodsFor(job, "serial"), static_cast<size_t>(serial_pods), "serial", 20);
   const double serial_rate = serial_pods / serial;
   std::printf("  serial 20-QPS client: %d pods in %.2f s (%.1f pods/s) -> %.1f s to create the %zu pods; ratio to the operator %.1f\n",
               serial_pods, serial, serial_rate, static_cast<double>(total) / serial_rate, total,
-              static_cast<double>(total) / serial_rate / published);
+              static_cast<double>(total) / serial_rate / m.published);
 
   controller.Stop();
   workers_thread.join();

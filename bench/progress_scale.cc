@@ -147,6 +147,111 @@ std::string MetricLine(int port, const std::string& name) {
   return found;
 }
 
+// The pods' addresses by pod index once the job is Running; empty when it did not run within 300 s.
+std::vector<std::string> WaitForRunningPodIps(Client& client, Clock::time_point t0) {
+  std::vector<std::string> ips;
+  while (Since(t0) < 300) {
+    auto got = client.Get(fleet::op::FleetJobResource(), "default", "big");
+    if (got.ok() && got->value("status", Json::object()).value("phase", "") == "Running") {
+      auto list = client.List(Resource::Pods(), "default");
+      std::vector<std::pair<int, std::string>> by_index;
+      for (const Json& pod : (*list)["items"]) {
+        const std::string name = pod["metadata"]["name"];
+        by_index.emplace_back(std::stoi(name.substr(name.rfind('-') + 1)), pod["status"]["podIP"].get<std::string>());
+      }
+      std::sort(by_index.begin(), by_index.end());
+      for (auto& [index, ip] : by_index) ips.push_back(ip);
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  return ips;
+}
+
+// Seconds from the sidecars' start to the job's first status.progress (at most 120).
+double WaitForFirstProgress(Client& client, const StandInSidecars& sidecars) {
+  while (Since(sidecars.start()) < 120) {
+    auto got = client.Get(fleet::op::FleetJobResource(), "default", "big");
+    if (got.ok() && got->value("status", Json::object()).contains("progress")) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return Since(sidecars.start());
+}
+
+// What the FleetJob showed during the window, polled every 50 ms.
+struct Window {
+  double seconds = 0, operator_cpu = 0;
+  std::vector<double> latencies;   // per update: the mean wait of the steps it shows first (sorted)
+  double worst = 0;
+  Json last;                       // the last status.progress
+};
+
+Window WatchProgress(Client& client, const StandInSidecars& sidecars, pid_t pid, int seconds) {
+  Window w;
+  const double cpu0 = ProcessCpuSeconds(pid);
+  const auto w0 = Clock::now();
+  std::string last_update;
+  while (Since(w0) < seconds) {
+    auto got = client.Get(fleet::op::FleetJobResource(), "default", "big");
+    if (got.ok()) {
+      const Json p = got->value("status", Json::object()).value("progress", Json::object());
+      if (p.value("updateTime", "") != last_update) {
+        last_update = p.value("updateTime", "");
+        // The median rank reached step s at start + s / rate: the steps this update shows for the
+        // first time waited from then until now; the first of them the longest.
+        const double now = Since(sidecars.start());
+        const int64_t step = p.value("step", 0);
+        if (!w.last.is_null()) {
+          const int64_t first_new = w.last.value("step", 0) + 1;
+          w.latencies.push_back(now - static_cast<double>(first_new + step) / 2 / kStepsPerSecond);
+          w.worst = std::max(w.worst, now - static_cast<double>(first_new) / kStepsPerSecond);
+        }
+        w.last = p;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  w.seconds = Since(w0);
+  w.operator_cpu = ProcessCpuSeconds(pid) - cpu0;
+  std::sort(w.latencies.begin(), w.latencies.end());
+  return w;
+}
+
+// The window's API requests: the job's status writes, and every other one the operator made.
+struct Requests {
+  int writes = 0, other = 0;
+};
+
+Requests CountRequests(FakeApiServer& fake) {
+  const std::string status_path = "/apis/fleet.paddlepaddle.org/v1alpha1/namespaces/default/fleetjobs/big/status";
+  Requests n;
+  for (const Json& r : fake.Requests()) {
+    const std::string path = r.value("path", "");
+    const bool mine = r.value("method", "") == "GET" && path.find("/fleetjobs/big") != std::string::npos;   // the poll above
+    if (r.value("method", "") == "PUT" && path == status_path) ++n.writes;
+    else if (!mine && !r.value("watch", false) && path != "/api/v1/namespaces/default/pods") ++n.other;
+  }
+  return n;
+}
+
+void Report(const Window& w, const Requests& n, int ranks, int interval, uint64_t answered, int metrics_port) {
+  const double rate = n.writes / w.seconds;
+  std::printf("  status writes: %d in %.1f s = %.3f/s (bound 1 per %d s = %.3f/s); naive per-rank writes at the same interval: %.0f/s (%.0fx)\n",
+              n.writes, w.seconds, rate, interval, 1.0 / interval, static_cast<double>(ranks) / interval,
+              rate > 0 ? static_cast<double>(ranks) / interval / rate : 0.0);
+  std::printf("  other operator API requests in the window: %d\n", n.other);
+  if (!w.latencies.empty()) {
+    std::printf("  step reached -> visible in the FleetJob: median %.2f s, worst %.2f s (%zu updates, polled every 50 ms)\n",
+                w.latencies[w.latencies.size() / 2], w.worst, w.latencies.size());
+  }
+  std::printf("  operator CPU: %.3f s in %.1f s = %.1f%% of a core; GET /status answered: %llu\n", w.operator_cpu,
+              w.seconds, 100 * w.operator_cpu / w.seconds, static_cast<unsigned long long>(answered));
+  std::printf("  slowest: %s, status.progress %zu bytes\n", w.last.value("slowestText", "").c_str(), w.last.dump().size());
+  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_sum").c_str());
+  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_count").c_str());
+  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_requests_total").c_str());
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -179,22 +284,7 @@ int main(int argc, char** argv) {
 
   // Running: every pod has an address.
   const auto t0 = Clock::now();
-  std::vector<std::string> ips;
-  while (Since(t0) < 300) {
-    auto got = client->Get(fleet::op::FleetJobResource(), "default", "big");
-    if (got.ok() && got->value("status", Json::object()).value("phase", "") == "Running") {
-      auto list = client->List(Resource::Pods(), "default");
-      std::vector<std::pair<int, std::string>> by_index;
-      for (const Json& pod : (*list)["items"]) {
-        const std::string name = pod["metadata"]["name"];
-        by_index.emplace_back(std::stoi(name.substr(name.rfind('-') + 1)), pod["status"]["podIP"].get<std::string>());
-      }
-      std::sort(by_index.begin(), by_index.end());
-      for (auto& [index, ip] : by_index) ips.push_back(ip);
-      break;
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(200));
-  }
+  const std::vector<std::string> ips = WaitForRunningPodIps(*client, t0);
   if (ips.size() != static_cast<size_t>(pods)) {
     std::fprintf(stderr, "the job did not run within 300 s (see %s)\n", log.c_str());
     ::kill(pid, SIGKILL);
@@ -205,67 +295,12 @@ int main(int argc, char** argv) {
 
   StandInSidecars sidecars(ips, sidecar_port, ranks_per_pod);
   // The first summary, then the window.
-  const std::string status_path = "/apis/fleet.paddlepaddle.org/v1alpha1/namespaces/default/fleetjobs/big/status";
-  while (Since(sidecars.start()) < 120) {
-    auto got = client->Get(fleet::op::FleetJobResource(), "default", "big");
-    if (got.ok() && got->value("status", Json::object()).contains("progress")) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const double first_seen = Since(sidecars.start());
+  const double first_seen = WaitForFirstProgress(*client, sidecars);
   fake.ClearRequests();
-  const double cpu0 = ProcessCpuSeconds(pid);
-  const auto w0 = Clock::now();
-  std::string last_update;
-  std::vector<double> latencies;   // per update: the mean wait of the steps it shows first
-  double worst = 0;
-  Json last;
-  while (Since(w0) < seconds) {
-    auto got = client->Get(fleet::op::FleetJobResource(), "default", "big");
-    if (got.ok()) {
-      const Json p = got->value("status", Json::object()).value("progress", Json::object());
-      if (p.value("updateTime", "") != last_update) {
-        last_update = p.value("updateTime", "");
-        // The median rank reached step s at start + s / rate: the steps this update shows for the
-        // first time waited from then until now; the first of them the longest.
-        const double now = Since(sidecars.start());
-        const int64_t step = p.value("step", 0);
-        if (!last.is_null()) {
-          const int64_t first_new = last.value("step", 0) + 1;
-          latencies.push_back(now - static_cast<double>(first_new + step) / 2 / kStepsPerSecond);
-          worst = std::max(worst, now - static_cast<double>(first_new) / kStepsPerSecond);
-        }
-        last = p;
-      }
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  const double window = Since(w0);
-  const double cpu = ProcessCpuSeconds(pid) - cpu0;
-  int writes = 0, other = 0;
-  for (const Json& r : fake.Requests()) {
-    const std::string path = r.value("path", "");
-    const bool mine = r.value("method", "") == "GET" && path.find("/fleetjobs/big") != std::string::npos;   // the poll above
-    if (r.value("method", "") == "PUT" && path == status_path) ++writes;
-    else if (!mine && !r.value("watch", false) && path != "/api/v1/namespaces/default/pods") ++other;
-  }
-  std::sort(latencies.begin(), latencies.end());
-  const double rate = writes / window;
-  const int ranks = pods * ranks_per_pod;
+  const Window window = WatchProgress(*client, sidecars, pid, seconds);
+  const Requests requests = CountRequests(fake);
   std::printf("  first status.progress %.1f s after the sidecars started answering\n", first_seen);
-  std::printf("  status writes: %d in %.1f s = %.3f/s (bound 1 per %d s = %.3f/s); naive per-rank writes at the same interval: %.0f/s (%.0fx)\n",
-              writes, window, rate, interval, 1.0 / interval, static_cast<double>(ranks) / interval,
-              rate > 0 ? static_cast<double>(ranks) / interval / rate : 0.0);
-  std::printf("  other operator API requests in the window: %d\n", other);
-  if (!latencies.empty()) {
-    std::printf("  step reached -> visible in the FleetJob: median %.2f s, worst %.2f s (%zu updates, polled every 50 ms)\n",
-                latencies[latencies.size() / 2], worst, latencies.size());
-  }
-  std::printf("  operator CPU: %.3f s in %.1f s = %.1f%% of a core; GET /status answered: %llu\n", cpu, window,
-              100 * cpu / window, static_cast<unsigned long long>(sidecars.answered()));
-  std::printf("  slowest: %s, status.progress %zu bytes\n", last.value("slowestText", "").c_str(), last.dump().size());
-  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_sum").c_str());
-  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_collection_seconds_count").c_str());
-  std::printf("%s", MetricLine(metrics_port, "fleet_operator_progress_requests_total").c_str());
+  Report(window, requests, pods * ranks_per_pod, interval, sidecars.answered(), metrics_port);
   fleet::bench::StopOperator(pid);
   return 0;
 }

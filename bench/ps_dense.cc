@@ -199,126 +199,178 @@ Run Measure(int trainers, double seconds, const std::vector<pid_t>& servers, con
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+struct Options {
   int trainers = 4, servers = 2, rounds = 3;
   bool run_tcp = true, run_ps = true;  // --ps-only / --tcp-only: for profiling one side
   double seconds = 2;
   std::string server_binary = FLEET_PS_SERVER_PATH;  // --server: compare builds in one session
   std::vector<size_t> sizes_kib;
+};
+
+Options ParseArgs(int argc, char** argv) {
+  Options o;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
-    if (a == "--trainers" && i + 1 < argc) trainers = std::atoi(argv[++i]);
-    else if (a == "--servers" && i + 1 < argc) servers = std::atoi(argv[++i]);
-    else if (a == "--seconds" && i + 1 < argc) seconds = std::atof(argv[++i]);
-    else if (a == "--rounds" && i + 1 < argc) rounds = std::atoi(argv[++i]);
-    else if (a == "--server" && i + 1 < argc) server_binary = argv[++i];
-    else if (a == "--ps-only") run_tcp = false;
-    else if (a == "--tcp-only") run_ps = false;
-    else sizes_kib.push_back(static_cast<size_t>(std::atol(a.c_str())));
+    if (a == "--trainers" && i + 1 < argc) o.trainers = std::atoi(argv[++i]);
+    else if (a == "--servers" && i + 1 < argc) o.servers = std::atoi(argv[++i]);
+    else if (a == "--seconds" && i + 1 < argc) o.seconds = std::atof(argv[++i]);
+    else if (a == "--rounds" && i + 1 < argc) o.rounds = std::atoi(argv[++i]);
+    else if (a == "--server" && i + 1 < argc) o.server_binary = argv[++i];
+    else if (a == "--ps-only") o.run_tcp = false;
+    else if (a == "--tcp-only") o.run_ps = false;
+    else o.sizes_kib.push_back(static_cast<size_t>(std::atol(a.c_str())));
   }
-  if (sizes_kib.empty()) sizes_kib = {64, 1024, 4096, 16384};
+  if (o.sizes_kib.empty()) o.sizes_kib = {64, 1024, 4096, 16384};
+  return o;
+}
 
+// One TCP baseline step of a trainer: its slice of `n` floats to every echo server, the acks, then
+// the slices back.
+auto TcpStep(std::vector<int> fds, size_t n, int servers) {
+  auto data = std::make_shared<std::vector<float>>(n, 1.0f);
+  auto back = std::make_shared<std::vector<float>>(n);
+  return [fds, data, back, n, servers] {
+    std::vector<std::vector<char>> push(fds.size()), get(fds.size());
+    std::vector<std::pair<const char*, size_t>> out(fds.size()), none_out(fds.size(), {nullptr, 0});
+    std::vector<std::pair<char*, size_t>> in(fds.size());
+    std::vector<char> acks(fds.size());
+    for (size_t s = 0; s < fds.size(); ++s) {
+      const ShardRange r = DenseShardRange(n, servers, static_cast<int>(s));
+      const uint64_t len = r.size() * sizeof(float);
+      push[s].resize(9 + len);
+      push[s][0] = 'P';
+      std::memcpy(push[s].data() + 1, &len, 8);
+      std::memcpy(push[s].data() + 9, data->data() + r.begin, len);
+      out[s] = {push[s].data(), push[s].size()};
+      in[s] = {&acks[s], 1};
+    }
+    if (!Exchange(fds, out, in)) return false;
+    for (size_t s = 0; s < fds.size(); ++s) {
+      const ShardRange r = DenseShardRange(n, servers, static_cast<int>(s));
+      const uint64_t len = r.size() * sizeof(float);
+      get[s].resize(9);
+      get[s][0] = 'G';
+      std::memcpy(get[s].data() + 1, &len, 8);
+      out[s] = {get[s].data(), 9};
+      in[s] = {reinterpret_cast<char*>(back->data() + r.begin), len};
+    }
+    return Exchange(fds, out, in);
+  };
+}
+
+// One PS step of a trainer: PushDense then PullDense, or PushPullDense when `fused`.
+auto PsStep(PsClient* c, size_t n, uint32_t table_id, bool fused) {
+  auto g = std::make_shared<std::vector<float>>(n, 1.0f);
+  auto w = std::make_shared<std::vector<float>>(n);
+  return [c, g, w, n, table_id, fused] {
+    if (fused) return c->PushPullDense(table_id, g->data(), w->data(), n).ok();
+    return c->PushDense(table_id, g->data(), n).ok() && c->PullDense(table_id, w->data(), n).ok();
+  };
+}
+
+// The processes and connections of a run: echo servers with a socket per trainer and server, PS
+// servers with a client per trainer.
+struct Fleet {
+  std::vector<pid_t> echo, ps;
+  std::vector<std::unique_ptr<PsClient>> clients;
+  std::vector<std::vector<int>> tcp;   // [trainer][server]
+};
+
+bool StartFleet(const Options& o, Fleet& f) {
   // Every server process first: none of them inherits gRPC state.
   std::vector<int> tcp_ports;
-  const std::vector<pid_t> echo = StartEchoServers(servers, &tcp_ports);
+  f.echo = StartEchoServers(o.servers, &tcp_ports);
   std::vector<std::string> endpoints;
-  const std::vector<pid_t> ps = StartPsServers(server_binary, servers, trainers, &endpoints);
-
-  std::vector<std::unique_ptr<PsClient>> clients;
-  if (!ConnectTrainers(endpoints, trainers, &clients)) return 1;
-  std::vector<std::vector<int>> tcp(static_cast<size_t>(trainers));
-  for (auto& fds : tcp) {
+  f.ps = StartPsServers(o.server_binary, o.servers, o.trainers, &endpoints);
+  if (!ConnectTrainers(endpoints, o.trainers, &f.clients)) return false;
+  f.tcp.resize(static_cast<size_t>(o.trainers));
+  for (auto& fds : f.tcp) {
     for (int port : tcp_ports) fds.push_back(ConnectTcp(port));
   }
+  return true;
+}
 
+void StopFleet(Fleet& f) {
+  for (auto& fds : f.tcp) {
+    for (int fd : fds) ::close(fd);
+  }
+  f.clients.clear();
+  StopProcesses(f.ps);
+  StopProcesses(f.echo);
+}
+
+void PrintHeader(const Options& o) {
   std::printf("dense push+pull: %d trainers, %d servers, %.1f s per run, %d rounds (median); loopback, %u CPUs\n",
-              trainers, servers, seconds, rounds, std::thread::hardware_concurrency());
+              o.trainers, o.servers, o.seconds, o.rounds, std::thread::hardware_concurrency());
   std::printf("MB/s: payload bytes pushed and pulled per second, all trainers; CPU s/GB: CPU seconds of trainers and\n"
               "servers together per GB moved (what the rate would follow on an idle machine with cores to spare).\n"
               "PS: PushDense then PullDense; fused: PushPullDense (one round trip)\n");
   std::printf("%8s %9s %9s %7s %9s %7s %8s %8s %7s %8s %7s\n", "table", "TCP MB/s", "PS MB/s", "PS/TCP", "fused",
               "f/TCP", "TCP s/GB", "PS s/GB", "TCP/PS", "fused", "TCP/f");
+}
+
+// Per variant (0 TCP, 1 PS, 2 fused): rates (MB/s) and CPU costs (s/GB) of every round.
+struct Samples {
+  double bytes_per_step = 0;
+  std::vector<double> rates[3], cpu[3];
+  void Record(int variant, const Run& r) {
+    const double gb = static_cast<double>(r.steps) * bytes_per_step / 1e9;
+    rates[variant].push_back(gb > 0 ? gb * 1e3 / r.seconds : 0);
+    cpu[variant].push_back(gb > 0 ? r.cpu / gb : 0);
+  }
+};
+
+// Rounds alternating TCP, PS and fused on a table of `n` floats.
+Samples MeasureTable(const Options& o, const Fleet& f, size_t n, uint32_t table_id) {
+  Samples samples;
+  samples.bytes_per_step = 2.0 * static_cast<double>(n * sizeof(float));
+  for (int round = 0; round < o.rounds; ++round) {
+    if (o.run_tcp) {
+      samples.Record(0, Measure(o.trainers, o.seconds, f.echo, [&](int trainer) {
+        return TcpStep(f.tcp[static_cast<size_t>(trainer)], n, o.servers);
+      }));
+    }
+    for (const bool fused : {false, true}) {
+      if (!o.run_ps) break;
+      samples.Record(fused ? 2 : 1, Measure(o.trainers, o.seconds, f.ps, [&](int trainer) {
+        return PsStep(f.clients[static_cast<size_t>(trainer)].get(), n, table_id, fused);
+      }));
+    }
+  }
+  return samples;
+}
+
+void PrintRow(size_t kib, const Samples& s) {
+  const double tcp_mbs = Median(s.rates[0]), ps_mbs = Median(s.rates[1]), fused_mbs = Median(s.rates[2]);
+  const double tcp_c = Median(s.cpu[0]), ps_c = Median(s.cpu[1]), fused_c = Median(s.cpu[2]);
+  auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
+  char label[32];
+  std::snprintf(label, sizeof(label), kib >= 1024 ? "%zu MiB" : "%zu KiB", kib >= 1024 ? kib / 1024 : kib);
+  std::printf("%8s %9.1f %9.1f %7.2f %9.1f %7.2f %8.3f %8.3f %7.2f %8.3f %7.2f\n", label, tcp_mbs, ps_mbs,
+              ratio(ps_mbs, tcp_mbs), fused_mbs, ratio(fused_mbs, tcp_mbs), tcp_c, ps_c, ratio(tcp_c, ps_c), fused_c,
+              ratio(tcp_c, fused_c));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = ParseArgs(argc, argv);
+  Fleet f;
+  if (!StartFleet(o, f)) return 1;
+  PrintHeader(o);
   uint32_t table_id = 0;
-  for (size_t kib : sizes_kib) {
+  for (size_t kib : o.sizes_kib) {
     const size_t n = kib * 1024 / sizeof(float);
     ++table_id;
-    for (auto& c : clients) {
+    for (auto& c : f.clients) {
       if (Status s = c->CreateTable(TableConfig::Dense(table_id, n, OptimizerConfig::Sgd(0.0f))); !s.ok()) {
         std::fprintf(stderr, "%s\n", s.ToString().c_str());
         return 1;
       }
     }
-    // Per variant (TCP, PS, fused): rates and CPU costs of every round.
-    std::vector<double> rates[3], cpu[3];
-    const double bytes_per_step = 2.0 * static_cast<double>(n * sizeof(float));
-    auto record = [&](int variant, const Run& r) {
-      const double gb = static_cast<double>(r.steps) * bytes_per_step / 1e9;
-      rates[variant].push_back(gb > 0 ? gb * 1e3 / r.seconds : 0);
-      cpu[variant].push_back(gb > 0 ? r.cpu / gb : 0);
-    };
-    for (int round = 0; round < rounds; ++round) {
-      if (run_tcp) record(0, Measure(trainers, seconds, echo, [&](int trainer) {
-        auto fds = tcp[static_cast<size_t>(trainer)];
-        auto data = std::make_shared<std::vector<float>>(n, 1.0f);
-        auto back = std::make_shared<std::vector<float>>(n);
-        return [fds, data, back, n, servers] {
-          std::vector<std::vector<char>> push(fds.size()), get(fds.size());
-          std::vector<std::pair<const char*, size_t>> out(fds.size()), none_out(fds.size(), {nullptr, 0});
-          std::vector<std::pair<char*, size_t>> in(fds.size());
-          std::vector<char> acks(fds.size());
-          for (size_t s = 0; s < fds.size(); ++s) {
-            const ShardRange r = DenseShardRange(n, servers, static_cast<int>(s));
-            const uint64_t len = r.size() * sizeof(float);
-            push[s].resize(9 + len);
-            push[s][0] = 'P';
-            std::memcpy(push[s].data() + 1, &len, 8);
-            std::memcpy(push[s].data() + 9, data->data() + r.begin, len);
-            out[s] = {push[s].data(), push[s].size()};
-            in[s] = {&acks[s], 1};
-          }
-          if (!Exchange(fds, out, in)) return false;
-          for (size_t s = 0; s < fds.size(); ++s) {
-            const ShardRange r = DenseShardRange(n, servers, static_cast<int>(s));
-            const uint64_t len = r.size() * sizeof(float);
-            get[s].resize(9);
-            get[s][0] = 'G';
-            std::memcpy(get[s].data() + 1, &len, 8);
-            out[s] = {get[s].data(), 9};
-            in[s] = {reinterpret_cast<char*>(back->data() + r.begin), len};
-          }
-          return Exchange(fds, out, in);
-        };
-      }));
-      for (const bool fused : {false, true}) {
-        if (!run_ps) break;
-        record(fused ? 2 : 1, Measure(trainers, seconds, ps, [&](int trainer) {
-          PsClient* c = clients[static_cast<size_t>(trainer)].get();
-          auto g = std::make_shared<std::vector<float>>(n, 1.0f);
-          auto w = std::make_shared<std::vector<float>>(n);
-          return [c, g, w, n, table_id, fused] {
-            if (fused) return c->PushPullDense(table_id, g->data(), w->data(), n).ok();
-            return c->PushDense(table_id, g->data(), n).ok() && c->PullDense(table_id, w->data(), n).ok();
-          };
-        }));
-      }
-    }
-    const double tcp_mbs = Median(rates[0]), ps_mbs = Median(rates[1]), fused_mbs = Median(rates[2]);
-    const double tcp_c = Median(cpu[0]), ps_c = Median(cpu[1]), fused_c = Median(cpu[2]);
-    auto ratio = [](double a, double b) { return b > 0 ? a / b : 0; };
-    char label[32];
-    std::snprintf(label, sizeof(label), kib >= 1024 ? "%zu MiB" : "%zu KiB", kib >= 1024 ? kib / 1024 : kib);
-    std::printf("%8s %9.1f %9.1f %7.2f %9.1f %7.2f %8.3f %8.3f %7.2f %8.3f %7.2f\n", label, tcp_mbs, ps_mbs,
-                ratio(ps_mbs, tcp_mbs), fused_mbs, ratio(fused_mbs, tcp_mbs), tcp_c, ps_c, ratio(tcp_c, ps_c), fused_c,
-                ratio(tcp_c, fused_c));
-    std::fflush(stdout);
+    PrintRow(kib, MeasureTable(o, f, n, table_id));
   }
-  for (auto& fds : tcp) {
-    for (int fd : fds) ::close(fd);
-  }
-  clients.clear();
-  StopProcesses(ps);
-  StopProcesses(echo);
+  StopFleet(f);
   return 0;
 }

@@ -36,30 +36,49 @@ std::vector<std::string> ExampleStems() {
   return stems;
 }
 
-class ExamplesE2eTest : public OperatorE2eTest, public ::testing::WithParamInterface<std::string> {};
-
-TEST(ExamplesListTest, ThereAreExamples) { EXPECT_GE(ExampleStems().size(), 3u) << SourceDir() + "/examples/k8s"; }
-
-TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
-  const std::string file = SourceDir() + "/examples/k8s/" + GetParam() + ".yaml";
-  std::vector<Json> jobs;
-  for (const Json& doc : LoadYamlDocuments(file)) {
-    if (doc.value("kind", "") == "FleetJob") jobs.push_back(doc);
+// A pod's env follows the contract: a process env for Paddle's role maker, the cluster env for
+// pods running fleetrun with several processes, or fleetrun's elastic env.
+void ExpectContractEnv(const Json& pod, const FleetJob& job, const std::optional<Json>& cm) {
+  auto env = ResolveEnv(pod, cm);
+  ASSERT_TRUE(env.ok()) << env.error();
+  const Discovery discovery = DiscoveryOf(job.spec, *job.spec.Find(RoleKind::kWorker));
+  if (discovery == Discovery::kLaunchMaster || discovery == Discovery::kEtcdLaunch) {
+    // Paddle's own launcher: a master and a node count, never lists (docs/launchers.md; the
+    // planner tests run these pods through models of Paddle's launchers).
+    EXPECT_EQ(env->count("PADDLE_MASTER"), 1u);
+    EXPECT_EQ(env->count("PADDLE_NNODES"), 1u);
+    EXPECT_EQ(env->count("PADDLE_TRAINER_ENDPOINTS"), 0u);
+    if (discovery == Discovery::kLaunchMaster) {
+      EXPECT_EQ(env->at("PADDLE_RANK"), LabelOf(pod, kIndexLabel));
+    } else {
+      EXPECT_EQ(env->at("PADDLE_MASTER").rfind("etcd://", 0), 0u);
+    }
+  } else if (job.spec.elastic) {
+    auto elastic = launcher::ElasticSettingsFrom(launcher::LaunchOptions{}, *env);
+    ASSERT_TRUE(elastic.ok()) << elastic.error();
+    EXPECT_TRUE(elastic->has_value());
+  } else if (discovery == Discovery::kClusterEnv) {
+    auto cluster = DetectClusterEnv(*env);
+    ASSERT_TRUE(cluster.has_value());
+    EXPECT_TRUE(cluster->ok()) << cluster->error();
+    if (cluster->ok()) {
+      EXPECT_EQ(cluster->value().ports_per_node, job.spec.processes_per_pod);
+    }
+  } else {
+    const RoleMakerKind kind = job.spec.mode == JobMode::kCollective ? RoleMakerKind::kCollective
+                                                                     : RoleMakerKind::kParameterServer;
+    auto role = ParseProcessEnv(*env, kind);
+    EXPECT_TRUE(role.ok()) << role.error();
   }
-  ASSERT_FALSE(jobs.empty()) << file << " holds no FleetJob";
-  ASSERT_TRUE(WaitReady(StartOperator()));
+}
 
-  std::string out;
-  const int rc = RunCommand("kubectl --kubeconfig=" + kubeconfig() + " apply -f " + file, &out);
-  ASSERT_EQ(rc, 0) << "kubectl apply -f " << file << ":\n" << out;
-
-  for (const Json& doc : jobs) {
-    const std::string name = doc["metadata"].value("name", "");
-    SCOPED_TRACE(name);
-    // Play the cluster's part where the example asks for more than the default scheduler: a gang
-    // scheduler admits the PodGroup and places the pods.
+class ExamplesE2eTest : public OperatorE2eTest, public ::testing::WithParamInterface<std::string> {
+ protected:
+  // Waits for FleetJob `name` to run, playing the cluster's part where the example asks for more
+  // than the default scheduler: a gang scheduler admits the PodGroup and places the pods.
+  bool ReachesRunning(const std::string& name) {
     bool poked = false;
-    ASSERT_TRUE(Eventually("FleetJob " + name + " to reach phase Running", [&](std::string& state) {
+    return Eventually("FleetJob " + name + " to reach phase Running", [&](std::string& state) {
       if (auto pg = api().Get(PodGroupPath(ns(), name))) {
         const std::string phase = pg->value("status", Json::object()).value("phase", "");
         if (phase != "Inqueue" && phase != "Running") {
@@ -80,10 +99,31 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
       const Json status = JobStatus(name);
       state = "status " + status.dump();
       return status.value("phase", "") == "Running";
-    }, Seconds(25)));
+    }, Seconds(25));
+  }
+};
 
-    // Every pod got the contract's env: a process env for Paddle's role maker, the cluster env
-    // for pods running fleetrun with several processes, or fleetrun's elastic env.
+TEST(ExamplesListTest, ThereAreExamples) { EXPECT_GE(ExampleStems().size(), 3u) << SourceDir() + "/examples/k8s"; }
+
+TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
+  const std::string file = SourceDir() + "/examples/k8s/" + GetParam() + ".yaml";
+  std::vector<Json> jobs;
+  for (const Json& doc : LoadYamlDocuments(file)) {
+    if (doc.value("kind", "") == "FleetJob") jobs.push_back(doc);
+  }
+  ASSERT_FALSE(jobs.empty()) << file << " holds no FleetJob";
+  ASSERT_TRUE(WaitReady(StartOperator()));
+
+  std::string out;
+  const int rc = RunCommand("kubectl --kubeconfig=" + kubeconfig() + " apply -f " + file, &out);
+  ASSERT_EQ(rc, 0) << "kubectl apply -f " << file << ":\n" << out;
+
+  for (const Json& doc : jobs) {
+    const std::string name = doc["metadata"].value("name", "");
+    SCOPED_TRACE(name);
+    ASSERT_TRUE(ReachesRunning(name));
+
+    // Every pod got the contract's env.
     auto parsed_job = ParseFleetJob([&] {
       Json j = doc;
       j["metadata"]["namespace"] = ns();
@@ -96,37 +136,7 @@ TEST_P(ExamplesE2eTest, KubectlApplyReachesRunning) {
     EXPECT_EQ(pods.size(), static_cast<size_t>(parsed_job->spec.TotalPods()));
     for (const Json& pod : pods) {
       SCOPED_TRACE(NameOf(pod));
-      auto env = ResolveEnv(pod, cm);
-      ASSERT_TRUE(env.ok()) << env.error();
-      const Discovery discovery = DiscoveryOf(parsed_job->spec, *parsed_job->spec.Find(RoleKind::kWorker));
-      if (discovery == Discovery::kLaunchMaster || discovery == Discovery::kEtcdLaunch) {
-        // Paddle's own launcher: a master and a node count, never lists (docs/launchers.md; the
-        // planner tests run these pods through models of Paddle's launchers).
-        EXPECT_EQ(env->count("PADDLE_MASTER"), 1u);
-        EXPECT_EQ(env->count("PADDLE_NNODES"), 1u);
-        EXPECT_EQ(env->count("PADDLE_TRAINER_ENDPOINTS"), 0u);
-        if (discovery == Discovery::kLaunchMaster) {
-          EXPECT_EQ(env->at("PADDLE_RANK"), LabelOf(pod, kIndexLabel));
-        } else {
-          EXPECT_EQ(env->at("PADDLE_MASTER").rfind("etcd://", 0), 0u);
-        }
-      } else if (parsed_job->spec.elastic) {
-        auto elastic = launcher::ElasticSettingsFrom(launcher::LaunchOptions{}, *env);
-        ASSERT_TRUE(elastic.ok()) << elastic.error();
-        EXPECT_TRUE(elastic->has_value());
-      } else if (discovery == Discovery::kClusterEnv) {
-        auto cluster = DetectClusterEnv(*env);
-        ASSERT_TRUE(cluster.has_value());
-        EXPECT_TRUE(cluster->ok()) << cluster->error();
-        if (cluster->ok()) {
-          EXPECT_EQ(cluster->value().ports_per_node, parsed_job->spec.processes_per_pod);
-        }
-      } else {
-        const RoleMakerKind kind = parsed_job->spec.mode == JobMode::kCollective ? RoleMakerKind::kCollective
-                                                                                 : RoleMakerKind::kParameterServer;
-        auto role = ParseProcessEnv(*env, kind);
-        EXPECT_TRUE(role.ok()) << role.error();
-      }
+      ASSERT_NO_FATAL_FAILURE(ExpectContractEnv(pod, *parsed_job, cm));
     }
   }
 }

@@ -77,11 +77,93 @@ void ExpectOwnedBy(const Json& object, const Json& job) {
 
 class WiringE2eTest : public OperatorE2eTest {};
 
+// Least privilege: the pod runs as the job's sidecar account without an automounted token; the
+// gate is a native sidecar (an init container that keeps running, with a startup probe); the
+// endpoint lists are mounted as files.
+void ExpectPsPodSpec(const Json& pod) {
+  const Json& spec = pod["spec"];
+  EXPECT_EQ(spec.value("serviceAccountName", ""), "ps-fleet-sidecar");
+  EXPECT_EQ(spec.value("automountServiceAccountToken", true), false);
+  EXPECT_EQ(spec.value("restartPolicy", ""), "Never");
+  ASSERT_FALSE(spec.value("initContainers", Json::array()).empty());
+  const Json& gate = spec["initContainers"][0];
+  EXPECT_EQ(gate.value("name", ""), "fleet-sidecar");
+  EXPECT_EQ(gate.value("restartPolicy", ""), "Always");
+  EXPECT_TRUE(gate.contains("startupProbe"));
+  bool mounted = false;
+  for (const Json& m : spec["containers"][0].value("volumeMounts", Json::array())) {
+    mounted = mounted || m.value("mountPath", "") == "/etc/fleet/endpoints";
+  }
+  EXPECT_TRUE(mounted) << "the endpoint lists are not mounted as files";
+}
+
+// Every pod's env of the PS 2x4 job, resolved with the endpoints ConfigMap, as Paddle's PS role
+// maker reads it.
+void ExpectPsEnvOfEveryPod(const std::map<std::string, Json>& by_name, const std::optional<Json>& cm) {
+  for (const auto& [name, pod] : by_name) {
+    SCOPED_TRACE(name);
+    auto parsed = ParsePodEnv(pod, cm, RoleMakerKind::kParameterServer);
+    ASSERT_TRUE(parsed.ok()) << parsed.error();
+    const bool server = LabelOf(pod, kRoleLabel) == "server";
+    EXPECT_FALSE(parsed->non_distributed);
+    EXPECT_EQ(parsed->role, server ? Role::kServer : Role::kTrainer);
+    EXPECT_EQ(parsed->id, Index(pod));
+    EXPECT_EQ(parsed->current_endpoint, Ip(pod) + ":6170");
+    EXPECT_EQ(parsed->trainers_num, 4);
+    EXPECT_EQ(parsed->server_endpoints.size(), 2u);
+    EXPECT_EQ(parsed->trainer_endpoints.size(), 4u);
+  }
+}
+
+// The status of the PS 2x4 job once every pod runs.
+void ExpectRunningPsStatus(const Json& status) {
+  EXPECT_EQ(status.value("mode", ""), "ps");
+  EXPECT_EQ(status.value("restartCount", -1), 0);
+  EXPECT_EQ(status.value("observedGeneration", -1), 1);
+  EXPECT_EQ(ConditionOf(status, "Running").value("status", ""), "True");
+  const Json expect_server = {{"replicas", 2}, {"active", 2}, {"ready", 2}, {"succeeded", 0}, {"failed", 0}};
+  const Json expect_worker = {{"replicas", 4}, {"active", 4}, {"ready", 4}, {"succeeded", 0}, {"failed", 0}};
+  EXPECT_EQ(status["replicaStatuses"]["server"], expect_server);
+  EXPECT_EQ(status["replicaStatuses"]["worker"], expect_worker);
+}
+
 // The kubelet is manual here: the test decides when pods run, so it can see that the lists wait
 // for the last address.
 class ManualKubeletWiringE2eTest : public OperatorE2eTest {
  protected:
   ManualKubeletWiringE2eTest() { fake_args_ = {"--kubelet", "manual"}; }
+
+  // The sidecar's identity of job "ps" may read the job's endpoints ConfigMap, read the job's pods
+  // and set their status conditions, and nothing else.
+  void ExpectPsSidecarRbac() {
+    const auto role = api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/roles/ps-fleet-sidecar");
+    ASSERT_TRUE(role.has_value());
+    const Json job_pods = Json::array({"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2", "ps-worker-3"});
+    const Json expect_rules = Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
+                                            {"resourceNames", Json::array({"ps-endpoints"})},
+                                            {"verbs", Json::array({"get", "list", "watch"})}},
+                                           {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods"})},
+                                            {"resourceNames", job_pods}, {"verbs", Json::array({"get"})}},
+                                           {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods/status"})},
+                                            {"resourceNames", job_pods}, {"verbs", Json::array({"patch"})}}});
+    EXPECT_EQ((*role)["rules"], expect_rules);
+    EXPECT_TRUE(api().Get(CorePath(ns(), "serviceaccounts", "ps-fleet-sidecar")).has_value());
+    EXPECT_TRUE(api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/rolebindings/ps-fleet-sidecar").has_value());
+  }
+
+  // Five of six pods run: the operator has seen them (it counts them ready) but publishes nothing.
+  void ExpectNothingPublishedWhileAPodHasNoAddress() {
+    for (const std::string name : {"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2"}) {
+      PodAction(name, {{"action", "run"}});
+    }
+    ASSERT_FALSE(WaitForJob("ps", "to count 5 ready pods", [](const Json& j) {
+      const Json r = j.value("status", Json::object()).value("replicaStatuses", Json::object());
+      return r.is_object() && r.value("server", Json::object()).value("ready", 0) == 2 &&
+             r.value("worker", Json::object()).value("ready", 0) == 3;
+    }).is_null());
+    EXPECT_FALSE(EndpointsConfigMap("ps").has_value()) << "lists published before every pod had an address";
+    EXPECT_EQ(JobStatus("ps").value("phase", ""), "Pending");
+  }
 };
 
 TEST_F(ManualKubeletWiringE2eTest, ParameterServerTwoServersFourWorkers) {
@@ -102,50 +184,10 @@ TEST_F(ManualKubeletWiringE2eTest, ParameterServerTwoServersFourWorkers) {
     ExpectOwnedBy(pod, job);
     EXPECT_EQ(LabelOf(pod, kRunLabel), "0");
     EXPECT_EQ(NameOf(pod), "ps-" + LabelOf(pod, kRoleLabel) + "-" + LabelOf(pod, kIndexLabel));
-    // Least privilege: the pod runs as the job's sidecar account without an automounted token;
-    // the gate is a native sidecar (an init container that keeps running, with a startup probe).
-    const Json& spec = pod["spec"];
-    EXPECT_EQ(spec.value("serviceAccountName", ""), "ps-fleet-sidecar");
-    EXPECT_EQ(spec.value("automountServiceAccountToken", true), false);
-    EXPECT_EQ(spec.value("restartPolicy", ""), "Never");
-    ASSERT_FALSE(spec.value("initContainers", Json::array()).empty());
-    const Json& gate = spec["initContainers"][0];
-    EXPECT_EQ(gate.value("name", ""), "fleet-sidecar");
-    EXPECT_EQ(gate.value("restartPolicy", ""), "Always");
-    EXPECT_TRUE(gate.contains("startupProbe"));
-    bool mounted = false;
-    for (const Json& m : spec["containers"][0].value("volumeMounts", Json::array())) {
-      mounted = mounted || m.value("mountPath", "") == "/etc/fleet/endpoints";
-    }
-    EXPECT_TRUE(mounted) << "the endpoint lists are not mounted as files";
+    ASSERT_NO_FATAL_FAILURE(ExpectPsPodSpec(pod));
   }
-  // The sidecar's identity may read the job's endpoints ConfigMap, read the job's pods and set
-  // their status conditions, and nothing else.
-  const auto role = api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/roles/ps-fleet-sidecar");
-  ASSERT_TRUE(role.has_value());
-  const Json job_pods = Json::array({"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2", "ps-worker-3"});
-  const Json expect_rules = Json::array({{{"apiGroups", Json::array({""})}, {"resources", Json::array({"configmaps"})},
-                                          {"resourceNames", Json::array({"ps-endpoints"})},
-                                          {"verbs", Json::array({"get", "list", "watch"})}},
-                                         {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods"})},
-                                          {"resourceNames", job_pods}, {"verbs", Json::array({"get"})}},
-                                         {{"apiGroups", Json::array({""})}, {"resources", Json::array({"pods/status"})},
-                                          {"resourceNames", job_pods}, {"verbs", Json::array({"patch"})}}});
-  EXPECT_EQ((*role)["rules"], expect_rules);
-  EXPECT_TRUE(api().Get(CorePath(ns(), "serviceaccounts", "ps-fleet-sidecar")).has_value());
-  EXPECT_TRUE(api().Get("/apis/rbac.authorization.k8s.io/v1/namespaces/" + ns() + "/rolebindings/ps-fleet-sidecar").has_value());
-
-  // Five of six pods run: the operator has seen them (it counts them ready) but publishes nothing.
-  for (const std::string name : {"ps-server-0", "ps-server-1", "ps-worker-0", "ps-worker-1", "ps-worker-2"}) {
-    PodAction(name, {{"action", "run"}});
-  }
-  ASSERT_FALSE(WaitForJob("ps", "to count 5 ready pods", [](const Json& j) {
-    const Json r = j.value("status", Json::object()).value("replicaStatuses", Json::object());
-    return r.is_object() && r.value("server", Json::object()).value("ready", 0) == 2 &&
-           r.value("worker", Json::object()).value("ready", 0) == 3;
-  }).is_null());
-  EXPECT_FALSE(EndpointsConfigMap("ps").has_value()) << "lists published before every pod had an address";
-  EXPECT_EQ(JobStatus("ps").value("phase", ""), "Pending");
+  ASSERT_NO_FATAL_FAILURE(ExpectPsSidecarRbac());
+  ASSERT_NO_FATAL_FAILURE(ExpectNothingPublishedWhileAPodHasNoAddress());
 
   PodAction("ps-worker-3", {{"action", "run"}});
   const Json running = WaitForPhase("ps", "Running");
@@ -159,30 +201,8 @@ TEST_F(ManualKubeletWiringE2eTest, ParameterServerTwoServersFourWorkers) {
   EXPECT_EQ((*cm)["metadata"]["annotations"].value("fleet.paddlepaddle.org/run", ""), "0");
   EXPECT_EQ((*cm)["data"].value("PADDLE_PSERVERS_IP_PORT_LIST", ""), List(by_name, "ps-server-", 2, Ip, 6170));
   EXPECT_EQ((*cm)["data"].value("PADDLE_TRAINER_ENDPOINTS", ""), List(by_name, "ps-worker-", 4, Ip, 6170));
-
-  for (const auto& [name, pod] : by_name) {
-    SCOPED_TRACE(name);
-    auto parsed = ParsePodEnv(pod, cm, RoleMakerKind::kParameterServer);
-    ASSERT_TRUE(parsed.ok()) << parsed.error();
-    const bool server = LabelOf(pod, kRoleLabel) == "server";
-    EXPECT_FALSE(parsed->non_distributed);
-    EXPECT_EQ(parsed->role, server ? Role::kServer : Role::kTrainer);
-    EXPECT_EQ(parsed->id, Index(pod));
-    EXPECT_EQ(parsed->current_endpoint, Ip(pod) + ":6170");
-    EXPECT_EQ(parsed->trainers_num, 4);
-    EXPECT_EQ(parsed->server_endpoints.size(), 2u);
-    EXPECT_EQ(parsed->trainer_endpoints.size(), 4u);
-  }
-
-  const Json status = running["status"];
-  EXPECT_EQ(status.value("mode", ""), "ps");
-  EXPECT_EQ(status.value("restartCount", -1), 0);
-  EXPECT_EQ(status.value("observedGeneration", -1), 1);
-  EXPECT_EQ(ConditionOf(status, "Running").value("status", ""), "True");
-  const Json expect_server = {{"replicas", 2}, {"active", 2}, {"ready", 2}, {"succeeded", 0}, {"failed", 0}};
-  const Json expect_worker = {{"replicas", 4}, {"active", 4}, {"ready", 4}, {"succeeded", 0}, {"failed", 0}};
-  EXPECT_EQ(status["replicaStatuses"]["server"], expect_server);
-  EXPECT_EQ(status["replicaStatuses"]["worker"], expect_worker);
+  ASSERT_NO_FATAL_FAILURE(ExpectPsEnvOfEveryPod(by_name, cm));
+  ExpectRunningPsStatus(running["status"]);
 }
 
 // Collective pods running fleetrun inside (processesPerPod 4, 4 GPUs each): each pod gets the

@@ -77,6 +77,13 @@ double Sample(const std::string& page, const std::string& name, const std::strin
   return std::nan("");
 }
 
+// A report to the push API's HTTP endpoint on `port`.
+std::optional<HttpConnection::Response> Post(int port, const std::string& body,
+                                             const std::string& type = "application/json") {
+  HttpConnection http("http://127.0.0.1:" + std::to_string(port));
+  return http.Send("POST", "/v1/report", body, {{"Content-Type", type}});
+}
+
 class AgentTest : public ::testing::Test {
  protected:
   std::unique_ptr<SidecarProcess> Start(const std::vector<std::string>& args) {
@@ -113,12 +120,6 @@ class AgentTest : public ::testing::Test {
     return ::testing::AssertionFailure() << path << " never answered " << status << " with '" << fragment
                                          << "'; last: " << last << "\n" << sidecar.Stderr();
   }
-  static std::optional<HttpConnection::Response> Post(int port, const std::string& body,
-                                                      const std::string& type = "application/json") {
-    HttpConnection http("http://127.0.0.1:" + std::to_string(port));
-    return http.Send("POST", "/v1/report", body, {{"Content-Type", type}});
-  }
-
   TempDir dir_;
 };
 
@@ -299,19 +300,8 @@ TEST_F(GatedAgentTest, ATrainerIsNotReadyWhileAServerIsUnreachable) {
   EXPECT_TRUE(Condition("j-worker-0").empty());  // --pod-condition=false
 }
 
-TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
-  const std::string socket_path = dir_.path() + "/metrics.sock";
-  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--pod=j-worker-2", "--metrics-port=9", "--listen=127.0.0.1:0",
-                        "--rank=8", "--ranks=4", "--report-http=127.0.0.1:0", "--report-udp=127.0.0.1:0",
-                        "--report-socket=" + socket_path, "--main-process=off"});
-  const int http_port = LoggedNumber(*sidecar, "(report port ");
-  const int udp_port = LoggedNumber(*sidecar, "udp port ");
-  ASSERT_GT(http_port, 0);
-  ASSERT_GT(udp_port, 0);
-  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "no startup gate"));
-  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
-
-  // HTTP: JSON objects and arrays, and text lines.
+// HTTP: JSON objects and arrays, and text lines (ranks 8 and 9).
+void PostAcceptedReports(int http_port) {
   auto r = Post(http_port, R"({"step": 1, "loss": 0.5, "samples": 32, "scalars": {"acc": 0.25}})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
@@ -322,10 +312,11 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
   r = Post(http_port, "step=2 loss=0.25\nstep=3 loss=0.125\n", "text/plain");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 200) << r->body;
-  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"8\"", 3));
-  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"9\"", 2));
-  // Refused: malformed, a rank of another pod, too large, not POST.
-  r = Post(http_port, R"({"step": "one"})");
+}
+
+// Refused: malformed, a rank of another pod, too large, not POST.
+void PostRefusedReports(int http_port) {
+  auto r = Post(http_port, R"({"step": "one"})");
   ASSERT_TRUE(r);
   EXPECT_EQ(r->status, 400);
   EXPECT_NE(r->body.find("step is not a number"), std::string::npos) << r->body;
@@ -343,8 +334,10 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
   auto wrong = get.Send("GET", "/v1/report");
   ASSERT_TRUE(wrong);
   EXPECT_EQ(wrong->status, 405);
+}
 
-  // UDP and the Unix socket: the text protocol, one or more lines per datagram.
+// UDP and the Unix socket: the text protocol, one or more lines per datagram (ranks 10 and 11).
+void SendDatagrams(int udp_port, const std::string& socket_path) {
   const int udp = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   sockaddr_in to{};
   to.sin_family = AF_INET;
@@ -364,10 +357,10 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
             static_cast<ssize_t>(datagram.size()))
       << std::strerror(errno);
   ::close(unix_socket);
-  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"10\"", 3));
-  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_scalar", "rank=\"11\",name=\"top1\"", 0.75));
+}
 
-  const std::string page = Metrics(*sidecar);
+// What the reports above count on /metrics: per transport, parse errors and drops.
+void ExpectPushCounters(const std::string& page) {
   EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"http\""), 5);
   EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"udp\""), 3);
   EXPECT_EQ(Sample(page, "fleet_sidecar_reports_total", "source=\"unix\""), 1);
@@ -380,9 +373,11 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
   if (auto check = PromtoolCheckMetrics(page)) {
     EXPECT_EQ(check->status, 0) << check->output;
   }
+}
 
-  // The Python helper, as a training script uses it, over each transport.
-  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
+// The Python helper, as a training script uses it: 20 timed steps, then a last report until taken,
+// to FLEET_METRICS_ENDPOINT as rank `rank` (a script in `dir`).
+void RunPythonHelper(const TempDir& dir, const std::string& endpoint, const std::string& rank) {
   const std::string sdk = SourceDir() + "/sdk/python";
   const std::string script =
       "import sys; sys.path.insert(0, '" + sdk + "'); import fleet_metrics\n"
@@ -398,18 +393,42 @@ TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
       "    time.sleep(0.05)\n"
       "print('sent', r.sent, 'errors', r.errors, r.last_error)\n"
       "sys.exit(0 if r.sent >= 1 and r.sent + r.errors >= 21 else 1)\n";
+  const std::string env_file = dir.Write("run-" + rank + ".sh",
+                                         "FLEET_METRICS_ENDPOINT='" + endpoint + "' PADDLE_TRAINER_ID=" + rank +
+                                             " exec /usr/bin/python3 -c \"$1\"\n");
+  auto run = RunCommand({"/bin/sh", env_file, script});
+  ASSERT_TRUE(run);
+  EXPECT_EQ(run->status, 0) << endpoint << ": " << run->output;
+}
+
+TEST_F(AgentTest, PushApiOverHttpUdpAndAUnixSocket) {
+  const std::string socket_path = dir_.path() + "/metrics.sock";
+  auto sidecar = Start({"agent", "--job=j", "--role=worker", "--pod=j-worker-2", "--metrics-port=9", "--listen=127.0.0.1:0",
+                        "--rank=8", "--ranks=4", "--report-http=127.0.0.1:0", "--report-udp=127.0.0.1:0",
+                        "--report-socket=" + socket_path, "--main-process=off"});
+  const int http_port = LoggedNumber(*sidecar, "(report port ");
+  const int udp_port = LoggedNumber(*sidecar, "udp port ");
+  ASSERT_GT(http_port, 0);
+  ASSERT_GT(udp_port, 0);
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "no startup gate"));
+  EXPECT_TRUE(Says(*sidecar, "/readyz", 200, "ok"));
+
+  ASSERT_NO_FATAL_FAILURE(PostAcceptedReports(http_port));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"8\"", 3));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"9\"", 2));
+  ASSERT_NO_FATAL_FAILURE(PostRefusedReports(http_port));
+  ASSERT_NO_FATAL_FAILURE(SendDatagrams(udp_port, socket_path));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_steps_total", "rank=\"10\"", 3));
+  EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_scalar", "rank=\"11\",name=\"top1\"", 0.75));
+  ExpectPushCounters(Metrics(*sidecar));
+
+  // The Python helper over each transport.
+  if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
   const std::vector<std::pair<std::string, std::string>> transports = {
       {"udp://127.0.0.1:" + std::to_string(udp_port), "8"},
       {"unix://" + socket_path, "9"},
       {"http://127.0.0.1:" + std::to_string(http_port), "10"}};
-  for (const auto& [endpoint, rank] : transports) {
-    const std::string env_file = dir_.Write("run-" + rank + ".sh",
-                                            "FLEET_METRICS_ENDPOINT='" + endpoint + "' PADDLE_TRAINER_ID=" + rank +
-                                                " exec /usr/bin/python3 -c \"$1\"\n");
-    auto run = RunCommand({"/bin/sh", env_file, script});
-    ASSERT_TRUE(run);
-    EXPECT_EQ(run->status, 0) << endpoint << ": " << run->output;
-  }
+  for (const auto& [endpoint, rank] : transports) ASSERT_NO_FATAL_FAILURE(RunPythonHelper(dir_, endpoint, rank));
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"8\"", 20));
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"9\"", 20));
   EXPECT_TRUE(MetricBecomes(*sidecar, "fleet_training_step", "rank=\"10\"", 20));

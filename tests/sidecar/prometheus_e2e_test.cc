@@ -192,6 +192,120 @@ std::string RegexEscape(const std::string& s) {
   return out;
 }
 
+// One sidecar per "pod", as the operator would run them: it follows its process's log (`log` in
+// `log_dir`), and watches fleetrun (the pod's main process) by its command line.
+std::unique_ptr<SidecarProcess> StartSidecar(const TempDir& dir, const std::string& log_dir, const std::string& role,
+                                             int rank, const std::string& log) {
+  return std::make_unique<SidecarProcess>(
+      std::vector<std::string>{"agent", "--namespace=default", "--job=ps-example", "--role=" + role,
+                               "--pod=ps-example-" + role + "-" + std::to_string(rank), "--rank=" + std::to_string(rank),
+                               "--metrics-port=9", "--listen=127.0.0.1:0", "--log-file=" + log_dir + "/" + log,
+                               "--main-process=on", "--main-process-match=" + RegexEscape("--log_dir=" + log_dir),
+                               "--log-poll-interval=100ms"},
+      dir.path());
+}
+
+// Prometheus' configuration: 1 s scrapes of `targets` ("'host:port', ..."), the alert rules loaded.
+std::string WritePrometheusConfig(const TempDir& dir, const std::string& targets) {
+  return dir.Write(
+      "prometheus.yml", "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
+                        "rule_files:\n  - '" + SourceDir() + "/docs/prometheus/fleetjob-alerts.yaml'\n"
+                        "scrape_configs:\n  - job_name: fleet-sidecar\n    honor_labels: true\n"
+                        "    static_configs:\n      - targets: [" + targets + "]\n");
+}
+
+// Prometheus' HTTP API: an answer's JSON, or null when there is none.
+class PrometheusApi {
+ public:
+  explicit PrometheusApi(int port) : api_("http://127.0.0.1:" + std::to_string(port)) {}
+  Json Get(const std::string& path) {
+    auto r = api_.Send("GET", path);
+    if (!r || r->status != 200) return Json();
+    return Json::parse(r->body, nullptr, false);
+  }
+  Json Query(const std::string& expr) { return Get("/api/v1/query?query=" + UrlEncode(expr)); }
+
+ private:
+  HttpConnection api_;
+};
+
+// Every target up (no sleeping: the first scrape can take a few seconds); `last` is the last answer.
+bool EveryTargetUp(PrometheusApi& api, size_t targets, std::string& last) {
+  return Eventually(
+      [&] {
+        const Json targets_json = api.Get("/api/v1/targets");
+        if (!targets_json.is_object()) return false;
+        last = targets_json.dump();
+        const Json& active = targets_json["data"]["activeTargets"];
+        if (active.size() != targets) return false;
+        for (const Json& t : active) {
+          if (t.value("health", "") != "up") return false;
+        }
+        return true;
+      },
+      seconds(20));
+}
+
+// Every dashboard query returns data (rates need two scrapes with steps between them).
+void ExpectEveryQueryHasData(PrometheusApi& api, const std::vector<std::pair<std::string, std::string>>& queries) {
+  std::map<std::string, std::string> empty;
+  Eventually(
+      [&] {
+        empty.clear();
+        for (const auto& [name, query] : queries) {
+          const Json answer = api.Query(query);
+          if (!answer.is_object() || answer.value("status", "") != "success") {
+            empty[name] = query + " -> " + answer.dump();
+          } else if (answer["data"]["result"].empty()) {
+            empty[name] = query + " -> no data";
+          }
+        }
+        return empty.empty();
+      },
+      seconds(20));
+  for (const auto& [name, why] : empty) ADD_FAILURE() << name << ": " << why;
+}
+
+// The straggler panels name the slowest rank (one series per job and role, with its rank).
+void CheckStragglerPanels(PrometheusApi& api, const std::vector<std::pair<std::string, std::string>>& queries) {
+  for (const auto& [name, query] : queries) {
+    if (name != "Slowest rank vs median / A" && name != "Slowest / median / A") continue;
+    const Json answer = api.Query(query);
+    ASSERT_TRUE(answer.is_object()) << name;
+    for (const Json& series : answer["data"]["result"]) {
+      EXPECT_TRUE(series["metric"].contains("rank")) << name << ": " << series.dump();
+    }
+    EXPECT_EQ(answer["data"]["result"].size(), 1u) << name << " (the trainers): " << answer.dump();
+  }
+}
+
+// What the job did, as Prometheus sees it: both trainers step, the loss is there, fleetrun runs.
+void CheckJobMetrics(PrometheusApi& api) {
+  const Json steps = api.Query("sum by (rank) (fleet_training_steps_total{job=\"ps-example\"})");
+  ASSERT_TRUE(steps.is_object());
+  EXPECT_EQ(steps["data"]["result"].size(), 2u) << steps.dump();
+  for (const Json& r : steps["data"]["result"]) EXPECT_GT(std::stod(r["value"][1].get<std::string>()), 10) << r.dump();
+  const Json main_up = api.Query("min(fleet_training_main_process_up)");
+  ASSERT_TRUE(main_up.is_object());
+  ASSERT_EQ(main_up["data"]["result"].size(), 1u) << main_up.dump();
+  EXPECT_EQ(main_up["data"]["result"][0]["value"][1], "1");
+}
+
+// The alert rules are loaded and evaluate without errors (none fires on a healthy job).
+void CheckAlertRules(PrometheusApi& api) {
+  const Json rules = api.Get("/api/v1/rules");
+  ASSERT_TRUE(rules.is_object());
+  size_t evaluated = 0;
+  for (const Json& group : rules["data"]["groups"]) {
+    for (const Json& rule : group["rules"]) {
+      EXPECT_EQ(rule.value("health", ""), "ok") << rule.dump();
+      EXPECT_NE(rule.value("state", ""), "firing") << rule.dump();
+      ++evaluated;
+    }
+  }
+  EXPECT_EQ(evaluated, 6u) << rules.dump();
+}
+
 TEST(PrometheusE2eTest, ScrapesSidecarsOfARealJobAndEveryDashboardQueryHasData) {
   const std::string prometheus = FindTool("prometheus");
   if (prometheus.empty()) GTEST_SKIP() << "prometheus is not installed";
@@ -206,22 +320,10 @@ TEST(PrometheusE2eTest, ScrapesSidecarsOfARealJobAndEveryDashboardQueryHasData) 
             {"FLEET_EXAMPLE_STEPS=100000000", "FLEET_EXAMPLE_LOG_EVERY=10", "FLEET_EXAMPLE_RETRY_SECONDS=0.2",
              "PATH=/usr/bin:/bin"},
             dir.path() + "/fleetrun.out");
-
-  // One sidecar per "pod", as the operator would run them: each follows its process's log, and
-  // watches fleetrun (the pod's main process) by its command line.
   std::vector<std::unique_ptr<SidecarProcess>> sidecars;
-  auto sidecar = [&](const std::string& role, int rank, const std::string& log) {
-    sidecars.push_back(std::make_unique<SidecarProcess>(
-        std::vector<std::string>{"agent", "--namespace=default", "--job=ps-example", "--role=" + role,
-                                 "--pod=ps-example-" + role + "-" + std::to_string(rank), "--rank=" + std::to_string(rank),
-                                 "--metrics-port=9", "--listen=127.0.0.1:0", "--log-file=" + log_dir + "/" + log,
-                                 "--main-process=on", "--main-process-match=" + RegexEscape("--log_dir=" + log_dir),
-                                 "--log-poll-interval=100ms"},
-        dir.path()));
-  };
-  sidecar("worker", 0, "workerlog.0");
-  sidecar("worker", 1, "workerlog.1");
-  sidecar("server", 0, "serverlog.0");
+  sidecars.push_back(StartSidecar(dir, log_dir, "worker", 0, "workerlog.0"));
+  sidecars.push_back(StartSidecar(dir, log_dir, "worker", 1, "workerlog.1"));
+  sidecars.push_back(StartSidecar(dir, log_dir, "server", 0, "serverlog.0"));
   std::string targets;
   for (auto& s : sidecars) {
     const int port = s->WaitForPort();
@@ -230,91 +332,20 @@ TEST(PrometheusE2eTest, ScrapesSidecarsOfARealJobAndEveryDashboardQueryHasData) 
   }
 
   const int web_port = FreePort();
-  const std::string config = dir.Write(
-      "prometheus.yml", "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
-                        "rule_files:\n  - '" + SourceDir() + "/docs/prometheus/fleetjob-alerts.yaml'\n"
-                        "scrape_configs:\n  - job_name: fleet-sidecar\n    honor_labels: true\n"
-                        "    static_configs:\n      - targets: [" + targets + "]\n");
+  const std::string config = WritePrometheusConfig(dir, targets);
   Child server({prometheus, "--config.file=" + config, "--storage.tsdb.path=" + dir.path() + "/tsdb",
                 "--web.listen-address=127.0.0.1:" + std::to_string(web_port), "--log.level=warn"},
                {}, dir.path() + "/prometheus.out");
-  HttpConnection api("http://127.0.0.1:" + std::to_string(web_port));
-  auto get = [&](const std::string& path) -> Json {
-    auto r = api.Send("GET", path);
-    if (!r || r->status != 200) return Json();
-    return Json::parse(r->body, nullptr, false);
-  };
-
-  // Every target up (no sleeping: the first scrape can take a few seconds).
+  PrometheusApi api(web_port);
   std::string last;
-  const bool up = Eventually(
-      [&] {
-        const Json targets_json = get("/api/v1/targets");
-        if (!targets_json.is_object()) return false;
-        last = targets_json.dump();
-        const Json& active = targets_json["data"]["activeTargets"];
-        if (active.size() != sidecars.size()) return false;
-        for (const Json& t : active) {
-          if (t.value("health", "") != "up") return false;
-        }
-        return true;
-      },
-      seconds(20));
-  ASSERT_TRUE(up) << last << "\n" << ReadText(dir.path() + "/prometheus.out");
+  ASSERT_TRUE(EveryTargetUp(api, sidecars.size(), last)) << last << "\n" << ReadText(dir.path() + "/prometheus.out");
   ASSERT_TRUE(job.Running()) << ReadText(dir.path() + "/fleetrun.out");
 
-  // Every dashboard query returns data (rates need two scrapes with steps between them).
   const auto queries = DashboardQueries(LoadDashboard());
-  std::map<std::string, std::string> empty;
-  Eventually(
-      [&] {
-        empty.clear();
-        for (const auto& [name, query] : queries) {
-          const Json answer = get("/api/v1/query?query=" + UrlEncode(query));
-          if (!answer.is_object() || answer.value("status", "") != "success") {
-            empty[name] = query + " -> " + answer.dump();
-          } else if (answer["data"]["result"].empty()) {
-            empty[name] = query + " -> no data";
-          }
-        }
-        return empty.empty();
-      },
-      seconds(20));
-  for (const auto& [name, why] : empty) ADD_FAILURE() << name << ": " << why;
-
-  // The straggler panels name the slowest rank (one series per job and role, with its rank).
-  for (const auto& [name, query] : queries) {
-    if (name != "Slowest rank vs median / A" && name != "Slowest / median / A") continue;
-    const Json answer = get("/api/v1/query?query=" + UrlEncode(query));
-    ASSERT_TRUE(answer.is_object()) << name;
-    for (const Json& series : answer["data"]["result"]) {
-      EXPECT_TRUE(series["metric"].contains("rank")) << name << ": " << series.dump();
-    }
-    EXPECT_EQ(answer["data"]["result"].size(), 1u) << name << " (the trainers): " << answer.dump();
-  }
-
-  // What the job did, as Prometheus sees it: both trainers step, the loss is there, fleetrun runs.
-  const Json steps = get("/api/v1/query?query=" + UrlEncode("sum by (rank) (fleet_training_steps_total{job=\"ps-example\"})"));
-  ASSERT_TRUE(steps.is_object());
-  EXPECT_EQ(steps["data"]["result"].size(), 2u) << steps.dump();
-  for (const Json& r : steps["data"]["result"]) EXPECT_GT(std::stod(r["value"][1].get<std::string>()), 10) << r.dump();
-  const Json main_up = get("/api/v1/query?query=" + UrlEncode("min(fleet_training_main_process_up)"));
-  ASSERT_TRUE(main_up.is_object());
-  ASSERT_EQ(main_up["data"]["result"].size(), 1u) << main_up.dump();
-  EXPECT_EQ(main_up["data"]["result"][0]["value"][1], "1");
-
-  // The alert rules are loaded and evaluate without errors (none fires on a healthy job).
-  const Json rules = get("/api/v1/rules");
-  ASSERT_TRUE(rules.is_object());
-  size_t evaluated = 0;
-  for (const Json& group : rules["data"]["groups"]) {
-    for (const Json& rule : group["rules"]) {
-      EXPECT_EQ(rule.value("health", ""), "ok") << rule.dump();
-      EXPECT_NE(rule.value("state", ""), "firing") << rule.dump();
-      ++evaluated;
-    }
-  }
-  EXPECT_EQ(evaluated, 6u) << rules.dump();
+  ExpectEveryQueryHasData(api, queries);
+  ASSERT_NO_FATAL_FAILURE(CheckStragglerPanels(api, queries));
+  ASSERT_NO_FATAL_FAILURE(CheckJobMetrics(api));
+  ASSERT_NO_FATAL_FAILURE(CheckAlertRules(api));
   for (auto& s : sidecars) EXPECT_TRUE(s->Running()) << s->Stderr();
 }
 
