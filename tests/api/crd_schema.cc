@@ -44,7 +44,8 @@ std::set<std::string> DeclaredPaths(const Json& schema, const std::string& path,
   std::set<std::string> out;
   if (!schema.is_object()) return out;
   if (schema.contains("items")) out.merge(DeclaredPaths(schema["items"], path + "[]", opaque));
-  for (const auto& [key, property] : schema.value("properties", Json::object()).items()) {
+  const Json properties = schema.value("properties", Json::object());
+  for (const auto& [key, property] : properties.items()) {
     out.insert(path + "." + key);
     if (!opaque.count(key)) out.merge(DeclaredPaths(property, path + "." + key, opaque));
   }
