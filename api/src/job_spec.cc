@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <initializer_list>
+#include <optional>
 #include <set>
 
+#include "fleet/api/log_pattern.h"
 #include "fleet/base/dns.h"
 #include "fleet/base/strings.h"
-#include "fleet/api/log_pattern.h"
 #include "fleet/runtime/endpoint.h"
 
 namespace fleet::api {
