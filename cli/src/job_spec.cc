@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cctype>
+#include <optional>
 #include <regex>
 
+#include "fleet/api/job_spec.h"
 #include "fleet/base/dns.h"
 
 namespace fleet::cli {
@@ -70,24 +72,34 @@ Result<std::vector<std::string>> FleetrunCommand(const std::vector<std::string>&
   return out;
 }
 
-Result<std::string> OneOf(const std::string& flag, const std::string& value, std::initializer_list<const char*> allowed) {
+// The value of `E` that a flag names, as the spec spells it (ignoring case and '-').
+template <typename E>
+Result<E> OneOf(const std::string& flag, const std::string& value, const api::NameTable<E>& allowed) {
   std::string choices;
-  for (const char* a : allowed) {
-    std::string lower_a = a, lower_v = value;
+  for (const auto& [name, e] : allowed) {
+    std::string lower_a(name), lower_v = value;
     std::transform(lower_a.begin(), lower_a.end(), lower_a.begin(), ::tolower);
     std::transform(lower_v.begin(), lower_v.end(), lower_v.begin(), ::tolower);
     lower_v.erase(std::remove(lower_v.begin(), lower_v.end(), '-'), lower_v.end());
-    if (lower_a == lower_v) return std::string(a);
-    choices += (choices.empty() ? "" : ", ") + std::string(a);
+    if (lower_a == lower_v) return e;
+    choices += (choices.empty() ? "" : ", ") + std::string(name);
   }
   return Error{"--" + flag + "=" + value + ": expected one of " + choices};
 }
 
+// An optional flag's value of `E`: unset when the flag is not given.
+template <typename E>
+Result<std::optional<E>> OptionalOneOf(const std::string& flag, const std::string& value) {
+  if (value.empty()) return std::optional<E>();
+  FLEET_ASSIGN_OR_RETURN(E e, OneOf(flag, value, api::Names<E>()));
+  return std::optional<E>(e);
+}
+
 // A role; without a container (null) it has no template (runtime fleet's servers).
-Json Role(int replicas, const Json& container, const std::string& restart_policy) {
+Json Role(int replicas, const Json& container, std::optional<api::RestartPolicy> restart_policy) {
   Json role = {{"replicas", replicas}};
   if (!container.is_null()) role["template"] = {{"spec", {{"containers", Json::array({container})}}}};
-  if (!restart_policy.empty()) role["restartPolicy"] = restart_policy;
+  if (restart_policy) role["restartPolicy"] = api::NameOf(*restart_policy);
   return role;
 }
 
@@ -100,22 +112,15 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
     return Error{"--name=" + o.name + ": must be a DNS label (lower case letters, digits and '-', at most 63)"};
   }
   const bool ps = o.server_num > 0;
-  std::string restart_policy, network, gang, runtime;
-  if (!o.restart_policy.empty()) {
-    FLEET_ASSIGN_OR_RETURN(restart_policy,
-                           OneOf("restart_policy", o.restart_policy, {"Never", "OnFailure", "ExitCode"}));
-  }
-  if (!o.network.empty()) {
-    FLEET_ASSIGN_OR_RETURN(network, OneOf("network", o.network, {"PodIP", "Service", "HostNetwork"}));
-  }
-  if (!o.runtime.empty()) {
-    FLEET_ASSIGN_OR_RETURN(runtime, OneOf("runtime", o.runtime, {"paddle", "fleet"}));
-    if (runtime == "fleet" && !ps) return Error{"--runtime=fleet serves parameter servers: it needs --server_num > 0"};
-  }
-  if (!o.gang.empty()) {
-    FLEET_ASSIGN_OR_RETURN(gang, OneOf("gang", o.gang, {"None", "Volcano", "SchedulerPlugins"}));
-  }
-  if (!o.queue.empty() && gang != "Volcano") return Error{"--queue needs --gang=Volcano"};
+  FLEET_ASSIGN_OR_RETURN(auto restart_policy, OptionalOneOf<api::RestartPolicy>("restart_policy", o.restart_policy));
+  FLEET_ASSIGN_OR_RETURN(auto network, OptionalOneOf<api::Network>("network", o.network));
+  FLEET_ASSIGN_OR_RETURN(auto runtime, OptionalOneOf<api::Runtime>("runtime", o.runtime));
+  // With runtime fleet the operator provides the servers' fleet-ps-server container; the command
+  // is the trainers'.
+  const bool fleet_servers = runtime == api::Runtime::kFleet;
+  if (fleet_servers && !ps) return Error{"--runtime=fleet serves parameter servers: it needs --server_num > 0"};
+  FLEET_ASSIGN_OR_RETURN(auto gang, OptionalOneOf<api::GangScheduler>("gang", o.gang));
+  if (!o.queue.empty() && gang != api::GangScheduler::kVolcano) return Error{"--queue needs --gang=Volcano"};
 
   Json container = {{"name", "paddle"}, {"image", o.image}, {"command", o.command}};
   if (!o.env.empty()) {
@@ -140,18 +145,16 @@ Result<Json> BuildFleetJob(const SubmitOptions& o, const std::string& ns) {
     }
   }
 
-  Json spec = {{"mode", ps ? "ps" : "collective"}, {"worker", Role(o.worker_num, worker, restart_policy)}};
-  // With runtime fleet the operator provides the servers' fleet-ps-server container; the command
-  // is the trainers'.
-  const bool fleet_servers = runtime == "fleet";
-  if (fleet_servers) spec["runtime"] = runtime;
+  const JobMode mode = ps ? JobMode::kParameterServer : JobMode::kCollective;
+  Json spec = {{"mode", api::NameOf(mode)}, {"worker", Role(o.worker_num, worker, restart_policy)}};
+  if (fleet_servers) spec["runtime"] = api::NameOf(*runtime);
   if (ps) spec["server"] = Role(o.server_num, fleet_servers ? Json() : container, restart_policy);
   if (processes_per_pod > 1) spec["processesPerPod"] = processes_per_pod;
-  if (!network.empty()) spec["network"] = network;
+  if (network) spec["network"] = api::NameOf(*network);
   if (o.backoff_limit) spec["runPolicy"] = {{"backoffLimit", *o.backoff_limit}};
-  if (!gang.empty() || !o.priority_class.empty()) {
+  if (gang || !o.priority_class.empty()) {
     Json scheduling = Json::object();
-    if (!gang.empty()) scheduling["gang"] = gang;
+    if (gang) scheduling["gang"] = api::NameOf(*gang);
     if (!o.queue.empty()) scheduling["queue"] = o.queue;
     if (!o.priority_class.empty()) scheduling["priorityClassName"] = o.priority_class;
     spec["scheduling"] = scheduling;

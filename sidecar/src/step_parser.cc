@@ -9,103 +9,18 @@
 
 #include <re2/re2.h>
 
-#include "fleet/sidecar/user_regex.h"
+#include "fleet/api/log_pattern.h"
 
 namespace fleet::sidecar {
 namespace {
 
 using Json = nlohmann::json;
 
-enum class Key {
-  kStep, kSteps, kEpoch, kLoss, kStepTime, kStepsPerSecond, kSamples, kSamplesPerSecond, kTotalTime, kTotalSteps, kRank,
-  kIgnored, kScalar
-};
-
-inline char Lower(char c) { return c >= 'A' && c <= 'Z' ? static_cast<char>(c - 'A' + 'a') : c; }
-
-bool EqualsIgnoringCase(std::string_view a, std::string_view lower) {
-  if (a.size() != lower.size()) return false;
-  if (std::memcmp(a.data(), lower.data(), a.size()) == 0) return true;  // the common case: as written
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (Lower(a[i]) != lower[i]) return false;
-  }
-  return true;
-}
-
-bool Is(std::string_view key, std::string_view lower) { return EqualsIgnoringCase(key, lower); }
-
-// kKeys, as a switch on the length and first letter: a log line has several keys, and this runs for
-// each of them.
-Key Classify(std::string_view key) {
-  if (key.empty()) return Key::kScalar;
-  const char c = Lower(key.front());
-  switch (key.size()) {
-    case 3:
-      if (c == 'i' && Is(key, "ips")) return Key::kSamplesPerSecond;
-      break;
-    case 4:
-      switch (c) {
-        case 's': if (Is(key, "step")) return Key::kStep; break;
-        case 'i': if (Is(key, "iter")) return Key::kStep; break;
-        case 'p': if (Is(key, "pass")) return Key::kEpoch; break;
-        case 'l': if (Is(key, "loss")) return Key::kLoss; break;
-        case 'c': if (Is(key, "cost")) return Key::kLoss; break;
-        case 'r': if (Is(key, "rank")) return Key::kRank; break;
-        default: break;
-      }
-      break;
-    case 5:
-      switch (c) {
-        case 'b': if (Is(key, "batch")) return Key::kStep; break;
-        case 's':
-          if (Is(key, "steps")) return Key::kSteps;
-          if (Is(key, "speed")) return Key::kSamplesPerSecond;
-          break;
-        case 'e': if (Is(key, "epoch")) return Key::kEpoch; break;
-        default: break;
-      }
-      break;
-    case 7:
-      if (c == 's' && Is(key, "samples")) return Key::kSamples;
-      break;
-    case 8:
-      if (c == 'a') {
-        if (Is(key, "avg_cost") || Is(key, "avg_loss")) return Key::kLoss;
-      }
-      break;
-    case 9:
-      if (c == 'i' && Is(key, "iteration")) return Key::kStep;
-      if (c == 's' && Is(key, "step_time")) return Key::kStepTime;
-      break;
-    case 10:
-      if (c == 't' && Is(key, "train_loss")) return Key::kLoss;
-      if (c == 'b' && (Is(key, "batch_time") || Is(key, "batch_cost"))) return Key::kStepTime;
-      break;
-    case 11:
-      if (c == 'g' && Is(key, "global_step")) return Key::kStep;
-      if (c == 't' && Is(key, "total_steps")) return Key::kTotalSteps;
-      break;
-    case 12:
-      if (c == 'w' && Is(key, "worker_index")) return Key::kIgnored;
-      break;
-    case 15:
-      if (c == 't' && Is(key, "total time cost")) return Key::kTotalTime;
-      if (c == 's' && Is(key, "step per second")) return Key::kIgnored;
-      break;
-    case 18:
-      if (c == 's' && Is(key, "samples_per_second")) return Key::kSamplesPerSecond;
-      break;
-    case 25:  // PaddleNLP / PaddleFormers: over the steps since their last log line
-      if (c == 'i' && Is(key, "interval_steps_per_second")) return Key::kStepsPerSecond;
-      break;
-    case 27:
-      if (c == 'i' && Is(key, "interval_samples_per_second")) return Key::kSamplesPerSecond;
-      break;
-    default:
-      break;
-  }
-  return Key::kScalar;
-}
+// A field's name and what it stands for are the API's (fleet/api/log_pattern.h): one vocabulary for
+// logs, reports and the patterns the operator checks.
+using Key = api::StepField;
+Key Classify(std::string_view key) { return api::ClassifyStepField(key); }
+bool EqualsIgnoringCase(std::string_view a, std::string_view lower) { return api::IsFieldName(a, lower); }
 
 inline bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 inline bool IsAlpha(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z'); }
@@ -518,9 +433,6 @@ ParseOutcome ParseEpochHeader(std::string_view line, size_t open, StepRecord* r,
   return ParseOutcome::kStep;
 }
 
-bool IsNameStart(char c) { return IsAlpha(c) || c == '_'; }
-bool IsNameChar(char c) { return IsAlnum(c) || c == '_'; }
-
 }  // namespace
 
 void StepRecord::Clear() {
@@ -547,14 +459,6 @@ void StepRecord::AddScalar(std::string_view name, double value) {
     return;
   }
   scalars[scalar_count++] = {name, value};
-}
-
-bool IsScalarName(std::string_view name) {
-  if (name.empty() || name.size() > 64) return false;
-  for (char c : name) {
-    if (!(IsAlnum(c) || c == '_' || c == '.' || c == ':' || c == '/' || c == '-')) return false;
-  }
-  return true;
 }
 
 namespace {
@@ -743,93 +647,16 @@ ParseOutcome LineParser::Parse(std::string_view line, StepRecord* record) {
 
 // ---- user patterns ----
 
-struct StepPattern::Compiled {
-  std::shared_ptr<const re2::RE2> regex;
-  struct Group {
-    int index;
-    std::string name;
-    Key key;
-  };
-  std::vector<Group> groups;   // in the pattern's order
-  int submatches = 0;          // 1 + the highest index of a named group: what Match asks RE2 for
-};
+// The pattern's grammar (which group names it may use, and how) is the API's: the operator checks
+// spec.sidecar.patterns with the same CompileLogPattern.
+struct StepPattern::Compiled : api::LogPattern {};
 
 Result<StepPattern> StepPattern::Compile(std::string_view source) {
-  const std::string quoted = "'" + std::string(source) + "'";
-  struct Named {
-    std::string name;
-    Key key;
-  };
-  std::vector<Named> named;
-  // RE2 (Debian 12's) knows only the (?P<name>...) form of a named group: (?<name>...) is written
-  // as that. The names are checked here, where a bad one can be said plainly.
-  std::string re2_source;
-  bool in_class = false;
-  for (size_t i = 0; i < source.size(); ++i) {
-    const char c = source[i];
-    if (c == '\\') {
-      // An escaped character, or a quote "\Q...\E" (to its end or the pattern's): literal text.
-      size_t end = std::min(i + 2, source.size());
-      if (!in_class && source.compare(i, 2, "\\Q") == 0) end = std::min(source.find("\\E", i + 2), source.size());
-      re2_source.append(source.substr(i, end - i));
-      i = end - 1;
-      continue;
-    }
-    if (in_class) {
-      if (c == ']') in_class = false;
-      re2_source += c;
-      continue;
-    }
-    if (c == '[') {
-      in_class = true;
-      re2_source += c;
-      if (i + 1 < source.size() && source[i + 1] == '^') re2_source += source[++i];
-      if (i + 1 < source.size() && source[i + 1] == ']') re2_source += source[++i];  // "[]...]": a literal ']'
-      continue;
-    }
-    size_t name_at = 0;
-    if (source.compare(i, 4, "(?P<") == 0) name_at = i + 4;
-    else if (source.compare(i, 3, "(?<") == 0 && i + 3 < source.size() && IsNameStart(source[i + 3])) name_at = i + 3;
-    if (name_at == 0) {  // not a named group
-      re2_source += c;
-      continue;
-    }
-    size_t close = name_at;
-    while (close < source.size() && IsNameChar(source[close])) ++close;
-    if (close == name_at || close >= source.size() || source[close] != '>' || !IsNameStart(source[name_at])) {
-      return Error{"--pattern " + quoted + ": a group name must be a word ((?P<name>...) or (?<name>...))"};
-    }
-    std::string name(source.substr(name_at, close - name_at));
-    for (const Named& n : named) {
-      if (n.name == name) return Error{"--pattern " + quoted + ": the group name '" + name + "' is used twice"};
-    }
-    const Key key = Classify(name);
-    if (key == Key::kIgnored || key == Key::kTotalTime) {
-      return Error{"--pattern " + quoted + ": the group name '" + name + "' cannot be used"};
-    }
-    if (key == Key::kScalar && !IsScalarName(name)) {
-      return Error{"--pattern " + quoted + ": the group name '" + name + "' is too long"};
-    }
-    re2_source += "(?P<" + name + ">";
-    named.push_back({std::move(name), key});
-    i = close;
-  }
-  if (named.empty()) {
-    return Error{"--pattern " + quoted + ": it has no named group; name what it captures, e.g. (?P<loss>[0-9.]+)"};
-  }
-  auto regex = CompileUserRegex(re2_source);
-  if (!regex) return Error{"--pattern " + quoted + ": not a valid regular expression: " + regex.error()};
-  auto compiled = std::make_shared<Compiled>();
-  compiled->regex = *regex;
-  const std::map<std::string, int>& indices = compiled->regex->NamedCapturingGroups();
-  for (Named& n : named) {
-    const int index = indices.at(n.name);  // every name above was written as (?P<name>
-    compiled->groups.push_back({index, std::move(n.name), n.key});
-    compiled->submatches = std::max(compiled->submatches, index + 1);
-  }
+  auto compiled = api::CompileLogPattern(source);
+  if (!compiled) return Error{"--pattern " + compiled.error()};
   StepPattern pattern;
   pattern.source_ = std::string(source);
-  pattern.compiled_ = std::move(compiled);
+  pattern.compiled_ = std::make_shared<const Compiled>(Compiled{std::move(*compiled)});
   return pattern;
 }
 
@@ -840,7 +667,7 @@ ParseOutcome StepPattern::Match(std::string_view line, StepRecord* record) const
                                m.data(), compiled_->submatches)) {
     return ParseOutcome::kNone;
   }
-  for (const Compiled::Group& g : compiled_->groups) {
+  for (const api::LogPattern::Group& g : compiled_->groups) {
     const re2::StringPiece& group = m[static_cast<size_t>(g.index)];
     if (group.data() == nullptr) continue;  // its part of the pattern did not take part in the match
     const std::string_view value_text = Trim(std::string_view(group.data(), group.size()));
@@ -848,7 +675,7 @@ ParseOutcome StepPattern::Match(std::string_view line, StepRecord* record) const
     double value = 0;
     std::string_view unit;
     if (!ParseNumber(value_text, &pos, &value, &unit) || pos != value_text.size()) return ParseOutcome::kMalformed;
-    if (!ApplyField(g.key, g.name, value, unit, /*from_log=*/true, record)) return ParseOutcome::kMalformed;
+    if (!ApplyField(g.field, g.name, value, unit, /*from_log=*/true, record)) return ParseOutcome::kMalformed;
   }
   return StepPastItsTotal(*record) ? ParseOutcome::kMalformed : ParseOutcome::kStep;
 }

@@ -8,12 +8,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <cstdlib>
-#include <fstream>
-#include <sstream>
-
+#include "crd_schema.h"
 #include "fleet/base/time.h"
-#include "fleet/cli/yaml_json.h"
 
 namespace fleet::api::testing {
 namespace {
@@ -62,39 +58,8 @@ const Json& EveryProgressMember() {
   return progress;
 }
 
-// The keys of `value` that `schema` (an OpenAPI v3 schema of the CRD) does not declare, as paths
-// under `path`. An object schema that lists properties declares those; one with
-// additionalProperties declares any key, each by that schema; one that only preserves unknown
-// fields declares nothing below it (a key there would be stored but unknown to the API's readers).
-void Undeclared(const Json& value, const Json& schema, const std::string& path, std::vector<std::string>& out) {
-  if (value.is_array()) {
-    for (const Json& item : value) Undeclared(item, schema.value("items", Json::object()), path + "[]", out);
-    return;
-  }
-  if (!value.is_object()) return;
-  const Json properties = schema.value("properties", Json::object());
-  const Json additional = schema.value("additionalProperties", Json());
-  for (const auto& [key, member] : value.items()) {
-    if (properties.contains(key)) {
-      Undeclared(member, properties[key], path + "." + key, out);
-    } else if (additional.is_object()) {
-      Undeclared(member, additional, path + "." + key, out);
-    } else {
-      out.push_back(path + "." + key);
-    }
-  }
-}
-
 // The schema of status in crds/fleetjob.yaml.
-Json StatusSchema() {
-  const char* source = std::getenv("FLEET_SOURCE_DIR");
-  std::ifstream file(std::string(source ? source : ".") + "/crds/fleetjob.yaml");
-  std::stringstream text;
-  text << file.rdbuf();
-  auto docs = cli::ParseYamlDocuments(text.str());
-  if (!docs || docs->size() != 1) return Json();
-  return (*docs)[0]["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["status"];
-}
+Json StatusSchema() { return CrdSchema("status"); }
 
 TEST(FleetJobStatusTest, EveryFieldIsWrittenUnderTheCrdsNames) {
   const std::string t1 = FormatRfc3339(At(1)), t5 = FormatRfc3339(At(5)), t9 = FormatRfc3339(At(9));

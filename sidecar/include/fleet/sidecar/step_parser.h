@@ -15,8 +15,8 @@
 //                    Fields are "key: value" / "key = value" / "key=value", separated by commas or
 //                    spaces; numbers may be wrapped as a one-element array ("loss: [0.69]") or carry a
 //                    unit ("0.5s", "64 images/sec").
-//   StepPattern      a user's regular expression (RE2, user_regex.h) with named groups,
-//                    (?P<name>...) or (?<name>...): each match is one step report.
+//   StepPattern      a user's regular expression (RE2) with named groups, (?P<name>...) or
+//                    (?<name>...): each match is one step report (the grammar: fleet/api/log_pattern.h).
 //   ParseTextReport  the push API's one-line text protocol: "step=12 loss=0.53 samples=32 acc=0.91".
 //   ParseJsonReport  the push API's JSON: {"step": 12, "loss": 0.53, "scalars": {"acc": 0.91}}.
 //
@@ -39,6 +39,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/log_pattern.h"
 #include "fleet/base/result.h"
 
 namespace fleet::sidecar {
@@ -142,6 +143,6 @@ ParseOutcome ParseTextReport(std::string_view line, StepRecord* record, std::str
 Result<std::vector<StepRecord>> ParseJsonReport(const nlohmann::json& body, size_t max_records = 1024);
 
 // A custom scalar's name is usable as a label value: 1-64 characters of [A-Za-z0-9_.:/-].
-bool IsScalarName(std::string_view name);
+using api::IsScalarName;
 
 }  // namespace fleet::sidecar

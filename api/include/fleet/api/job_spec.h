@@ -1,0 +1,175 @@
+// A FleetJob's spec (fleet.paddlepaddle.org/v1alpha1) as C++ values, read with the checks the CRD's
+// OpenAPI schema and CEL rules cannot express. crds/fleetjob.yaml is the schema users see; this is
+// what the operator decides with, and what fleetctl writes. Reading never throws: a malformed
+// object is an error naming the field and what to do, which the operator turns into phase Failed.
+//
+// Reading resolves what the spec leaves to the pods: each role's launcher (spec.launcher, or read
+// from the role's command line: launcher.h), the Paddle release (spec.paddleVersion, or read from
+// Paddle's image), processesPerPod (one per GPU when a launcher starts the processes) and the mode
+// (from the roles present). ToJson writes the spec so read, every field explicit: what it writes
+// reads back as the same spec, and a spec written in full reads and writes back as it was.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "fleet/api/launcher.h"
+#include "fleet/base/result.h"
+#include "fleet/runtime/topology.h"
+
+namespace fleet::api {
+
+using Json = nlohmann::json;
+
+enum class Network { kPodIP, kService, kHostNetwork };
+enum class Gloo { kNone, kWorkers, kAll };
+enum class RestartPolicy { kNever, kOnFailure, kExitCode };
+enum class CleanPodPolicy { kRunning, kAll, kNone };
+enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins };
+enum class RoleKind { kServer, kWorker, kHeter };
+// Who serves the parameter servers: Paddle in the user's server containers (kPaddle), or
+// FleetJob's own runtime: the operator gives server pods a `fleet-ps-server` container from the
+// sidecar image, and trainers use the fleet_runtime client library (kFleet).
+enum class Runtime { kPaddle, kFleet };
+
+// How the spec spells each of its enums (and the runtime's JobMode and DeviceKind, and Launcher),
+// as the CRD lists them: the one table that reading, writing, fleetctl and the tests use.
+template <typename E>
+using NameTable = std::vector<std::pair<std::string_view, E>>;
+template <typename E>
+const NameTable<E>& Names();
+template <> const NameTable<JobMode>& Names<JobMode>();
+template <> const NameTable<Runtime>& Names<Runtime>();
+template <> const NameTable<Launcher>& Names<Launcher>();   // without "Auto": spec.launcher unset
+template <> const NameTable<Network>& Names<Network>();
+template <> const NameTable<Gloo>& Names<Gloo>();
+template <> const NameTable<RoleKind>& Names<RoleKind>();
+template <> const NameTable<RestartPolicy>& Names<RestartPolicy>();
+template <> const NameTable<DeviceKind>& Names<DeviceKind>();
+template <> const NameTable<CleanPodPolicy>& Names<CleanPodPolicy>();
+template <> const NameTable<GangScheduler>& Names<GangScheduler>();
+// The name of `value` in Names<E>().
+template <typename E>
+std::string_view NameOf(E value) {
+  for (const auto& [name, v] : Names<E>()) {
+    if (v == value) return name;
+  }
+  return Names<E>().front().first;   // unreachable: every table names every value
+}
+
+// The server container the operator provides with runtime fleet. A server template may name a
+// container so to set its resources, args (--model_dir) or mounts; the operator fills in the rest.
+inline constexpr const char* kPsServerContainer = "fleet-ps-server";
+
+// One group of identical pods: the servers, the workers, or one heter stage.
+struct RoleSpec {
+  RoleKind kind = RoleKind::kWorker;
+  int stage = 1;                     // heter stages are 2..S, in spec order
+  std::string name;                  // "server", "worker", or the heter stage's name
+  int replicas = 0;
+  RestartPolicy restart_policy = RestartPolicy::kNever;
+  DeviceKind device = DeviceKind::kCpu;   // heter stages
+  Json template_;                    // a core/v1 PodTemplateSpec (may be empty: runtime fleet servers)
+  Launcher launcher = Launcher::kScript;   // how its pods start Paddle: spec.launcher or detected
+  bool launcher_detected = false;          // read from the template's command line
+};
+
+struct RunPolicy {
+  int backoff_limit = 3;
+  std::optional<int64_t> active_deadline_seconds;
+  std::optional<int64_t> ttl_seconds_after_finished;
+  CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
+  bool suspend = false;
+  int64_t pending_timeout_seconds = 600;   // a pod Pending this long gets a condition
+};
+
+struct Scheduling {
+  GangScheduler gang = GangScheduler::kNone;
+  std::string queue;
+  std::string priority_class_name;
+};
+
+struct SidecarSpec {
+  std::string image;                 // "" = the operator's --sidecar-image
+  Json resources;                    // core/v1 ResourceRequirements; defaults when empty
+  int metrics_port = 9102;
+  std::vector<std::string> log_files;  // trainer logs to follow (in a volume both containers mount)
+  std::vector<std::string> patterns;   // extra step-log regexes with named groups (log_pattern.h)
+  int64_t stall_window_seconds = 600;  // trainers: no step for this long is a stall (0 = off)
+};
+
+// spec.elastic: a collective job whose workers may vary between min and max. Pods run fleetrun
+// (or Paddle's launcher) with PADDLE_ELASTIC_* and rendezvous in an existing etcd; a lost worker
+// pod is replaced alone and a change of worker replicas within the range makes no new run.
+struct ElasticSpec {
+  int min_replicas = 1;
+  int max_replicas = 1;
+  std::string etcd_endpoint;         // host:port of etcd's client port (PADDLE_ELASTIC_SERVER)
+  int64_t timeout_seconds = 600;     // below min_replicas this long fails the job (PADDLE_ELASTIC_TIMEOUT)
+};
+
+struct FleetJobSpec {
+  JobMode mode = JobMode::kCollective;
+  Runtime runtime = Runtime::kPaddle;
+  Network network = Network::kPodIP;
+  Gloo gloo = Gloo::kNone;
+  // Collective: the training processes a pod runs (given, or one per GPU when a launcher in the
+  // pod starts them).
+  int processes_per_pod = 1;
+  int port = 6170;                   // every pod's first port, in its endpoint (PodIP/Service)
+  int64_t total_steps = 0;           // the training's steps, for progress and ETA (0: unknown)
+  std::vector<RoleSpec> roles;       // server (if any), worker, heter stages
+  RunPolicy run_policy;
+  Scheduling scheduling;
+  SidecarSpec sidecar;
+  std::optional<ElasticSpec> elastic;
+  std::optional<Launcher> launcher;              // spec.launcher; nullopt: Auto (each role's command)
+  std::optional<PaddleVersion> paddle_version;   // spec.paddleVersion, else read from Paddle's image
+
+  const RoleSpec* Find(RoleKind kind) const;
+  int TotalPods() const;
+
+  // Reads and checks a FleetJob's .spec. Errors read like "spec.heter[0].device: must be one of
+  // cpu, gpu, xpu, got \"tpu\"".
+  static Result<FleetJobSpec> FromJson(const Json& spec);
+  // The .spec it was read from, every field explicit (see the top of this file).
+  Json ToJson() const;
+};
+
+struct FleetJob {
+  std::string name;
+  std::string ns;
+  std::string uid;
+  int64_t generation = 0;
+  FleetJobSpec spec;
+};
+
+// Reads a FleetJob object: its metadata (the name must fit the names of its pods) and its spec.
+Result<FleetJob> ParseFleetJob(const Json& object);
+// spec.runPolicy alone (`spec` is the whole spec; defaults when absent): how a job ends even when
+// the rest of its spec is invalid (cleanPodPolicy, ttlSecondsAfterFinished).
+Result<RunPolicy> ParseRunPolicy(const Json& spec);
+
+// A FleetJob object as one reconcile reads it, once: who it is, always; its spec when the
+// operator can run it, else why not and as much of spec.runPolicy as could be read (how it ends).
+struct FleetJobObject {
+  std::string ns = "default";
+  std::string name;
+  bool deleting = false;             // metadata.deletionTimestamp is set
+  std::optional<FleetJob> job;       // nullopt: the spec is invalid, for the reason in `invalid`
+  std::string invalid;
+  RunPolicy run_policy;
+};
+FleetJobObject ReadFleetJob(const Json& object);
+
+std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
+std::string_view NetworkName(Network network);  // as spec.network spells it: "PodIP", ...
+std::string_view RuntimeName(Runtime runtime);  // "paddle", "fleet"
+
+}  // namespace fleet::api
