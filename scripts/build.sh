@@ -16,5 +16,11 @@ while (($#)); do
   shift
 done
 "$root/scripts/setup.sh"
+# Where ccache is installed, what did not change comes from its cache, whichever checkout built it
+# (paths are taken relative to this one).
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=$root
+  configure=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache "${configure[@]}")
+fi
 cmake -S "$root" -B "$build" -DFLEET_WERROR=ON "${configure[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)" "${targets[@]}"

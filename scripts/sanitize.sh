@@ -34,8 +34,13 @@ build=${FLEET_SANITIZE_BUILD_DIR:-$root/build-sanitize-$compiler}
 
 FLEET_SETUP_CONTAINERS=0 "$root/scripts/setup.sh" "${packages[@]}"
 
+launcher=()   # ccache where installed, as scripts/build.sh
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR=$root
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
+fi
 CC=$cc CXX=$cxx cmake -S "$root" -B "$build" -DFLEET_WERROR=ON -DFLEET_SANITIZE=address,undefined \
-  -DFLEET_WITH_NCCL=OFF >/dev/null
+  -DFLEET_WITH_NCCL=OFF "${launcher[@]}" >/dev/null
 cmake --build "$build" -j"$(nproc)"
 
 supp=$root/scripts/sanitizers
