@@ -63,7 +63,7 @@ void Log(LogLevel level, const std::string& key, const std::string& message) {
 
 }  // namespace
 
-kube::Resource FleetJobResource() { return {kGroup, kVersion, kPlural, true}; }
+kube::Resource FleetJobResource() { return {kGroup, kVersion, kFleetJobResource, true}; }
 
 kube::Resource ResourceOf(ObjectKind kind) {
   switch (kind) {

@@ -198,7 +198,7 @@ void AddEnvLoader(Json& container) {
 }  // namespace
 
 Json OwnerReference(const FleetJob& job) {
-  return {{"apiVersion", std::string(kGroup) + "/" + kVersion}, {"kind", kKind}, {"name", job.name},
+  return {{"apiVersion", kApiVersion}, {"kind", kKind}, {"name", job.name},
           {"uid", job.uid}, {"controller", true}, {"blockOwnerDeletion", true}};
 }
 

@@ -8,6 +8,7 @@ namespace fleet::api {
 inline constexpr const char* kGroup = "fleet.paddlepaddle.org";
 inline constexpr const char* kVersion = "v1alpha1";
 inline constexpr const char* kApiVersion = "fleet.paddlepaddle.org/v1alpha1";
+inline constexpr const char* kKind = "FleetJob";
 inline constexpr const char* kFleetJobResource = "fleetjobs";
 
 // Labels on every child: which job, role, index and run (the job's run when the pod was made:

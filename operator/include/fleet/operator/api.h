@@ -13,6 +13,7 @@
 
 #include "fleet/api/job_spec.h"
 #include "fleet/api/job_status.h"
+#include "fleet/api/names.h"
 #include "fleet/base/result.h"
 #include "fleet/operator/launcher.h"
 #include "fleet/runtime/topology.h"
@@ -41,10 +42,11 @@ using api::ReplicaStatus;
 using api::Time;
 using api::WholeSeconds;
 
-inline constexpr const char* kGroup = "fleet.paddlepaddle.org";
-inline constexpr const char* kVersion = "v1alpha1";
-inline constexpr const char* kKind = "FleetJob";
-inline constexpr const char* kPlural = "fleetjobs";
+using api::kApiVersion;
+using api::kFleetJobResource;
+using api::kGroup;
+using api::kKind;
+using api::kVersion;
 
 // The spec is the API's (fleet/api/job_spec.h): fleetctl writes it, the operator reads it.
 using api::CleanPodPolicy;
