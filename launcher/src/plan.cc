@@ -437,61 +437,61 @@ const std::vector<std::string>& ClusterInputNames() {
   return names;
 }
 
-Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host, const NodeRendezvous* rendezvous) {
-  FLEET_ASSIGN_OR_RETURN(auto mode, DecideMode(options));
-  if (rendezvous && mode != JobMode::kCollective) {
-    return Error{"--master ip:port runs collective jobs; a parameter-server job lists its nodes in --servers/--trainers"};
-  }
-  FLEET_ASSIGN_OR_RETURN(auto program, host.resolve_program(options.training_script));
+namespace {
 
-  LaunchPlan plan;
-  plan.log_dir = options.log_dir;
-  const std::vector<std::string> command = ScriptCommand(program, options);
+// The role the platform already planned this process as, when it did: fleetrun then runs the
+// script once with the platform's env, and the note says why.
+struct PlannedByPlatform {
+  Role role;
+  std::string note;
+};
 
-  // Runs the script once, as `role`, with the env the platform set (fleetrun plans nothing).
-  auto direct_start = [&](Role role, std::string note) {
-    plan.direct_start = true;
-    plan.topology.mode = mode;
-    LocalProcess only;
-    only.argv = command;
-    only.process.role = role;
-    if (const std::string* id = FindEnv(host, "PADDLE_TRAINER_ID")) {
-      if (auto rank = ParseNonNegativeInt(*id, "PADDLE_TRAINER_ID")) only.process.rank = *rank;
-    }
-    only.log_file = LogPrefix(only.process.role) + "0";
-    only.echo_to_terminal = true;
-    plan.processes.push_back(std::move(only));
-    plan.notes.push_back(std::move(note));
-    return plan;
-  };
-
+std::optional<PlannedByPlatform> PlannedByThePlatform(const HostFacts& host, JobMode mode, bool rendezvous) {
+  if (rendezvous) return std::nullopt;
   // Paddle's PS path on a managed cluster: the platform set the role env already.
   const bool cluster_inputs = FindEnv(host, "PADDLE_TRAINERS") && FindEnv(host, "POD_IP") &&
                               FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "TRAINER_PORTS_NUM");
-  if (!rendezvous && mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
+  if (mode == JobMode::kParameterServer && cluster_inputs && FindEnv(host, "TRAINING_ROLE")) {
     const std::string* role = FindEnv(host, "TRAINING_ROLE");
-    return direct_start(*role == "PSERVER" ? Role::kServer
-                        : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer,
-                        "managed parameter-server cluster: running the script once with the platform's env");
+    return PlannedByPlatform{*role == "PSERVER" ? Role::kServer
+                             : *role == "HETER_TRAINER" ? Role::kHeterTrainer : Role::kTrainer,
+                             "managed parameter-server cluster: running the script once with the platform's env"};
   }
   // A collective trainer's own env from the platform (a FleetJob pod with processesPerPod 1 runs
   // its command with rank R of N's env), without the cluster inputs a node's fleetrun plans from:
   // planned as a one-node job on 127.0.0.1, every pod would train alone, as rank 0 of 1. The
   // platform planned this process already: it runs once with that env.
   const std::string* trainers = FindEnv(host, "PADDLE_TRAINERS_NUM");
-  if (!rendezvous && mode == JobMode::kCollective && !cluster_inputs && trainers && *trainers != "1" &&
+  if (mode == JobMode::kCollective && !cluster_inputs && trainers && *trainers != "1" &&
       FindEnv(host, "PADDLE_TRAINER_ID") && FindEnv(host, "PADDLE_TRAINER_ENDPOINTS") &&
       FindEnv(host, "PADDLE_CURRENT_ENDPOINT")) {
-    return direct_start(Role::kTrainer, "managed collective cluster: the platform set this trainer's env (rank " +
-                                            *FindEnv(host, "PADDLE_TRAINER_ID") + " of " + *trainers +
-                                            "): running the script once with it");
+    return PlannedByPlatform{Role::kTrainer, "managed collective cluster: the platform set this trainer's env (rank " +
+                                                 *FindEnv(host, "PADDLE_TRAINER_ID") + " of " + *trainers +
+                                                 "): running the script once with it"};
   }
+  return std::nullopt;
+}
 
-  FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, rendezvous, plan.notes)
-                                                                       : PlanPs(options, host, mode, plan.notes));
-  plan.topology = std::move(placement.topology);
-  plan.node_rank = placement.node_rank;
+// Runs the script once, as the platform planned it (fleetrun plans nothing).
+LaunchPlan DirectStart(LaunchPlan plan, JobMode mode, const HostFacts& host, std::vector<std::string> command,
+                       PlannedByPlatform planned) {
+  plan.direct_start = true;
+  plan.topology.mode = mode;
+  LocalProcess only;
+  only.argv = std::move(command);
+  only.process.role = planned.role;
+  if (const std::string* id = FindEnv(host, "PADDLE_TRAINER_ID")) {
+    if (auto rank = ParseNonNegativeInt(*id, "PADDLE_TRAINER_ID")) only.process.rank = *rank;
+  }
+  only.log_file = LogPrefix(only.process.role) + "0";
+  only.echo_to_terminal = true;
+  plan.processes.push_back(std::move(only));
+  plan.notes.push_back(std::move(planned.note));
+  return plan;
+}
 
+// This node's processes of the planned topology, each with its rendered env.
+void PlanLocalProcesses(const std::vector<std::string>& command, const NodeRendezvous* rendezvous, LaunchPlan& plan) {
   const EnvRenderer renderer(plan.topology);
   for (Role role : {Role::kServer, Role::kTrainer, Role::kHeterTrainer}) {
     for (const Process* p : plan.topology.OfRole(role)) {
@@ -506,17 +506,43 @@ Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& hos
       plan.processes.push_back(std::move(local));
     }
   }
+}
+
+std::string EndpointsLog(const Topology& topology, JobMode mode) {
+  std::string log = EndpointsSection("PADDLE_TRAINER_ENDPOINTS", topology.EndpointsOf(Role::kTrainer));
+  if (mode != JobMode::kCollective) {
+    log += EndpointsSection("PADDLE_PSERVERS_IP_PORT_LIST", topology.EndpointsOf(Role::kServer));
+  }
+  if (mode == JobMode::kHeterParameterServer) {
+    log += EndpointsSection("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST", topology.EndpointsOf(Role::kHeterTrainer));
+  }
+  return log;
+}
+
+}  // namespace
+
+Result<LaunchPlan> PlanLaunch(const LaunchOptions& options, const HostFacts& host, const NodeRendezvous* rendezvous) {
+  FLEET_ASSIGN_OR_RETURN(auto mode, DecideMode(options));
+  if (rendezvous && mode != JobMode::kCollective) {
+    return Error{"--master ip:port runs collective jobs; a parameter-server job lists its nodes in --servers/--trainers"};
+  }
+  FLEET_ASSIGN_OR_RETURN(auto program, host.resolve_program(options.training_script));
+
+  LaunchPlan plan;
+  plan.log_dir = options.log_dir;
+  std::vector<std::string> command = ScriptCommand(program, options);
+  if (auto planned = PlannedByThePlatform(host, mode, rendezvous != nullptr)) {
+    return DirectStart(std::move(plan), mode, host, std::move(command), std::move(*planned));
+  }
+  FLEET_ASSIGN_OR_RETURN(auto placement, mode == JobMode::kCollective ? PlanCollective(options, host, rendezvous, plan.notes)
+                                                                       : PlanPs(options, host, mode, plan.notes));
+  plan.topology = std::move(placement.topology);
+  plan.node_rank = placement.node_rank;
+  PlanLocalProcesses(command, rendezvous, plan);
   if (plan.processes.empty()) {
     return Error{"no process of this job is placed on this node"};
   }
-  plan.endpoints_log = EndpointsSection("PADDLE_TRAINER_ENDPOINTS", plan.topology.EndpointsOf(Role::kTrainer));
-  if (mode != JobMode::kCollective) {
-    plan.endpoints_log += EndpointsSection("PADDLE_PSERVERS_IP_PORT_LIST", plan.topology.EndpointsOf(Role::kServer));
-  }
-  if (mode == JobMode::kHeterParameterServer) {
-    plan.endpoints_log += EndpointsSection("PADDLE_ALL_HETER_TRAINER_IP_PORT_LIST",
-                                           plan.topology.EndpointsOf(Role::kHeterTrainer));
-  }
+  plan.endpoints_log = EndpointsLog(plan.topology, mode);
   return plan;
 }
 

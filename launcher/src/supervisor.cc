@@ -150,23 +150,59 @@ class Supervisor {
   std::string lost_logs_;   // why logs are incomplete, once noticed
 };
 
-bool Supervisor::Start(const LocalProcess& spec, Child& child) {
-  // Everything the child needs is prepared before fork(): after it only async-signal-safe calls.
-  EnvMap env = base_env_;
+// What a child execs, prepared before fork(): after it, only async-signal-safe calls. Filled in
+// place (argv and envp point into the strings).
+struct ExecImage {
+  std::vector<std::string> env_strings;
+  std::vector<std::string> argv_strings;
+  std::vector<char*> envp;
+  std::vector<char*> argv;
+  std::string exec_failed;
+};
+
+void PrepareExec(const EnvMap& base_env, const LocalProcess& spec, ExecImage& image) {
+  EnvMap env = base_env;
   env.erase("http_proxy");  // Paddle's launcher drops these: trainers talk to peers directly
   env.erase("https_proxy");
   for (const auto& [name, value] : spec.env) env[name] = value;
-  std::vector<std::string> env_strings;
-  env_strings.reserve(env.size());
-  for (const auto& [name, value] : env) env_strings.push_back(name + "=" + value);
-  std::vector<char*> envp;
-  for (std::string& s : env_strings) envp.push_back(s.data());
-  envp.push_back(nullptr);
-  std::vector<std::string> argv_strings = spec.argv;
-  std::vector<char*> argv;
-  for (std::string& s : argv_strings) argv.push_back(s.data());
-  argv.push_back(nullptr);
+  image.env_strings.reserve(env.size());
+  for (const auto& [name, value] : env) image.env_strings.push_back(name + "=" + value);
+  for (std::string& s : image.env_strings) image.envp.push_back(s.data());
+  image.envp.push_back(nullptr);
+  image.argv_strings = spec.argv;
+  for (std::string& s : image.argv_strings) image.argv.push_back(s.data());
+  image.argv.push_back(nullptr);
+  image.exec_failed = "fleetrun: cannot execute " + spec.argv.front() + ": ";
+}
 
+// In the child, after fork(): its own process group, dying with fleetrun, default signals, stdin
+// from /dev/null and stdout/stderr to `out_fd`; then the program, or a line saying why not.
+[[noreturn]] void ExecChild(ExecImage& image, int null_fd, int out_fd, pid_t parent) {
+  ::setpgid(0, 0);
+  // Die with fleetrun even if it is SIGKILLed; the check closes the race with an early death.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != parent) ::_exit(127);
+  sigset_t empty;
+  sigemptyset(&empty);
+  ::sigprocmask(SIG_SETMASK, &empty, nullptr);
+  ::signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec; the child gets defaults
+  if (null_fd >= 0) ::dup2(null_fd, 0);
+  ::dup2(out_fd, 1);
+  ::dup2(out_fd, 2);
+  ::execvpe(image.argv[0], image.argv.data(), image.envp.data());
+  // strerrordesc_np reads a constant table (no locale, no lock): safe after fork() in a process
+  // with other threads (elastic fleetrun's etcd I/O). The line goes to the log.
+  const char* reason = ::strerrordesc_np(errno);
+  if (!reason) reason = "unknown error";
+  (void)!::write(2, image.exec_failed.data(), image.exec_failed.size());
+  (void)!::write(2, reason, std::strlen(reason));
+  (void)!::write(2, "\n", 1);
+  ::_exit(127);
+}
+
+bool Supervisor::Start(const LocalProcess& spec, Child& child) {
+  ExecImage image;
+  PrepareExec(base_env_, spec, image);
   const std::string log_path = LogPath(spec);
   int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
   if (log_fd < 0) {
@@ -185,31 +221,8 @@ bool Supervisor::Start(const LocalProcess& spec, Child& child) {
   }
   int null_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
   const pid_t parent = ::getpid();
-  const std::string exec_failed = "fleetrun: cannot execute " + spec.argv.front() + ": ";
-
   pid_t pid = ::fork();
-  if (pid == 0) {
-    ::setpgid(0, 0);
-    // Die with fleetrun even if it is SIGKILLed; the check closes the race with an early death.
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(127);
-    sigset_t empty;
-    sigemptyset(&empty);
-    ::sigprocmask(SIG_SETMASK, &empty, nullptr);
-    ::signal(SIGPIPE, SIG_DFL);  // ignored dispositions survive exec; the child gets defaults
-    if (null_fd >= 0) ::dup2(null_fd, 0);
-    ::dup2(out_fd, 1);
-    ::dup2(out_fd, 2);
-    ::execvpe(argv[0], argv.data(), envp.data());
-    // strerrordesc_np reads a constant table (no locale, no lock): safe after fork() in a process
-    // with other threads (elastic fleetrun's etcd I/O). The line goes to the log.
-    const char* reason = ::strerrordesc_np(errno);
-    if (!reason) reason = "unknown error";
-    (void)!::write(2, exec_failed.data(), exec_failed.size());
-    (void)!::write(2, reason, std::strlen(reason));
-    (void)!::write(2, "\n", 1);
-    ::_exit(127);
-  }
+  if (pid == 0) ExecChild(image, null_fd, out_fd, parent);
   if (null_fd >= 0) ::close(null_fd);
   if (pid < 0) {
     Say(std::string("fork failed: ") + std::strerror(errno));
