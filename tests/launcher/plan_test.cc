@@ -619,6 +619,80 @@ void PrintTo(const PlanCase& c, std::ostream* os) { *os << c.name; }
 
 class FleetrunPlan : public ::testing::TestWithParam<PlanCase> {};
 
+// Every wanted variable is set to its value.
+void ExpectEnv(const EnvMap& got, const EnvMap& want) {
+  for (const auto& [name, value] : want) {
+    auto it = got.find(name);
+    if (it == got.end()) {
+      ADD_FAILURE() << name << " is not set (want '" << value << "')";
+    } else {
+      EXPECT_EQ(it->second, value) << name;
+    }
+  }
+}
+
+// The env as the child sees it (fleetrun's env with the contract on top) passes Paddle's reader.
+void ExpectPaddleReadsIt(const PlanCase& c, const HostFacts& facts, const LocalProcess& got, const Want& want) {
+  const EnvMap child_env = Overlay(facts.env, got.env);
+  const RoleMakerKind kind = c.mode == JobMode::kCollective ? RoleMakerKind::kCollective : RoleMakerKind::kParameterServer;
+  auto parsed = ParseProcessEnv(child_env, kind);
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_FALSE(parsed->non_distributed);
+  EXPECT_EQ(parsed->role, want.role);
+  int want_id = want.rank;
+  if (want.role == Role::kHeterTrainer) want_id = want.rank + parsed->trainers_num;
+  EXPECT_EQ(parsed->id, want_id);
+  if (!want.endpoint.empty()) {
+    EXPECT_EQ(parsed->current_endpoint, want.endpoint);
+  }
+}
+
+// One local process against what the case wants of it.
+void ExpectLocalProcess(const PlanCase& c, const HostFacts& facts, const LocalProcess& got, const Want& want,
+                        const std::vector<std::string>& argv) {
+  EXPECT_EQ(got.process.role, want.role);
+  if (!c.direct_start) {  // a direct start knows its role from TRAINING_ROLE, not its rank
+    EXPECT_EQ(got.process.rank, want.rank);
+  }
+  EXPECT_EQ(got.log_file, want.log_file);
+  EXPECT_EQ(got.echo_to_terminal, want.echo);
+  EXPECT_EQ(got.argv, argv);
+  if (c.direct_start) {
+    EXPECT_TRUE(got.env.empty()) << "direct start must leave the platform's env unchanged";
+  } else {
+    EXPECT_EQ(got.process.node, c.node_rank);
+    EXPECT_EQ(got.process.local_rank, want.local_rank);
+    EXPECT_EQ(got.process.endpoint.ToString(), want.endpoint);
+  }
+  ExpectEnv(got.env, c.common);
+  ExpectEnv(got.env, want.env);
+  for (const std::string& name : want.absent) {
+    EXPECT_EQ(got.env.count(name), 0u) << name << " should not be set, is '" << got.env.at(name) << "'";
+  }
+  ExpectPaddleReadsIt(c, facts, got, want);
+}
+
+// Local trainer 0, and only it, is echoed to the terminal; the banner has a "Distributed Envs"
+// table for the first local process of each role.
+void ExpectEchoAndBanner(const PlanCase& c, const LaunchPlan& plan) {
+  int echoed = 0;
+  for (const LocalProcess& p : plan.processes) {
+    echoed += p.echo_to_terminal ? 1 : 0;
+    if (!c.direct_start) {
+      EXPECT_EQ(p.echo_to_terminal, p.process.role == Role::kTrainer && p.process.local_rank == 0) << p.log_file;
+    }
+  }
+  EXPECT_LE(echoed, 1);
+  const std::string banner = FormatPlan(plan);
+  std::set<Role> roles;
+  for (const LocalProcess& p : plan.processes) roles.insert(p.process.role);
+  size_t tables = 0;
+  for (size_t at = banner.find("Distributed Envs"); at != std::string::npos; at = banner.find("Distributed Envs", at + 1)) ++tables;
+  if (!c.direct_start) {
+    EXPECT_EQ(tables, roles.size()) << banner;
+  }
+}
+
 TEST_P(FleetrunPlan, PlansTheLocalProcesses) {
   const PlanCase& c = GetParam();
   const HostFacts facts = c.host.Facts();
@@ -644,79 +718,15 @@ TEST_P(FleetrunPlan, PlansTheLocalProcesses) {
 
   ASSERT_EQ(plan->processes.size(), c.local.size());
   std::set<std::string> log_files;
-  int echoed = 0;
   for (size_t i = 0; i < c.local.size(); ++i) {
     const LocalProcess& got = plan->processes[i];
     const Want& want = c.local[i];
     SCOPED_TRACE("local process " + std::to_string(i) + " (" + RoleText(want.role) + " " +
                  std::to_string(want.rank) + ")");
-    EXPECT_EQ(got.process.role, want.role);
-    if (!c.direct_start) {  // a direct start knows its role from TRAINING_ROLE, not its rank
-      EXPECT_EQ(got.process.rank, want.rank);
-    }
-    EXPECT_EQ(got.log_file, want.log_file);
-    EXPECT_EQ(got.echo_to_terminal, want.echo);
-    EXPECT_EQ(got.argv, argv);
     EXPECT_TRUE(log_files.insert(got.log_file).second) << "log file used twice: " << got.log_file;
-    echoed += got.echo_to_terminal ? 1 : 0;
-    if (c.direct_start) {
-      EXPECT_TRUE(got.env.empty()) << "direct start must leave the platform's env unchanged";
-    } else {
-      EXPECT_EQ(got.process.node, c.node_rank);
-      EXPECT_EQ(got.process.local_rank, want.local_rank);
-      EXPECT_EQ(got.process.endpoint.ToString(), want.endpoint);
-    }
-    for (const auto& [name, value] : c.common) {
-      auto it = got.env.find(name);
-      if (it == got.env.end()) {
-        ADD_FAILURE() << name << " is not set (want '" << value << "')";
-      } else {
-        EXPECT_EQ(it->second, value) << name;
-      }
-    }
-    for (const auto& [name, value] : want.env) {
-      auto it = got.env.find(name);
-      if (it == got.env.end()) {
-        ADD_FAILURE() << name << " is not set (want '" << value << "')";
-      } else {
-        EXPECT_EQ(it->second, value) << name;
-      }
-    }
-    for (const std::string& name : want.absent) {
-      EXPECT_EQ(got.env.count(name), 0u) << name << " should not be set, is '" << got.env.at(name) << "'";
-    }
-
-    // The env as the child sees it (fleetrun's env with the contract on top) passes Paddle's reader.
-    const EnvMap child_env = Overlay(facts.env, got.env);
-    const RoleMakerKind kind =
-        c.mode == JobMode::kCollective ? RoleMakerKind::kCollective : RoleMakerKind::kParameterServer;
-    auto parsed = ParseProcessEnv(child_env, kind);
-    ASSERT_TRUE(parsed.ok()) << parsed.error();
-    EXPECT_FALSE(parsed->non_distributed);
-    EXPECT_EQ(parsed->role, want.role);
-    int want_id = want.rank;
-    if (want.role == Role::kHeterTrainer) want_id = want.rank + parsed->trainers_num;
-    EXPECT_EQ(parsed->id, want_id);
-    if (!want.endpoint.empty()) {
-      EXPECT_EQ(parsed->current_endpoint, want.endpoint);
-    }
+    ASSERT_NO_FATAL_FAILURE(ExpectLocalProcess(c, facts, got, want, argv));
   }
-  EXPECT_LE(echoed, 1);
-  // Local trainer 0, and only it, is echoed to the terminal.
-  for (const LocalProcess& p : plan->processes) {
-    if (!c.direct_start) {
-      EXPECT_EQ(p.echo_to_terminal, p.process.role == Role::kTrainer && p.process.local_rank == 0) << p.log_file;
-    }
-  }
-  // The banner has a "Distributed Envs" table for the first local process of each role.
-  const std::string banner = FormatPlan(*plan);
-  std::set<Role> roles;
-  for (const LocalProcess& p : plan->processes) roles.insert(p.process.role);
-  size_t tables = 0;
-  for (size_t at = banner.find("Distributed Envs"); at != std::string::npos; at = banner.find("Distributed Envs", at + 1)) ++tables;
-  if (!c.direct_start) {
-    EXPECT_EQ(tables, roles.size()) << banner;
-  }
+  ExpectEchoAndBanner(c, *plan);
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FleetrunPlan, ::testing::ValuesIn(PlanCases()),
