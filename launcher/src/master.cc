@@ -12,6 +12,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "fleet/base/json_read.h"
 #include "fleet/base/strings.h"
 #include "fleet/httpd/http_server.h"
 #include "fleet/kube/plain_http.h"
@@ -47,11 +48,11 @@ Json ToJson(const PeerNode& node) {
 }
 
 Result<int> IntField(const Json& object, const char* name, int lo, int hi) {
-  auto it = object.find(name);
-  if (it == object.end() || !it->is_number_integer() || *it < lo || *it > hi) {
+  const std::optional<int> value = MemberAs(object, name, AsInt<int>);
+  if (!value || *value < lo || *value > hi) {
     return Error{std::string(name) + " must be an integer from " + std::to_string(lo) + " to " + std::to_string(hi)};
   }
-  return it->get<int>();
+  return *value;
 }
 
 Result<PeerNode> PeerFromJson(const Json& json) {
