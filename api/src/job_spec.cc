@@ -7,6 +7,8 @@
 #include <set>
 
 #include "fleet/api/log_pattern.h"
+#include "fleet/api/names.h"
+#include "fleet/base/json_read.h"
 #include "fleet/base/dns.h"
 #include "fleet/base/strings.h"
 #include "fleet/runtime/endpoint.h"
@@ -435,6 +437,7 @@ Status ParseJobFields(FieldReader& r, FleetJobSpec& s, std::optional<JobMode>& m
   r.Int("port", 1024, 65535, s.port);
   r.Int("totalSteps", 0, int64_t{1} << 50, s.total_steps);
   r.Enum("runtime", Names<Runtime>(), s.runtime);
+  r.String("managedBy", s.managed_by);
   if (!r.error().empty()) return Error{r.error()};
   return OkStatus();
 }
@@ -633,6 +636,7 @@ Json FleetJobSpec::ToJson() const {
               {"scheduling", SchedulingToJson(scheduling)},
               {"sidecar", SidecarToJson(sidecar)}};
   if (paddle_version) out["paddleVersion"] = paddle_version->ToString();
+  if (!managed_by.empty()) out["managedBy"] = managed_by;
   for (const RoleSpec& role : roles) {
     if (role.kind == RoleKind::kHeter) {
       out["heter"].push_back(RoleToJson(role));
@@ -645,6 +649,15 @@ Json FleetJobSpec::ToJson() const {
                       {"etcdEndpoint", elastic->etcd_endpoint}, {"timeoutSeconds", elastic->timeout_seconds}};
   }
   return out;
+}
+
+std::optional<std::string> ManagedElsewhere(const Json& object) {
+  const Json* by = Member(ObjectMember(object, "spec"), "managedBy");
+  if (!by || by->is_null()) return std::nullopt;
+  if (!by->is_string()) return by->dump();   // the CRD admits only strings: not ours to read
+  const std::string& name = by->get_ref<const std::string&>();
+  if (name.empty() || name == kFleetJobController) return std::nullopt;
+  return name;
 }
 
 Result<FleetJob> ParseFleetJob(const Json& object) {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 
+#include "fleet/base/escape.h"
 #include "fleet/base/json_read.h"
 #include "fleet/base/log.h"
 #include "fleet/operator/metrics.h"
@@ -395,6 +396,7 @@ void Controller::Forget(const std::string& key) {
 
 void Controller::ReserveRecordedPortBlocks() {
   for (const auto& object : jobs_->cache().List()) {
+    if (ManagedElsewhere(*object)) continue;   // its status is another cluster's, mirrored
     const std::optional<int> recorded = StatusOf(*object).host_port_base;
     if (!recorded) continue;
     auto job = ParseFleetJob(*object);
@@ -551,6 +553,13 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     return finish("success", {});
   }
   if (CacheIsBehind(key, *job_object)) return finish("requeue", {true, std::chrono::milliseconds(1000)});
+  // Another controller's job (spec.managedBy, e.g. MultiKueue's, which runs it on a worker cluster
+  // and mirrors its status here): nothing of it is this operator's to write.
+  if (const auto manager = ManagedElsewhere(*job_object)) {
+    Forget(key);
+    Log(LogLevel::kDebug, key, "managed by " + EscapeControl(*manager) + ": left alone");
+    return finish("skipped", {});
+  }
 
   // The job and its status are read once; the plan, its status write and its actions use these.
   const FleetJobObject job = ReadFleetJob(*job_object);

@@ -8,6 +8,7 @@
 
 #include "crd_schema.h"
 #include "fleet/api/log_pattern.h"
+#include "fleet/api/names.h"
 
 namespace fleet::api::testing {
 namespace {
@@ -45,7 +46,8 @@ Json CollectiveSpec() {
                                                {"python", "-m", "paddle.distributed.launch", "train.py"}, 4)}}},
           {"runPolicy", FullRunPolicy()},
           {"scheduling", {{"gang", "Volcano"}, {"queue", "research"}, {"priorityClassName", "high"}}},
-          {"sidecar", FullSidecar()}};
+          {"sidecar", FullSidecar()},
+          {"managedBy", kFleetJobController}};
 }
 
 // A parameter-server job with two heter stages, run bare.
@@ -101,6 +103,19 @@ TEST(FleetJobSpecTest, AFullyWrittenSpecWritesBackAsItWas) {
     ASSERT_TRUE(read.ok()) << read.error() << "\n" << spec.dump(2);
     EXPECT_EQ(read->ToJson(), spec) << "read from " << spec.dump(2);
   }
+}
+
+// Whose job it is is read from the object before, and whatever, the rest of its spec.
+TEST(FleetJobSpecTest, AJobManagedElsewhereIsToldApartBeforeItsSpecIsRead) {
+  const auto job = [](const Json& spec) { return Json{{"metadata", {{"name", "j"}}}, {"spec", spec}}; };
+  EXPECT_FALSE(ManagedElsewhere(job(CollectiveSpec())));
+  EXPECT_FALSE(ManagedElsewhere(job(HeterSpec())));   // unset
+  EXPECT_FALSE(ManagedElsewhere(Json{{"metadata", {{"name", "j"}}}}));
+  EXPECT_EQ(ManagedElsewhere(job({{"managedBy", "kueue.x-k8s.io/multikueue"}})), "kueue.x-k8s.io/multikueue");
+  EXPECT_EQ(ManagedElsewhere(job({{"managedBy", 7}})), "7");   // not a name this operator knows either
+  auto read = FleetJobSpec::FromJson(CollectiveSpec());
+  ASSERT_TRUE(read.ok()) << read.error();
+  EXPECT_EQ(read->managed_by, kFleetJobController);
 }
 
 TEST(FleetJobSpecTest, ReadsEveryFieldIntoItsMember) {

@@ -131,6 +131,7 @@ struct FleetJobSpec {
   std::optional<ElasticSpec> elastic;
   std::optional<Launcher> launcher;              // spec.launcher; nullopt: Auto (each role's command)
   std::optional<PaddleVersion> paddle_version;   // spec.paddleVersion, else read from Paddle's image
+  std::string managed_by;                        // spec.managedBy; "": this operator (kFleetJobController)
 
   const RoleSpec* Find(RoleKind kind) const;
   int TotalPods() const;
@@ -167,6 +168,11 @@ struct FleetJobObject {
   RunPolicy run_policy;
 };
 FleetJobObject ReadFleetJob(const Json& object);
+
+// The controller a FleetJob object names in spec.managedBy, if it is not this operator: read before
+// (and whatever) the rest of the spec, since a job managed elsewhere is not this operator's to
+// check. nullopt: this operator's (unset, or kFleetJobController).
+std::optional<std::string> ManagedElsewhere(const Json& object);
 
 std::string_view RoleKindName(RoleKind kind);   // "server", "worker", "heter"
 std::string_view NetworkName(Network network);  // as spec.network spells it: "PodIP", ...

@@ -10,6 +10,10 @@ inline constexpr const char* kVersion = "v1alpha1";
 inline constexpr const char* kApiVersion = "fleet.paddlepaddle.org/v1alpha1";
 inline constexpr const char* kKind = "FleetJob";
 inline constexpr const char* kFleetJobResource = "fleetjobs";
+// spec.managedBy of the jobs this operator runs (as when it is unset). A FleetJob managed by another
+// controller (MultiKueue's "kueue.x-k8s.io/multikueue", which runs it on a worker cluster and mirrors
+// its status back) is left alone: no pods, no status, no events.
+inline constexpr const char* kFleetJobController = "fleet.paddlepaddle.org/fleetjob-controller";
 
 // Labels on every child: which job, role, index and run (the job's run when the pod was made:
 // pods of an older run belong to a run that was restarted and are removed).

@@ -53,6 +53,8 @@ using api::CleanPodPolicy;
 using api::ElasticSpec;
 using api::FleetJob;
 using api::FleetJobObject;
+using api::kFleetJobController;
+using api::ManagedElsewhere;
 using api::FleetJobSpec;
 using api::GangScheduler;
 using api::Gloo;
