@@ -29,10 +29,6 @@
 #include <time.h>
 #include <unistd.h>
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <chrono>
@@ -47,6 +43,7 @@
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
+#include "fleet/base/heap.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/informer.h"
 #include "proc.h"
@@ -78,12 +75,6 @@ bool ResetPeakRss() {
   clear_refs << "5";
   clear_refs.flush();
   return static_cast<bool>(clear_refs);
-}
-
-void TrimHeap() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
 }
 
 double Median(std::vector<double> v) {
@@ -245,7 +236,7 @@ ListMemory ListWhole(const fleet::kube::testing::FakeApiServer& fake, const flee
         added++;
       }
     }
-    TrimHeap();
+    fleet::ReturnFreedHeap();
     return cache.Size();
   });
 }
@@ -538,7 +529,7 @@ int main(int argc, char** argv) {
   rss.ingested = StatusKib("VmRSS");
   // How much of that is heap already freed (mostly the 16 writer threads' malloc arenas and the
   // parse garbage of 20,000 events) that glibc has not handed back yet.
-  TrimHeap();
+  fleet::ReturnFreedHeap();
   rss.trimmed = StatusKib("VmRSS");
 
   // (c) replay: record the same events as the server sent them, then feed them on one thread.

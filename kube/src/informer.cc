@@ -1,9 +1,5 @@
 #include "fleet/kube/informer.h"
 
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
-
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -11,6 +7,7 @@
 #include <string_view>
 #include <unordered_set>
 
+#include "fleet/base/heap.h"
 #include "fleet/base/json_read.h"
 #include "packed_json.h"
 
@@ -73,12 +70,6 @@ std::string CopyWithSpare(std::string_view packed) {
   copy.reserve((packed.size() + packed.size() / 8 + 63) / 64 * 64);
   copy.assign(packed.data(), packed.size());
   return copy;
-}
-
-void ReturnFreedHeap() {
-#if defined(__GLIBC__)
-  malloc_trim(0);
-#endif
 }
 
 }  // namespace

@@ -1,6 +1,5 @@
 #include "fleet/collective/rendezvous_store.h"
 
-#include <malloc.h>
 #include <poll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -13,6 +12,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "fleet/base/heap.h"
 #include "socket.h"
 
 namespace fleet::collective {
@@ -120,7 +120,7 @@ struct RendezvousStoreServer::Impl {
     waiting_peak = std::max(waiting_peak, waiting_keys);
     if (waiting_keys == 0 && waiting_peak >= (64 << 10)) {
       waiters = {};
-      ::malloc_trim(0);
+      ReturnFreedHeap();
       waiting_peak = 0;
     }
   }
