@@ -47,6 +47,16 @@ Result<int> ParseNonNegativeInt(std::string_view text, std::string_view what) {
   return value;
 }
 
+std::optional<double> ParsePositiveSeconds(std::string_view text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  auto [ptr, ec] = std::from_chars(text.data(), end, value);
+  if (text.empty() || text[0] == '-' || ec != std::errc() || ptr != end || !(value > 0) || value > 1e7) {
+    return std::nullopt;
+  }
+  return value;
+}
+
 std::string EncodeBase64(std::string_view bytes) {
   static constexpr char kAlphabet[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string out;

@@ -41,12 +41,9 @@ const std::string* FindEnv(const EnvMap& env, const char* name) {
 Result<double> PositiveSeconds(const EnvMap& env, const char* name, double fallback) {
   const std::string* text = FindEnv(env, name);
   if (!text) return fallback;
-  char* end = nullptr;
-  const double value = std::strtod(text->c_str(), &end);
-  if (text->empty() || *end != '\0' || !(value > 0) || !std::isfinite(value)) {
-    return Error{std::string(name) + " must be a positive number of seconds, got " + Quote(*text)};
-  }
-  return value;
+  const std::optional<double> value = ParsePositiveSeconds(*text);
+  if (!value) return Error{std::string(name) + " must be a positive number of seconds, got " + Quote(*text)};
+  return *value;
 }
 
 std::string Hosts(const std::vector<Endpoint>& members) {

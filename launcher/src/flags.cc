@@ -287,12 +287,9 @@ const std::vector<EnvOverride>& EnvOverrides() {
       {"PADDLE_MAX_RESTART", "--max_restart", Integer(&LaunchOptions::max_restart, 0)},
       {kElasticTimeoutEnv, "--elastic_timeout",
        [](LaunchOptions& o, const std::string& text) -> Status {
-         char* end = nullptr;
-         const double seconds = std::strtod(text.c_str(), &end);
-         if (*end != '\0' || !(seconds > 0) || !std::isfinite(seconds)) {
-           return Error{Quoted(text) + " is not a positive number of seconds"};
-         }
-         o.elastic_timeout = seconds;
+         const std::optional<double> seconds = ParsePositiveSeconds(text);
+         if (!seconds) return Error{Quoted(text) + " is not a positive number of seconds"};
+         o.elastic_timeout = *seconds;
          return OkStatus();
        }},
   };

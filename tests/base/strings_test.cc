@@ -34,6 +34,18 @@ TEST(ParseNonNegativeInt, AcceptsPlainDecimalsOnly) {
   }
 }
 
+TEST(ParsePositiveSeconds, AcceptsPositiveDecimalsUpToTenMillion) {
+  EXPECT_EQ(ParsePositiveSeconds("120"), 120.0);
+  EXPECT_EQ(ParsePositiveSeconds("0.5"), 0.5);
+  EXPECT_EQ(ParsePositiveSeconds("1e3"), 1000.0);
+  EXPECT_EQ(ParsePositiveSeconds("10000000"), 1e7);
+  for (const std::string bad : {"", "0", "0.0", "-1", "+1", " 1", "1 ", "1s", "inf", "nan", "0x10", "10000001",
+                                "1e400"}) {
+    SCOPED_TRACE("'" + bad + "'");
+    EXPECT_EQ(ParsePositiveSeconds(bad), std::nullopt);
+  }
+}
+
 TEST(Base64, RoundTripsEveryLengthAndMatchesRfc4648) {
   // RFC 4648 section 10's test vectors.
   const std::vector<std::pair<std::string, std::string>> vectors = {

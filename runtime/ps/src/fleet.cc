@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <iostream>
 
+#include "fleet/base/strings.h"
+
 namespace fleet::ps {
 namespace {
 
@@ -19,11 +21,9 @@ Status Seconds(const EnvMap& env, const std::string& name, double fallback, std:
   double value = fallback;
   auto it = env.find(name);
   if (it != env.end() && !it->second.empty()) {
-    char* end = nullptr;
-    value = std::strtod(it->second.c_str(), &end);
-    if (end == it->second.c_str() || *end != '\0' || !std::isfinite(value) || value <= 0 || value > 1e7) {
-      return InvalidArgument(name + " must be a positive number of seconds, got '" + it->second + "'");
-    }
+    const std::optional<double> seconds = ParsePositiveSeconds(it->second);
+    if (!seconds) return InvalidArgument(name + " must be a positive number of seconds, got '" + it->second + "'");
+    value = *seconds;
   }
   *out = std::chrono::milliseconds(static_cast<int64_t>(value * 1000.0));
   return Status::Ok();
