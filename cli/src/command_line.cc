@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 
+#include "fleet/api/job_spec.h"
 #include "fleet/cmdline/cmdline.h"
 
 namespace fleet::cli {
@@ -109,15 +110,15 @@ void AddSubmitFlags(CLI::App& submit, SubmitOptions& s) {
             return eq == std::string::npos || eq == 0 ? "expected NAME=VALUE, got '" + v + "'" : std::string();
           },
           ""));
-  submit.add_option("--network", s.network, "how peers address each other: PodIP, Service or HostNetwork (default PodIP)")
+  submit.add_option("--network", s.network, "how peers address each other: " + api::NameList<api::Network>() + " (default PodIP)")
       ->type_name("MODE");
-  submit.add_option("--runtime", s.runtime, "paddle or fleet (default paddle)")->type_name("NAME");
+  submit.add_option("--runtime", s.runtime, api::NameList<api::Runtime>() + " (default paddle)")->type_name("NAME");
   submit.add_option(Names("--restart_policy"), s.restart_policy,
-                    "for failed pods: Never, OnFailure or ExitCode (default Never)")
+                    "for failed pods: " + api::NameList<api::RestartPolicy>() + " (default Never)")
       ->type_name("POLICY");
   submit.add_option(Names("--backoff_limit"), s.backoff_limit, "restarts allowed before the job fails (default 3)")
       ->type_name("N")->transform(cmdline::IntegerIn(0, 1000));
-  submit.add_option("--gang", s.gang, "gang scheduling: Volcano or SchedulerPlugins")->type_name("SCHEDULER");
+  submit.add_option("--gang", s.gang, "gang scheduling: " + api::NameList<api::GangScheduler>({api::GangScheduler::kNone}))->type_name("SCHEDULER");
   submit.add_option("--queue", s.queue, "the Volcano queue")->type_name("Q");
   submit.add_option(Names("--priority_class"), s.priority_class, "the pods' PriorityClass")->type_name("NAME");
   submit.add_option(Names("--sidecar_image"), s.sidecar_image, "fleet-sidecar's image (default: the operator's)")

@@ -246,5 +246,17 @@ TEST(LogPatternTest, APatternItCannotUseIsAnErrorNamingIt) {
   EXPECT_THAT(CompileLogPattern("(?P<" + std::string(65, 'x') + ">\\d+)").error(), HasSubstr("is too long"));
 }
 
+TEST(NameListTest, ListsATablesNamesAsHelpTextsDo) {
+  EXPECT_EQ(NameList<RestartPolicy>(), "Never, OnFailure or ExitCode");
+  EXPECT_EQ(NameList<Network>({Network::kPodIP, Network::kService}), "HostNetwork");
+  EXPECT_EQ(NameList<Runtime>({Runtime::kPaddle}), "fleet");
+  const std::string gangs = NameList<GangScheduler>({GangScheduler::kNone});
+  EXPECT_EQ(gangs.find("None"), std::string::npos) << gangs;
+  EXPECT_EQ(gangs.rfind(" or " + std::string(Names<GangScheduler>().back().first)) + 4 +
+                Names<GangScheduler>().back().first.size(),
+            gangs.size())
+      << gangs;
+}
+
 }  // namespace
 }  // namespace fleet::api::testing

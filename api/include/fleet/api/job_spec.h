@@ -10,7 +10,9 @@
 // reads back as the same spec, and a spec written in full reads and writes back as it was.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
+#include <initializer_list>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -61,6 +63,20 @@ std::string_view NameOf(E value) {
     if (v == value) return name;
   }
   return Names<E>().front().first;   // unreachable: every table names every value
+}
+// The names of Names<E>() but those of `except`, as help texts list them: "A, B or C".
+template <typename E>
+std::string NameList(std::initializer_list<E> except = {}) {
+  std::vector<std::string_view> names;
+  for (const auto& [name, value] : Names<E>()) {
+    if (std::find(except.begin(), except.end(), value) == except.end()) names.push_back(name);
+  }
+  std::string list;
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (i > 0) list += i + 1 == names.size() ? " or " : ", ";
+    list += names[i];
+  }
+  return list;
 }
 
 // The server container the operator provides with runtime fleet. A server template may name a
