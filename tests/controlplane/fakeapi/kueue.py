@@ -193,6 +193,21 @@ def flavor_mismatch(flavor, name, pod_spec):
     return None
 
 
+_PARSED = {}   # (path, mtime) -> the CRD: the Workload CRD is 19,000 lines of YAML, read once a process
+
+
+def load_crd(path):
+    try:
+        key = (path, os.stat(path).st_mtime)
+    except OSError as e:
+        raise ApiError.bad_request("kueue: cannot read %s: %s" % (path, e.strerror))
+    if key not in _PARSED:
+        import yaml   # only the Kueue stand-in reads YAML (python3-yaml, with python3-kubernetes)
+        with open(path) as f:
+            _PARSED[key] = yaml.load(f, Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
+    return copy.deepcopy(_PARSED[key])
+
+
 # ---- the stand-in -----------------------------------------------------------------------------
 class Kueue:
     def __init__(self, server):
@@ -211,13 +226,10 @@ class Kueue:
         if not crds_dir or not os.path.isdir(crds_dir):
             raise ApiError.bad_request("kueue: no CRD directory (give {\"kueue\": {\"crds\": DIR}} or set "
                                        "FLEET_KUEUE_CRDS); got %r" % (crds_dir,))
-        import yaml   # only the Kueue stand-in reads YAML (python3-yaml, with python3-kubernetes)
-        loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
         st = self.store
         crd_rt = st.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for plural in CRD_FILES:
-            with open(os.path.join(crds_dir, "%s_%s.yaml" % (GROUP, plural))) as f:
-                crd = yaml.load(f, Loader=loader)
+            crd = load_crd(os.path.join(crds_dir, "%s_%s.yaml" % (GROUP, plural)))
             with st.lock:
                 if st._find(crd_rt, None, crd["metadata"]["name"]) is None:
                     st.create(crd_rt, None, crd)
