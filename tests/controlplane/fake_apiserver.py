@@ -157,8 +157,11 @@ nominalQuota; no cohorts), partial admission down to minCount, withinClusterQueu
 LowerPriority preemption (Evicted/Preempted with Kueue's messages, a Preempted
 event; the preemptor waits with WaitingForPreemptedWorkloads until the job
 controller writes the victim's QuotaReserved=False: the stand-in never frees
-quota itself), spec.active=false (Evicted Deactivated).  Finished or inactive
-Workloads hold no quota.  docs/design/kueue.md section 7 is its specification.
+quota itself), spec.active=false (Evicted Deactivated), and topology-aware
+scheduling for flavors with a topologyName: a topologyAssignment over the Node
+objects' level labels and allocatable, and pods with the kueue.x-k8s.io/topology
+gate ungated onto their rank's node (fakeapi/kueue_tas.py).  Finished or
+inactive Workloads hold no quota.  docs/design/kueue.md section 7 is its specification.
 
 Real containers (--kubelet podman)
 ----------------------------------

@@ -207,6 +207,27 @@ class AdmissionTest(KueueBase):
         self.post(WL, workload("w", [pod_set(node_selector={"gpu": "h100"})]))
         self.assertEqual(self.wl("w")["status"]["admission"]["podSetAssignments"][0]["flavors"][GPU], "h100")
 
+    def test_untolerated_flavor_taints_and_uncovered_resources_keep_a_workload_pending(self):
+        self.queue({"a100": ({}, 8)})
+        self.api.ok("PATCH", KUEUE + "/resourceflavors/a100", {"spec": {"nodeTaints": [
+            {"key": "gpu", "value": "true", "effect": "NoSchedule"}]}}, ctype="application/merge-patch+json")
+        self.post(WL, workload("tainted", [pod_set()]))
+        self.assert_condition(self.wl("tainted"), "QuotaReserved", "False", "Pending",
+                              "couldn't assign flavors to pod set worker: untolerated taint gpu=true:NoSchedule "
+                              "in flavor a100")
+        tolerant = workload("tolerant", [pod_set()])
+        tolerant["spec"]["podSets"][0]["template"]["spec"]["tolerations"] = [
+            {"key": "gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        self.post(WL, tolerant)
+        self.assert_condition(self.wl("tolerant"), "QuotaReserved", "True", "QuotaReserved")
+        memory = workload("memory", [pod_set()])
+        memory["spec"]["podSets"][0]["template"]["spec"]["containers"][0]["resources"]["requests"]["memory"] = "1Gi"
+        memory["spec"]["podSets"][0]["template"]["spec"]["tolerations"] = tolerant["spec"]["podSets"][0][
+            "template"]["spec"]["tolerations"]
+        self.post(WL, memory)
+        self.assert_condition(self.wl("memory"), "QuotaReserved", "False", "Pending",
+                              "couldn't assign flavors to pod set worker: resource memory unavailable in ClusterQueue")
+
     def test_over_quota_waits_with_kueues_message_until_quota_is_freed(self):
         self.queue({"a100": ({}, 8)})
         self.post(WL, workload("first", [pod_set(count=8)]))
@@ -253,6 +274,24 @@ class AdmissionTest(KueueBase):
         self.assert_condition(wl, "QuotaReserved", "True", "QuotaReserved")   # the job controller releases it
 
 
+class ControlApiTest(KueueBase):
+    def test_bad_control_requests_are_refused(self):
+        st, out = self.api.req("POST", "/fake/v1/config", {"kueue": {"crds": "/nonexistent"}})
+        self.assertEqual(st, 400, out)
+        st, out = self.api.req("POST", "/fake/v1/config", {"validateGroups": "kueue.x-k8s.io"})
+        self.assertEqual(st, 400, out)
+        st, out = self.api.req("POST", "/fake/v1/kueue", {"action": "evict", "name": "absent", "reason": "X"})
+        self.assertEqual(st, 404, out)
+        self.post(WL, workload("w", [pod_set()]))      # pending: no LocalQueue
+        st, out = self.api.req("POST", "/fake/v1/kueue", {"action": "evict", "name": "w", "reason": "X"})
+        self.assertEqual(st, 409, out)
+        st, out = self.api.req("POST", "/fake/v1/kueue", {"action": "evict", "name": "w", "reason": "not camel"})
+        self.assertEqual(st, 400, out)
+        st, out = self.api.req("POST", "/fake/v1/kueue", {"action": "dance"})
+        self.assertEqual(st, 400, out)
+        self.assertEqual(self.api.ok("GET", "/fake/v1/config")["validateGroups"], ["kueue.x-k8s.io"])
+
+
 class PreemptionTest(KueueBase):
     def test_a_higher_priority_workload_preempts_and_waits_for_the_quota_release(self):
         self.queue({"a100": ({}, 8)}, preemption=True)
@@ -291,6 +330,55 @@ class PreemptionTest(KueueBase):
         self.post(WL, workload("two", [pod_set(count=8)], priority=10))
         self.assert_condition(self.wl("two"), "QuotaReserved", "False", "Pending")
         self.assertIsNone(condition(self.wl("one"), "Evicted"))
+
+
+class TopologyTest(KueueBase):
+    RACK, INDEX = "example.com/rack", "fleet.paddlepaddle.org/index"
+
+    def tas_workload(self, name):
+        ps = {"name": "worker", "count": 4, "topologyRequest": {"required": self.RACK, "podIndexLabel": self.INDEX},
+              "template": {"spec": {"containers": [{"name": "main", "image": "busybox:1.36",
+                                                     "resources": {"requests": {"cpu": "8"}}}]}}}
+        return self.post(WL, workload(name, [ps]))
+
+    def test_ranks_fill_one_rack_node_by_node_and_pods_are_ungated_there(self):
+        for i, node in enumerate(["node-0", "node-1", "node-2", "node-3"]):   # 16 CPUs each: two pods a node
+            self.post("/fake/v1/nodes/" + node, {"labels": {self.RACK: "r%d" % (i // 2 + 1)}})
+        self.post(KUEUE + "/topologies", {"metadata": {"name": "default"}, "spec": {"levels": [
+            {"nodeLabel": self.RACK}, {"nodeLabel": "kubernetes.io/hostname"}]}})
+        self.post(KUEUE + "/resourceflavors", {"metadata": {"name": "tas"}, "spec": {"topologyName": "default"}})
+        self.post(KUEUE + "/clusterqueues", {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [
+            {"coveredResources": ["cpu"], "flavors": [{"name": "tas", "resources": [
+                {"name": "cpu", "nominalQuota": "96"}]}]}]}})
+        self.post(KUEUE + "/namespaces/default/localqueues", {"metadata": {"name": "q"}, "spec": {"clusterQueue": "cq"}})
+        self.tas_workload("a")
+        self.settle()
+        self.tas_workload("b")
+
+        def placed(name):
+            return self.wl(name)["status"]["admission"]["podSetAssignments"][0]["topologyAssignment"]
+        self.assertEqual(placed("a"), {"levels": ["kubernetes.io/hostname"], "slices": [{
+            "domainCount": 2, "valuesPerLevel": [{"individual": {"roots": ["node-0", "node-1"]}}],
+            "podCounts": {"individual": [2, 2]}}]})
+        self.assertEqual(placed("b")["slices"][0]["valuesPerLevel"][0]["individual"]["roots"], ["node-2", "node-3"])
+        self.tas_workload("c")     # quota left, but no rack has room for four more
+        self.assert_condition(self.wl("c"), "QuotaReserved", "False", "Pending",
+                              "couldn't assign flavors to pod set worker: topology default doesn't allow to fit "
+                              "any of 4 pod(s)")
+
+        for rank in (3, 2, 1, 0):
+            self.post("/api/v1/namespaces/default/pods", {
+                "metadata": {"name": "a-%d" % rank, "labels": {self.INDEX: str(rank), "kueue.x-k8s.io/podset": "worker"},
+                             "annotations": {"kueue.x-k8s.io/workload": "a"}},
+                "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
+                         "containers": [{"name": "main", "image": "busybox:1.36"}]}})
+        self.settle()
+        for rank, node in ((0, "node-0"), (1, "node-0"), (2, "node-1"), (3, "node-1")):
+            pod = wait_for(lambda: (lambda p: p if p["spec"].get("nodeName") else None)(
+                self.api.ok("GET", "/api/v1/namespaces/default/pods/a-%d" % rank)))
+            self.assertEqual((pod["spec"]["nodeSelector"], pod["spec"]["nodeName"]),
+                             ({"kubernetes.io/hostname": node}, node))
+            self.assertNotIn("schedulingGates", pod["spec"])
 
 
 class KubeletSchedulingTest(Base):

@@ -22,6 +22,7 @@ describes what is served.  Modules, from the bottom up:
   schemas     custom resources pruned, defaulted and validated against their
               CRD's schema (for the groups a test names)
   kueue       the Kueue stand-in: its CRDs, Workload rules, admission loop
+  kueue_tas   its topology-aware placement and pod ungating
   kubelet     the kubelet stand-in (podman_kubelet.py subclasses it)
   tables      Table answers for kubectl get
   control     the /fake/v1 test control API and its faults (Handler mixin)

@@ -18,11 +18,13 @@ or ResourceFlavor, in a thread of its own:
     preemptor waits (WaitingForPreemptedWorkloads) until their QuotaReserved turns False,
     which the job controller writes: the stand-in never releases quota itself;
   * spec.active=false evicts with reason Deactivated; Finished or inactive workloads hold no
-    quota.
+    quota;
+  * a flavor with a Topology places the pod set on nodes and the stand-in ungates its pods
+    by rank, as Kueue's TAS does (kueue_tas.py).
 
 Conditions, reasons and messages are Kueue's (v0.19, UnadmittedWorkloadsObservability off
-for the pending reason). Not modelled: cohorts and borrowing, admission checks, TAS, fair
-sharing, StrictFIFO, requeue backoff."""
+for the pending reason). Not modelled: cohorts and borrowing, admission checks, fair
+sharing, StrictFIFO, requeue backoff. Preemption simulates quota only, not topology."""
 
 import copy
 import fractions
@@ -34,6 +36,7 @@ import threading
 import uuid
 
 from .errors import ApiError, cause, invalid_value, required
+from . import kueue_tas as tas
 from .kubelet import tolerates
 from .quantity import format_quantity, parse
 from .schemas import RULES
@@ -167,6 +170,7 @@ class PodSet:
         self.min_count = ps.get("minCount", self.count)
         self.spec = (ps.get("template") or {}).get("spec") or {}
         self.per_pod = pod_requests(self.spec)
+        self.topology_request = ps.get("topologyRequest") or {}
 
     def total(self, count, count_pods):
         out = {r: (v * count, b) for r, (v, b) in self.per_pod.items()}
@@ -219,6 +223,7 @@ class Kueue:
         self.created = {}        # workload uid -> resourceVersion of its creation (FIFO within a second)
         self.reserved_at = {}    # workload uid -> sequence number of its latest quota reservation
         self.seq = itertools.count(1)
+        self.tas_used = {}       # during a pass: node -> {resource: what admitted TAS pod sets take}
 
     # ---- lifecycle and the control API ------------------------------------------------------
     def enable(self, crds_dir=None):
@@ -250,8 +255,13 @@ class Kueue:
             self.cond.notify_all()
 
     def observe(self, etype, obj):
-        """Called by the store, under its lock, for every commit of a kueue.x-k8s.io object."""
-        if etype == "ADDED" and obj.get("kind") == "Workload":
+        """Called by the store, under its lock, for every commit of a kueue.x-k8s.io object
+        and of a pod."""
+        kind = obj.get("kind")
+        if kind == "Pod" and not (etype == "ADDED" and any(
+                g.get("name") == tas.TOPOLOGY_GATE for g in obj["spec"].get("schedulingGates") or [])):
+            return
+        if etype == "ADDED" and kind == "Workload":
             self.created[obj["metadata"]["uid"]] = int(obj["metadata"]["resourceVersion"])
         if self.enabled:
             self.poke()
@@ -316,15 +326,40 @@ class Kueue:
             self._deactivate_or_reactivate(wl)
         workloads = [self.store._find(self.store.registry.storage(WORKLOADS), w["metadata"]["namespace"],
                                       w["metadata"]["name"]) for w in workloads]
-        usage = {}
+        usage, self.tas_used = {}, {}
         for wl in workloads:
             if wl is not None and self._holds_quota(wl):
                 cq = usage.setdefault(wl["status"]["admission"].get("clusterQueue"), {})
                 for fr, v in self._usage_of(wl).items():
                     cq[fr] = cq.get(fr, ZERO) + v
+                self._add_tas_usage(wl["spec"].get("podSets") or [], wl["status"]["admission"])
         for wl in workloads:
             if wl is not None and self._pending(wl):
                 self._schedule(wl, workloads, usage)
+        self._ungate()
+
+    def _add_tas_usage(self, pod_sets, admission):
+        by_name = {ps.get("name", "main"): ps for ps in pod_sets}
+        for psa in admission.get("podSetAssignments") or []:
+            if psa.get("topologyAssignment") and psa.get("name") in by_name:
+                tas.usage_by_node(psa["topologyAssignment"], PodSet(by_name[psa["name"]]).per_pod, self.tas_used)
+
+    def _ungate(self):
+        """Kueue's TopologyUngater for the gated pods of admitted TAS workloads."""
+        pods_rt = self.store.registry.get("", "v1", "pods")
+        for (ns, wl_name, ps_name), pods in sorted(tas.gated_pods(self.store).items()):
+            wl = self._objects("workloads").get((ns, wl_name))
+            if wl is None or not is_true(wl, "Admitted"):
+                continue
+            psa = next((a for a in wl["status"]["admission"].get("podSetAssignments") or []
+                        if a.get("name") == ps_name), {})
+            spec_ps = next((p for p in wl["spec"].get("podSets") or [] if p.get("name") == ps_name), {})
+            if not psa.get("topologyAssignment"):
+                continue
+            index_label = (spec_ps.get("topologyRequest") or {}).get("podIndexLabel")
+            for pod, selector in tas.domains_for(pods, psa["topologyAssignment"], index_label):
+                new = self.store.internal_update(pods_rt, pod, lambda p, sel=selector: tas.ungate(p, sel))
+                self.server.kubelet.pod_updated(pod, new)
 
     @staticmethod
     def _active(wl):
@@ -400,6 +435,7 @@ class Kueue:
         kind, assignments = outcome[0], outcome[1]
         if kind == "fit":
             self._admit(wl, cq_name, assignments)
+            self._add_tas_usage(spec.get("podSets") or [], {"podSetAssignments": assignments})
             for fr, v in self._usage_of({"status": {"admission": {"podSetAssignments": assignments}}}).items():
                 cq_usage[fr] = cq_usage.get(fr, ZERO) + v
         elif kind == "preempt":
@@ -440,6 +476,7 @@ class Kueue:
         groups = (cq.get("spec") or {}).get("resourceGroups") or []
         count_pods = any("pods" in (g.get("coveredResources") or []) for g in groups)
         own, assignments, messages = {}, [], []
+        tas_used = {node: dict(used) for node, used in self.tas_used.items()}
         for ps, count in zip(pod_sets, counts):
             total = ps.total(count, count_pods)
             flavors, reasons = {}, []
@@ -457,6 +494,7 @@ class Kueue:
                 for gr in group.get("coveredResources") or []:
                     if gr in total:
                         flavors[gr] = chosen
+            topology = None if reasons else self._place(ps, count, flavors, tas_used, reasons)
             if reasons:
                 messages.append("couldn't assign flavors to pod set %s: %s" % (ps.name, ", ".join(sorted(reasons))))
                 continue
@@ -465,9 +503,25 @@ class Kueue:
             assignments.append({"name": ps.name, "flavors": {r: flavors[r] for r in sorted(flavors)},
                                 "resourceUsage": {r: format_quantity(v, b) for r, (v, b) in sorted(total.items())},
                                 "count": count})
+            if topology is not None:
+                assignments[-1]["topologyAssignment"] = topology
+                tas.usage_by_node(topology, ps.per_pod, tas_used)
         if messages:
             return None, "; ".join(messages)
         return assignments, ""
+
+    def _place(self, ps, count, flavors, tas_used, reasons):
+        """The topologyAssignment of a pod set whose flavor has a Topology (None for one
+        without); why not, appended to reasons."""
+        for name in sorted(set(flavors.values())):
+            flavor = self._objects("resourceflavors").get(("", name)) or {}
+            levels = tas.topology_levels(self.store, flavor)
+            if levels is not None:
+                placed, why = tas.place(self.store, flavor, name, levels, ps, count, tas_used)
+                if why:
+                    reasons.append(why)
+                return placed
+        return None
 
     def _flavor_for(self, group, ps, total, own, cq_usage):
         """The first of the group's flavors that takes the pod set's resources of this group ->

@@ -87,7 +87,7 @@ class Store(StoreDeletion, StoreWatches):
             if w.key == key:
                 w.offer(ev)
         self.changed.notify_all()
-        if rt.group == KUEUE_GROUP:
+        if rt.group == KUEUE_GROUP or key == "/pods":
             self.server.kueue.observe(etype, obj)
         return obj
 
