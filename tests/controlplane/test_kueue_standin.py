@@ -350,7 +350,8 @@ class TopologyTest(KueueBase):
         self.post(KUEUE + "/clusterqueues", {"metadata": {"name": "cq"}, "spec": {"resourceGroups": [
             {"coveredResources": ["cpu"], "flavors": [{"name": "tas", "resources": [
                 {"name": "cpu", "nominalQuota": "96"}]}]}]}})
-        self.post(KUEUE + "/namespaces/default/localqueues", {"metadata": {"name": "q"}, "spec": {"clusterQueue": "cq"}})
+        self.post(KUEUE + "/namespaces/default/localqueues",
+                  {"metadata": {"name": "q"}, "spec": {"clusterQueue": "cq"}})
         self.tas_workload("a")
         self.settle()
         self.tas_workload("b")
@@ -368,8 +369,8 @@ class TopologyTest(KueueBase):
 
         for rank in (3, 2, 1, 0):
             self.post("/api/v1/namespaces/default/pods", {
-                "metadata": {"name": "a-%d" % rank, "labels": {self.INDEX: str(rank), "kueue.x-k8s.io/podset": "worker"},
-                             "annotations": {"kueue.x-k8s.io/workload": "a"}},
+                "metadata": {"name": "a-%d" % rank, "annotations": {"kueue.x-k8s.io/workload": "a"},
+                             "labels": {self.INDEX: str(rank), "kueue.x-k8s.io/podset": "worker"}},
                 "spec": {"schedulingGates": [{"name": "kueue.x-k8s.io/topology"}],
                          "containers": [{"name": "main", "image": "busybox:1.36"}]}})
         self.settle()

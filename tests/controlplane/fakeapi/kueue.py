@@ -39,7 +39,7 @@ from .errors import ApiError, cause, invalid_value, required
 from . import kueue_tas as tas
 from .kubelet import tolerates
 from .quantity import format_quantity, parse
-from .schemas import RULES
+from .schemas import RULES, require
 from .util import rfc3339
 
 
@@ -231,6 +231,7 @@ class Kueue:
         if not crds_dir or not os.path.isdir(crds_dir):
             raise ApiError.bad_request("kueue: no CRD directory (give {\"kueue\": {\"crds\": DIR}} or set "
                                        "FLEET_KUEUE_CRDS); got %r" % (crds_dir,))
+        require("yaml", "jsonschema")
         st = self.store
         crd_rt = st.registry.get("apiextensions.k8s.io", "v1", "customresourcedefinitions")
         for plural in CRD_FILES:

@@ -64,7 +64,8 @@ def expand(assignment):
                 columns.append([v["universal"]] * n)
             else:
                 ind = v.get("individual") or {}
-                columns.append([ind.get("prefix", "") + root + ind.get("suffix", "") for root in ind.get("roots") or []])
+                columns.append([ind.get("prefix", "") + root + ind.get("suffix", "")
+                                for root in ind.get("roots") or []])
         counts = piece.get("podCounts") or {}
         counts = counts["individual"] if "individual" in counts else [counts.get("universal", 0)] * n
         for d in range(n):

@@ -9,7 +9,7 @@ registered in RULES (kueue.py's Workload rules)."""
 import copy
 import json
 
-from .errors import cause, invalid_value, required
+from .errors import ApiError, cause, invalid_value, required
 
 
 # storage key -> function(new, old) -> causes: the rules the schema cannot say (CEL, webhooks)
@@ -136,6 +136,18 @@ def _list_key_causes(obj, schema, path=()):
             seen.add(key)
             causes += _list_key_causes(item, schema.get("items"), path + (i,))
     return causes
+
+
+def require(*modules):
+    """Imports the optional modules schema checks and the Kueue stand-in need, or says which
+    package is missing (the rest of the server is standard library only)."""
+    import importlib
+    for name in modules:
+        try:
+            importlib.import_module(name)
+        except ImportError as e:
+            raise ApiError(500, "InternalError", "the fake API server needs python3-%s for this (%s)"
+                           % (name.lower(), e))
 
 
 class SchemaChecks:

@@ -15,6 +15,7 @@ from .errors import ApiError
 from .handler import Handler, _HTTPServer
 from .kubelet import Kubelet
 from .kueue import Kueue
+from .schemas import require
 from .store import Store
 from .util import rfc3339
 
@@ -219,6 +220,8 @@ class FakeApiServer:
             groups = body["validateGroups"]
             if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
                 raise ApiError.bad_request("validateGroups must be a list of API groups")
+            if groups:
+                require("jsonschema")
             with self.store.lock:
                 self.store.schemas.validate_groups = set(groups)
         if "kueue" in body:
