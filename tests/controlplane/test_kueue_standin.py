@@ -148,8 +148,11 @@ class SchemaTest(KueueBase):
         self.assertIn("priority should not be nil", self.invalid(body)["spec.priority"]["message"])
         causes = self.invalid(workload("mins", [pod_set("a", 4, min_count=2), pod_set("b", 4, min_count=2)]))
         self.assertIn("at most one podSet can use minCount", causes["spec.podSets"]["message"])
+        causes = self.invalid(workload("twice", [pod_set("a"), pod_set("a")]))
+        self.assertEqual(causes["spec.podSets[1]"]["reason"], "FieldValueDuplicate")
         causes = self.invalid(workload("q", [{"name": "w", "count": "two", "template": {"spec": {}}}]))
-        self.assertIn("spec.podSets[0].count", causes)
+        self.assertEqual(causes["spec.podSets[0].count"]["message"], 'Invalid value: "string": spec.podSets[0].count '
+                         'in body must be of type integer: "two"')
         self.assertIn("spec.podSets[0].template.spec.containers", causes)
 
     def test_a_well_formed_workload_is_pruned_and_defaulted(self):

@@ -77,6 +77,10 @@ def to_jsonschema(schema):
     return out
 
 
+_JSON_TYPES = {str: "string", int: "integer", float: "number", bool: "boolean", list: "array", dict: "object",
+               type(None): "null"}
+
+
 def _path(parts):
     out = ""
     for p in parts:
@@ -101,7 +105,7 @@ def _error_cause(err):
             json.dumps(inst), ", ".join(json.dumps(e) for e in err.validator_value)))
     if v == "type":
         return cause("FieldValueTypeInvalid", field, "Invalid value: %s: %s in body must be of type %s: %s" % (
-            json.dumps(type(inst).__name__), field, err.validator_value, json.dumps(inst)))
+            json.dumps(_JSON_TYPES.get(type(inst), "object")), field, err.validator_value, json.dumps(inst)))
     if v == "pattern":
         return invalid_value(field, inst, "%s in body should match '%s'" % (field, err.validator_value))
     return invalid_value(field, inst, "%s in body: %s" % (field, err.message))
