@@ -185,6 +185,11 @@ class SchemaTest(KueueBase):
         st, out = self.api.req("PATCH", WL + "/w/status", {"status": {"admission": admission}},
                                ctype="application/merge-patch+json")
         self.assertEqual(out["details"]["causes"][0]["field"], "status.admission", out)
+        self.patch_status("w", {"reclaimablePods": [{"name": "worker", "count": 1}]})
+        st, out = self.api.req("PATCH", WL + "/w/status", {"status": {"reclaimablePods": [{"name": "worker",
+                                                                                            "count": 0}]}},
+                               ctype="application/merge-patch+json")
+        self.assertEqual(out["details"]["causes"][0]["field"], "status.reclaimablePods[worker].count", out)
         wl = self.api.ok("GET", WL + "/w")
         wl["spec"]["podSets"][0]["count"] = 3
         st, out = self.api.req("PUT", WL + "/w", wl)

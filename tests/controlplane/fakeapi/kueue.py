@@ -122,10 +122,26 @@ def workload_causes(new, old):
         causes.append(cause("FieldValueInvalid", "spec.podSets", "Invalid value: \"array\": field is immutable"))
     if admission is not None and old_admission is not None and admission != old_admission:
         causes.append(cause("FieldValueInvalid", "status.admission", "Invalid value: \"object\": field is immutable"))
-    if is_true(old, "QuotaReserved") and is_true(new, "QuotaReserved") and \
-            spec.get("queueName") != (old.get("spec") or {}).get("queueName"):
-        causes.append(invalid_value("spec.queueName", spec.get("queueName"),
-                                    "queueName is immutable while workload quota reserved"))
+    if is_true(old, "QuotaReserved") and is_true(new, "QuotaReserved"):
+        if spec.get("queueName") != (old.get("spec") or {}).get("queueName"):
+            causes.append(invalid_value("spec.queueName", spec.get("queueName"),
+                                        "queueName is immutable while workload quota reserved"))
+        causes += _reclaimable_pods_causes(status.get("reclaimablePods") or [],
+                                           (old.get("status") or {}).get("reclaimablePods") or [])
+    return causes
+
+
+def _reclaimable_pods_causes(new, old):
+    """While quota stays reserved, a pod set's reclaimable count may not go down or away."""
+    before = {r.get("name"): r.get("count", 0) for r in old}
+    after = {r.get("name"): r.get("count", 0) for r in new}
+    causes = []
+    for name, count in sorted(before.items()):
+        if name not in after:
+            causes.append(required("status.reclaimablePods[%s]" % name, "cannot be removed"))
+        elif after[name] < count:
+            causes.append(invalid_value("status.reclaimablePods[%s].count" % name, after[name],
+                                        "cannot be less than %d" % count))
     return causes
 
 
