@@ -16,6 +16,7 @@ packages=(
   libgrpc++-dev libprotobuf-dev protobuf-compiler protobuf-compiler-grpc   # the parameter server's RPC
   pybind11-dev python3-dev                            # the runtime's Python binding (Fleet API)
   python3 python3-kubernetes                          # example jobs; a real client for the test API server
+  python3-jsonschema                                  # the test API server checks custom resources (Kueue's) against their CRD schemas
   procps iproute2                                     # ps/kill/ip for the launcher's tests
   etcd-server etcd-client                             # a real etcd for elastic fleetrun's tests (etcdctl to inspect it)
 )

@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """A fake Kubernetes API server plus a kubelet stand-in, for tests.
 
-Standard library only (python3 >= 3.11).  It is deliberately an independent
+Standard library only (python3 >= 3.11), except the optional Kueue stand-in
+and custom-resource schema validation (python3-jsonschema, python3-yaml).  It
+is deliberately an independent
 implementation: it shares no code with FleetJob's C++ Kubernetes client, so a
 misunderstanding of the API in one cannot hide itself in the other.
 
@@ -99,6 +101,21 @@ POST /fake/v1/config  {"kubelet":"auto"|"manual","runDelayMs":N,
     "terminationDelayMs":N,"bookmarkIntervalMs":N,"probeReadyDefault":bool,
     "watchCacheSize":N,"podNetwork":"cluster"|"loopback"}    (GET returns it;
     loopback pod IPs are 127.x addresses, so a test can run a pod's processes)
+    also {"validateGroups":["G",...]}: create/update/patch/status writes of
+    custom resources of these API groups are pruned (unknown fields, nulls of
+    non-nullable ones), defaulted and validated against the served version's
+    openAPIV3Schema (422 Invalid with causes naming the field; CEL rules are
+    not evaluated, see fakeapi/schemas.py), and {"kueue":true|false|
+    {"crds":DIR}}: the Kueue stand-in (below)
+POST /fake/v1/nodes/{name}  {"labels":{k:v|null},"taints":[...]}: merges the
+    node's labels (null removes one), replaces its taints; unbound pods are
+    tried again (so does a PATCH of the Node through the API)
+GET  /fake/v1/kueue    {"enabled","settled"} once the Kueue stand-in has acted
+    on every change so far (tests wait on it instead of polling)
+POST /fake/v1/kueue    {"action":"evict","namespace","name","reason","message"?}
+    Kueue's eviction of an admitted Workload: Evicted=True with that reason
+    (e.g. PodsReadyTimeout); the quota stays reserved until the job
+    controller releases it
 GET  /fake/v1/state    {"resourceVersion":"N","watches":N,"objects":{key:count}}
     ("watches" counts registered watch streams: poll it instead of sleeping
     until a watch is established)
@@ -121,6 +138,30 @@ POSTs pods/NAME/binding.  Containers with readiness/startup probes are ready
 unless probeReadyDefault is false; "ready" actions override.  Deleting a
 bound pod is graceful (MODIFIED with deletionTimestamp, then the stand-in
 removes it after terminationDelayMs); gracePeriodSeconds=0 deletes at once.
+Scheduling honours spec.nodeSelector against the Node objects' labels and
+their NoSchedule/NoExecute taints against the pod's tolerations: a pod no node
+fits stays Pending with PodScheduled False Unschedulable and the scheduler's
+message ("0/4 nodes are available: 4 node(s) didn't match Pod's node
+affinity/selector. ...").  A pod created with spec.schedulingGates gets
+PodScheduled False SchedulingGated and is not bound until its last gate is
+removed.
+
+Kueue stand-in
+--------------
+POST /fake/v1/config {"kueue":true} (CRDs from $FLEET_KUEUE_CRDS) or
+{"kueue":{"crds":DIR}} installs Kueue's six CRDs (kueue.x-k8s.io v1beta1 and
+v1beta2), validates that group as validateGroups does plus the Workload rules
+of Kueue's CEL and webhook, and runs fakeapi/kueue.py's admission loop: the
+ClusterQueue's flavors in order (nodeLabels vs nodeSelector, nodeTaints,
+nominalQuota; no cohorts), partial admission down to minCount, withinClusterQueue
+LowerPriority preemption (Evicted/Preempted with Kueue's messages, a Preempted
+event; the preemptor waits with WaitingForPreemptedWorkloads until the job
+controller writes the victim's QuotaReserved=False: the stand-in never frees
+quota itself), spec.active=false (Evicted Deactivated), and topology-aware
+scheduling for flavors with a topologyName: a topologyAssignment over the Node
+objects' level labels and allocatable, and pods with the kueue.x-k8s.io/topology
+gate ungated onto their rank's node (fakeapi/kueue_tas.py).  Finished or
+inactive Workloads hold no quota.  docs/design/kueue.md section 7 is its specification.
 
 Real containers (--kubelet podman)
 ----------------------------------

@@ -295,6 +295,14 @@ Json ConditionOf(const Json& status, const std::string& type) {
   }
   return Json::object();
 }
+bool IsConditionTrue(const Json& object, const std::string& type) {
+  return ConditionOf(object.value("status", Json::object()), type).value("status", "") == "True";
+}
+
+std::string KueuePath(const std::string& ns, const std::string& plural, const std::string& name) {
+  return "/apis/kueue.x-k8s.io/v1beta2/" + (ns.empty() ? "" : "namespaces/" + ns + "/") + plural +
+         (name.empty() ? "" : "/" + name);
+}
 
 // ---- the fixture ----
 
@@ -483,6 +491,104 @@ std::vector<Json> OperatorE2eTest::WaitForRunningPods(const std::string& job, si
     return good == count && pods.size() == count;
   }, timeout);
   return pods;
+}
+
+// ---- Kueue ----
+
+std::string OperatorE2eTest::KueueCrdsDir() {
+  const char* env = std::getenv("FLEET_KUEUE_CRDS");
+  std::vector<std::string> candidates = {env && *env ? env : "", SourceDir() + "/../shared/kueue/crds",
+                                         "/work/shared/kueue/crds"};
+  for (const std::string& dir : candidates) {
+    if (!dir.empty() && std::ifstream(dir + "/kueue.x-k8s.io_workloads.yaml").good()) return dir;
+  }
+  return "";
+}
+
+bool OperatorE2eTest::EnableKueue() {
+  const std::string crds = KueueCrdsDir();
+  if (crds.empty()) return false;
+  const Json config = fake_->Control("config", {{"kueue", {{"crds", crds}}}});
+  return config.is_object() && config.value("kueue", false);
+}
+
+void OperatorE2eTest::SettleKueue() {
+  const Json state = fake_->Control("kueue", Json::object(), "GET");
+  if (!state.is_object() || !state.value("settled", false)) ADD_FAILURE() << "the Kueue stand-in did not settle: " << state;
+}
+
+namespace {
+
+void CreateOrFail(ApiClient& api, const std::string& path, const Json& object) {
+  ApiClient::Reply reply = api.Create(path, object);
+  if (reply.status != 201) ADD_FAILURE() << "POST " << path << " " << NameOf(object) << " -> " << reply.status << ": " << reply.raw;
+}
+
+}  // namespace
+
+void OperatorE2eTest::CreateResourceFlavor(const std::string& name, const Json& node_labels, const Json& tolerations,
+                                           const Json& node_taints) {
+  Json spec = {{"nodeLabels", node_labels}};
+  if (!tolerations.empty()) spec["tolerations"] = tolerations;
+  if (!node_taints.empty()) spec["nodeTaints"] = node_taints;
+  CreateOrFail(*api_, KueuePath("", "resourceflavors"), {{"metadata", {{"name", name}}}, {"spec", spec}});
+}
+
+void OperatorE2eTest::CreateClusterQueue(const std::string& name, const std::vector<std::string>& covered,
+                                         const std::vector<FlavorQuotas>& flavors, bool preempt_lower_priority) {
+  Json flavor_list = Json::array();
+  for (const FlavorQuotas& f : flavors) {
+    Json resources = Json::array();
+    for (const auto& [resource, quota] : f.nominal) resources.push_back({{"name", resource}, {"nominalQuota", quota}});
+    flavor_list.push_back({{"name", f.flavor}, {"resources", resources}});
+  }
+  Json spec = {{"resourceGroups", Json::array({{{"coveredResources", covered}, {"flavors", flavor_list}}})}};
+  if (preempt_lower_priority) spec["preemption"] = {{"withinClusterQueue", "LowerPriority"}};
+  CreateOrFail(*api_, KueuePath("", "clusterqueues"), {{"metadata", {{"name", name}}}, {"spec", spec}});
+}
+
+void OperatorE2eTest::CreateWorkloadPriorityClass(const std::string& name, int value) {
+  CreateOrFail(*api_, KueuePath("", "workloadpriorityclasses"), {{"metadata", {{"name", name}}}, {"value", value}});
+}
+
+void OperatorE2eTest::CreateLocalQueue(const std::string& name, const std::string& cluster_queue) {
+  CreateOrFail(*api_, KueuePath(ns_, "localqueues"),
+               {{"metadata", {{"name", name}}}, {"spec", {{"clusterQueue", cluster_queue}}}});
+}
+
+std::vector<Json> OperatorE2eTest::Workloads(const std::string& job) {
+  return api_->List(KueuePath(ns_, "workloads"), "fleet.paddlepaddle.org/job-name=" + job);
+}
+
+std::optional<Json> OperatorE2eTest::JobWorkload(const std::string& job) {
+  for (Json& wl : Workloads(job)) {
+    if (!wl["metadata"].contains("deletionTimestamp") && !IsConditionTrue(wl, "Finished")) return std::move(wl);
+  }
+  return std::nullopt;
+}
+
+Json OperatorE2eTest::WaitForWorkload(const std::string& job, const std::string& what,
+                                      const std::function<bool(const Json&)>& pred, Millis timeout) {
+  Json found = nullptr;
+  const bool ok = Eventually("the Workload of " + job + " " + what, [&](std::string& state) {
+    SettleKueue();
+    const std::optional<Json> wl = JobWorkload(job);
+    if (!wl) {
+      state = "no live Workload";
+      return false;
+    }
+    state = NameOf(*wl) + " status " + wl->value("status", Json::object()).dump();
+    if (!pred(*wl)) return false;
+    found = *wl;
+    return true;
+  }, timeout);
+  return ok ? found : Json(nullptr);
+}
+
+Json OperatorE2eTest::EvictWorkload(const std::string& workload, const std::string& reason, const std::string& message) {
+  Json body = {{"action", "evict"}, {"namespace", ns_}, {"name", workload}, {"reason", reason}};
+  if (!message.empty()) body["message"] = message;
+  return fake_->Control("kueue", body);
 }
 
 }  // namespace fleet::op::e2e

@@ -137,6 +137,10 @@ std::string UidOf(const Json& object);
 std::string LabelOf(const Json& object, const std::string& key);
 // The condition of `type` in a status, or an empty object.
 Json ConditionOf(const Json& status, const std::string& type);
+// Whether `object`'s status has condition `type` with status "True".
+bool IsConditionTrue(const Json& object, const std::string& type);
+// Kueue's API paths (kueue.x-k8s.io/v1beta2); `ns` "" for the cluster-scoped kinds.
+std::string KueuePath(const std::string& ns, const std::string& plural, const std::string& name = "");
 
 // ---- the fixture ----
 
@@ -191,6 +195,47 @@ class OperatorE2eTest : public ::testing::Test {
 
   // Prints every operator's log (on failure, or when asked).
   void DumpLogs();
+
+  // ---- Kueue: the fake's stand-in (tests/controlplane/fakeapi/kueue.py, docs/design/kueue.md 7) ----
+  //
+  //   if (!EnableKueue()) GTEST_SKIP() << "Kueue's CRDs not found (set FLEET_KUEUE_CRDS)";
+  //   CreateResourceFlavor("a100", {{"gpu", "a100"}});
+  //   CreateClusterQueue("cq", {"cpu", "nvidia.com/gpu"}, {{"a100", {{"cpu", "64"}, {"nvidia.com/gpu", "8"}}}});
+  //   CreateLocalQueue("q", "cq");
+  //   Json wl = WaitForWorkload("job", "admitted", [](const Json& w) { return IsConditionTrue(w, "Admitted"); });
+
+  // Kueue's CRDs (third-party, read in place): $FLEET_KUEUE_CRDS, else <source dir>/../shared/kueue/crds,
+  // else /work/shared/kueue/crds; "" when none has the Workload CRD.
+  static std::string KueueCrdsDir();
+  // Installs Kueue's CRDs in the fake, validates kueue.x-k8s.io objects against their schemas and
+  // starts its admission loop; false (nothing done) when the CRDs are not found.
+  bool EnableKueue();
+  // Waits until the stand-in has acted on every change so far.
+  void SettleKueue();
+  // Cluster-scoped Kueue objects; each records a test failure unless created.
+  void CreateResourceFlavor(const std::string& name, const Json& node_labels = Json::object(),
+                            const Json& tolerations = Json::array(), const Json& node_taints = Json::array());
+  struct FlavorQuotas {
+    std::string flavor;
+    std::vector<std::pair<std::string, std::string>> nominal;   // resource -> nominalQuota ("8", "64Gi")
+  };
+  // One resourceGroup over `covered`, its flavors in order; withinClusterQueue LowerPriority
+  // preemption when `preempt_lower_priority`.
+  void CreateClusterQueue(const std::string& name, const std::vector<std::string>& covered,
+                          const std::vector<FlavorQuotas>& flavors, bool preempt_lower_priority = false);
+  void CreateWorkloadPriorityClass(const std::string& name, int value);
+  // A LocalQueue in ns() feeding `cluster_queue`.
+  void CreateLocalQueue(const std::string& name, const std::string& cluster_queue);
+  // The Workloads of FleetJob `job` (label fleet.paddlepaddle.org/job-name), and the one that is
+  // neither Finished nor being deleted, if any.
+  std::vector<Json> Workloads(const std::string& job);
+  std::optional<Json> JobWorkload(const std::string& job);
+  // Waits (after SettleKueue) until JobWorkload(job) exists and `pred` holds; returns it (null
+  // after a test failure).
+  Json WaitForWorkload(const std::string& job, const std::string& what, const std::function<bool(const Json&)>& pred,
+                       Millis timeout = Seconds(20));
+  // Kueue's eviction of an admitted workload with `reason` (e.g. PodsReadyTimeout); the answer.
+  Json EvictWorkload(const std::string& workload, const std::string& reason, const std::string& message = "");
 
   std::vector<std::unique_ptr<OperatorProcess>> operators_;
 

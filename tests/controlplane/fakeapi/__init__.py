@@ -1,4 +1,5 @@
-"""The fake Kubernetes API server, a module per concern (standard library only).
+"""The fake Kubernetes API server, a module per concern (standard library only,
+but for schemas and kueue: python3-jsonschema, python3-yaml).
 
 tests/controlplane/fake_apiserver.py is the entry point: it runs main() as a
 script and re-exports FakeApiServer and ApiError to tests; its docstring
@@ -17,6 +18,11 @@ describes what is served.  Modules, from the bottom up:
                 collection, namespace and CRD contents
   watch         Event, Watcher, StoreWatches, and HandlerWatches (the HTTP
                 stream)
+  quantity    resource quantities as exact numbers, and back
+  schemas     custom resources pruned, defaulted and validated against their
+              CRD's schema (for the groups a test names)
+  kueue       the Kueue stand-in: its CRDs, Workload rules, admission loop
+  kueue_tas   its topology-aware placement and pod ungating
   kubelet     the kubelet stand-in (podman_kubelet.py subclasses it)
   tables      Table answers for kubectl get
   control     the /fake/v1 test control API and its faults (Handler mixin)

@@ -10,7 +10,7 @@ FAULT_KEYS = {"latencyMs", "failNext", "code", "retryAfter", "match", "dropWatch
               "truncateNext", "abort", "garbageNext", "hugeNext", "bytes", "wrongContentTypeNext", "tokens",
               "reset"}
 CONFIG_KEYS = {"kubelet", "runDelayMs", "terminationDelayMs", "bookmarkIntervalMs", "probeReadyDefault",
-               "watchCacheSize", "podNetwork"}
+               "watchCacheSize", "podNetwork", "validateGroups", "kueue"}
 
 
 class Faults:
@@ -79,6 +79,20 @@ class ControlApi:
         if unknown:
             raise ApiError.bad_request("unknown keys %s (known: %s)" % (unknown, sorted(known)))
 
+    def _kueue(self, body):
+        """GET: the stand-in's state once its loop has seen every change so far (tests wait on
+        it); POST {"action": "evict", "namespace", "name", "reason", "message"?}: Kueue's
+        eviction of an admitted workload (e.g. reason PodsReadyTimeout)."""
+        kueue = self.fake.kueue
+        if self.command == "POST":
+            self._known_keys(body, {"action", "namespace", "name", "reason", "message"})
+            if body.get("action") != "evict":
+                raise ApiError.bad_request("unknown action %r (known: evict)" % (body.get("action"),))
+            kueue.settle()
+            return self.send_body(200, kueue.evict(body.get("namespace") or "default", body.get("name"),
+                                                   body.get("reason"), body.get("message")))
+        return self.send_body(200, kueue.state())
+
     def control(self, path, raw):
         fake = self.fake
         parts = [p for p in path.split("/") if p][2:]
@@ -120,6 +134,10 @@ class ControlApi:
                     return self.send_body(200, {
                         "resourceVersion": str(fake.store.rv), "watches": len(fake.store.watchers),
                         "objects": {k: len(v) for k, v in fake.store.objects.items() if v}})
+            if parts == ["kueue"]:
+                return self._kueue(body)
+            if len(parts) == 2 and parts[0] == "nodes" and m == "POST":
+                return self.send_body(200, fake.kubelet.set_node(parts[1], body))
             if parts == ["seed"] and m == "POST":
                 return self.send_body(200, fake.seed(body))
             if len(parts) in (4, 5) and parts[0] == "namespaces" and parts[2] == "pods" and m == "POST":

@@ -13,6 +13,20 @@ from .errors import ApiError
 from .util import rfc3339
 
 
+def tolerates(tolerations, taint):
+    """Whether one of the tolerations matches the taint (key, value, effect), as the scheduler
+    and Kueue's flavor assigner decide."""
+    for t in tolerations or []:
+        if not isinstance(t, dict) or (t.get("effect") and t["effect"] != taint.get("effect")):
+            continue
+        if t.get("operator") == "Exists":
+            if not t.get("key") or t["key"] == taint.get("key"):
+                return True
+        elif t.get("key") == taint.get("key") and t.get("value", "") == taint.get("value", ""):
+            return True
+    return False
+
+
 class Kubelet:
     def __init__(self, server, nodes):
         self.server = server
@@ -217,7 +231,7 @@ class Kubelet:
 
     # ---- automatic flow -------------------------------------------------
     def pod_created(self, pod):
-        """Called under the store lock after a pod was created."""
+        """Called under the store lock after a pod was created, or ungated."""
         if self.mode != "auto":
             return
         spec = pod.get("spec", {})
@@ -225,30 +239,100 @@ class Kubelet:
             if spec["nodeName"] in self.node_ips:
                 self._schedule_start(pod)
             return
-        if spec.get("schedulerName", "default-scheduler") != "default-scheduler":
-            return   # a gang scheduler that does not exist here: stays Pending
+        if spec.get("schedulerName", "default-scheduler") != "default-scheduler" or spec.get("schedulingGates"):
+            return   # a gang scheduler that does not exist here, or gated: stays Pending
         ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]
 
         def bind():
             cur = self._current(ns, name, uid)
-            if cur is None or cur["spec"].get("nodeName") or cur["metadata"].get("deletionTimestamp"):
+            if cur is None or cur["spec"].get("nodeName") or cur["metadata"].get("deletionTimestamp") or \
+                    cur["spec"].get("schedulingGates"):
                 return
-            node = self._node_for(cur)
+            node, why = self._node_for(cur)
             if node is None:
-                return   # no node fits: Pending, as with the real scheduler
+                if why:   # Pending, as with the real scheduler, saying why
+                    self._update(cur, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", why))
+                return
             cur = self._update(cur, lambda p: self._bind(p, node))
             self._schedule_start(cur)
         self.later(0, bind)
 
+    def pod_updated(self, old, pod):
+        """Called under the store lock after a client updated a pod: one whose last scheduling
+        gate went is scheduled now."""
+        if old["spec"].get("schedulingGates") and not pod["spec"].get("schedulingGates"):
+            self.pod_created(pod)
+
+    def nodes_changed(self):
+        """Node labels or taints changed: the unbound pods are tried again."""
+        for pod in list(self.store.objects[self.pods.storage_key].values()):
+            if not pod["spec"].get("nodeName") and pod.get("status", {}).get("phase") == "Pending" and \
+                    not pod["metadata"].get("deletionTimestamp"):
+                self.pod_created(pod)
+
+    def set_node(self, name, body):
+        """The control API's node change: body["labels"] merged into the node's labels (a null
+        value removes one), body["taints"] replacing its taints."""
+        unknown = set(body) - {"labels", "taints"}
+        if unknown:
+            raise ApiError.bad_request("unknown keys %s (known: labels, taints)" % sorted(unknown))
+        labels, taints = body.get("labels") or {}, body.get("taints")
+        if not isinstance(labels, dict) or not (taints is None or isinstance(taints, list)):
+            raise ApiError.bad_request("labels must be an object and taints a list")
+        nodes = self.store.registry.get("", "v1", "nodes")
+        with self.store.lock:
+            node = self.store._find(nodes, None, name)
+            if node is None:
+                raise ApiError.not_found(nodes, name)
+
+            def change(n):
+                ls = n["metadata"].setdefault("labels", {})
+                for k, v in labels.items():
+                    if v is None:
+                        ls.pop(k, None)
+                    else:
+                        ls[k] = str(v)
+                if taints is not None:
+                    n.setdefault("spec", {})["taints"] = taints
+            node = self.store.internal_update(nodes, node, change)
+            self.nodes_changed()
+            return node
+
+    def _fitting_nodes(self, pod):
+        """The nodes whose labels match the pod's nodeSelector and whose NoSchedule/NoExecute
+        taints it tolerates -> (nodes, the scheduler's message when there are none)."""
+        selector = pod["spec"].get("nodeSelector") or {}
+        tolerations = pod["spec"].get("tolerations") or []
+        nodes_rt = self.store.registry.get("", "v1", "nodes")
+        fitting, failed = [], collections.Counter()
+        for node in self.node_ips:
+            obj = self.store._find(nodes_rt, None, node) or {"metadata": {}}
+            labels = obj["metadata"].get("labels") or {}
+            taint = next((t for t in (obj.get("spec") or {}).get("taints") or []
+                          if t.get("effect") in ("NoSchedule", "NoExecute") and not tolerates(tolerations, t)), None)
+            if any(labels.get(k) != v for k, v in selector.items()):
+                failed["node(s) didn't match Pod's node affinity/selector"] += 1
+            elif taint is not None:
+                failed["node(s) had untolerated taint {%s: %s}" % (taint.get("key"), taint.get("value", ""))] += 1
+            else:
+                fitting.append(node)
+        n = len(self.node_ips)
+        why = "0/%d nodes are available: %s. preemption: 0/%d nodes are available: %d Preemption is not helpful " \
+              "for scheduling." % (n, ", ".join(sorted("%d %s" % (c, r) for r, c in failed.items())), n, n)
+        return fitting, None if fitting else why
+
     def _node_for(self, pod):
-        """The next node round robin that satisfies the pod's required pod anti-affinity on
-        kubernetes.io/hostname (matchLabels terms, the pod's namespace), as the default scheduler
-        would place it; None when no node does."""
+        """The next node round robin that fits the pod (_fitting_nodes) and satisfies its
+        required pod anti-affinity on kubernetes.io/hostname (matchLabels terms, the pod's
+        namespace), as the default scheduler would place it -> (node, None); (None, why) when
+        no node fits the selector or taints, (None, None) when anti-affinity leaves none."""
         affinity = (pod["spec"].get("affinity") or {}).get("podAntiAffinity") or {}
         terms = [t for t in affinity.get("requiredDuringSchedulingIgnoredDuringExecution") or []
                  if t.get("topologyKey") == "kubernetes.io/hostname"]
         ns = pod["metadata"]["namespace"]
-        nodes = list(self.node_ips)
+        nodes, why = self._fitting_nodes(pod)
+        if not nodes:
+            return None, why
         start = next(self.rr)
 
         def taken(node, term):
@@ -263,8 +347,8 @@ class Kubelet:
         for i in range(len(nodes)):
             node = nodes[(start + i) % len(nodes)]
             if not any(taken(node, t) for t in terms):
-                return node
-        return None
+                return node, None
+        return None, None
 
     def _schedule_start(self, pod):
         ns, name, uid = pod["metadata"]["namespace"], pod["metadata"]["name"], pod["metadata"]["uid"]

@@ -14,6 +14,8 @@ from .control import Faults
 from .errors import ApiError
 from .handler import Handler, _HTTPServer
 from .kubelet import Kubelet
+from .kueue import Kueue
+from .schemas import require
 from .store import Store
 from .util import rfc3339
 
@@ -44,6 +46,7 @@ class FakeApiServer:
         self.cluster_ips = itertools.count(1)
         self.root_ca_pem = None
         self.store = Store(self)
+        self.kueue = Kueue(self)
         self.gateway_httpd = None
         if kubelet == "podman":
             # Pods run as real containers (podman_kubelet.py). They reach the API server at the
@@ -112,6 +115,7 @@ class FakeApiServer:
             self.gateway_httpd.shutdown()
             self.gateway_httpd.server_close()
         self.kubelet.stop()
+        self.kueue.stop()
         self.drop_watches()
         with self.conn_lock:
             conns = list(self.connections)
@@ -212,13 +216,36 @@ class FakeApiServer:
             if body["podNetwork"] not in ("cluster", "loopback"):
                 raise ApiError.bad_request("podNetwork must be cluster or loopback")
             k.pod_network = body["podNetwork"]
+        if "validateGroups" in body:
+            groups = body["validateGroups"]
+            if not isinstance(groups, list) or not all(isinstance(g, str) for g in groups):
+                raise ApiError.bad_request("validateGroups must be a list of API groups")
+            if groups:
+                require("jsonschema")
+            with self.store.lock:
+                self.store.schemas.validate_groups = set(groups)
+        if "kueue" in body:
+            self._configure_kueue(body["kueue"])
+
+    def _configure_kueue(self, value):
+        """true: on, CRDs from $FLEET_KUEUE_CRDS; {"crds": DIR}: on, CRDs from DIR; false: the
+        admission loop stops (the CRDs and their validation stay)."""
+        if value is False:
+            self.kueue.disable()
+        elif value is True:
+            self.kueue.enable()
+        elif isinstance(value, dict) and set(value) <= {"crds"} and isinstance(value.get("crds", ""), str):
+            self.kueue.enable(value.get("crds"))
+        else:
+            raise ApiError.bad_request('kueue must be true, false or {"crds": DIR}')
 
     def config(self):
         k = self.kubelet
         return {"kubelet": k.mode, "runDelayMs": k.run_delay_ms, "terminationDelayMs": k.termination_delay_ms,
                 "bookmarkIntervalMs": int(self.bookmark_interval * 1000), "probeReadyDefault": k.probe_ready_default,
                 "watchCacheSize": self.store.cache_size, "podNetwork": k.pod_network, "nodes": dict(k.node_ips),
-                "podGateway": k.gateway, "caCert": self.tls_cert if k.gateway else None}
+                "podGateway": k.gateway, "caCert": self.tls_cert if k.gateway else None,
+                "validateGroups": sorted(self.store.schemas.validate_groups), "kueue": self.kueue.enabled}
 
     def append_log(self, ns, name, body):
         text = body.get("text", "")

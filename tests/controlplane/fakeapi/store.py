@@ -15,7 +15,9 @@ import uuid
 from .deletion import StoreDeletion
 from .errors import ApiError, cause, required
 from .patches import json_patch, merge_patch, strategic_merge_patch
+from .kueue import GROUP as KUEUE_GROUP
 from .resources import Registry
+from .schemas import SchemaChecks
 from .selectors import fields_match, labels_match, parse_field_selector, parse_label_selector
 from .util import dumps, rfc3339
 from .validation import (POD_UPDATE_FORBIDDEN, _pod_spec_mutable_view, crd_status, default_pod, qos_class,
@@ -27,6 +29,7 @@ class Store(StoreDeletion, StoreWatches):
     def __init__(self, server):
         self.server = server
         self.registry = Registry()
+        self.schemas = SchemaChecks()
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self.rv = 0
@@ -84,6 +87,8 @@ class Store(StoreDeletion, StoreWatches):
             if w.key == key:
                 w.offer(ev)
         self.changed.notify_all()
+        if rt.group == KUEUE_GROUP or key == "/pods":
+            self.server.kueue.observe(etype, obj)
         return obj
 
     def _find(self, rt, ns, name):
@@ -153,6 +158,9 @@ class Store(StoreDeletion, StoreWatches):
             meta["generation"] = 1
             body["apiVersion"], body["kind"] = rt.api_version, rt.kind
             self._default_on_create(rt, body)
+            causes = self.schemas.check(self, rt, body, None)
+            if causes:
+                raise ApiError.invalid(rt, name, causes)
             if dry_run:
                 meta["resourceVersion"] = ""
                 return body
@@ -198,6 +206,10 @@ class Store(StoreDeletion, StoreWatches):
         if key == "/pods":
             default_pod(obj)
             obj["status"] = {"phase": "Pending", "qosClass": qos_class(obj)}
+            if obj["spec"].get("schedulingGates"):   # as the API server's PrepareForCreate
+                obj["status"]["conditions"] = [{
+                    "type": "PodScheduled", "status": "False", "lastProbeTime": None, "lastTransitionTime": rfc3339(),
+                    "reason": "SchedulingGated", "message": "Scheduling is blocked due to non-empty scheduling gates"}]
         elif key == "/namespaces":
             obj["metadata"].setdefault("labels", {})["kubernetes.io/metadata.name"] = obj["metadata"]["name"]
             obj.setdefault("spec", {"finalizers": ["kubernetes"]})
@@ -393,6 +405,9 @@ class Store(StoreDeletion, StoreWatches):
                 result["status"] = new["status"]
             else:
                 result.pop("status", None)
+            causes = self.schemas.check(self, rt, result, old)
+            if causes:
+                raise ApiError.invalid(rt, name, causes)
         else:
             result = new
             om = old["metadata"]
@@ -410,6 +425,7 @@ class Store(StoreDeletion, StoreWatches):
                 else:
                     result.pop("status", None)
             causes = validate_metadata(meta, self._name_kind(rt)) + self._validate_type(rt, result, old)
+            causes = causes or self.schemas.check(self, rt, result, old)
             if causes:
                 raise ApiError.invalid(rt, name, causes)
             if rt.storage_key == "/pods":
@@ -447,6 +463,10 @@ class Store(StoreDeletion, StoreWatches):
         obj = self._commit(rt, "MODIFIED", result, old)
         if rt.storage_key == "apiextensions.k8s.io/customresourcedefinitions" and subresource != "status":
             self._refresh_crd(obj)
+        elif rt.storage_key == "/pods":
+            self.server.kubelet.pod_updated(old, obj)
+        elif rt.storage_key == "/nodes":
+            self.server.kubelet.nodes_changed()
         self._gc_check(obj)
         return obj
 
