@@ -475,6 +475,18 @@ class TestChartRender(ChartTest):
         self.assertFalse(by_kind(objs, "ClusterRole") or by_kind(objs, "ClusterRoleBinding"))
         self.assertEqual(flag(deployment_args(objs), "namespace"), "team-a")
 
+    def test_kubernetes_gang_rbac_only_when_enabled(self):
+        # spec.scheduling.gang Kubernetes: scheduling.k8s.io Workloads and PodGroups, alpha APIs
+        # that most clusters do not serve, so granted only when asked for.
+        k8s_gang = {("scheduling.k8s.io", r): {"get", "list", "watch", "create", "delete"}
+                    for r in ("workloads", "podgroups")}
+        objs = render({"rbac": {"kubernetesGangScheduling": True}}, self.dir, "kubernetes-gang")[1]
+        sa = one(objs, "ServiceAccount")["metadata"]
+        tables = [rule_table(rules) for _scope, rules in grants(objs, sa["namespace"], sa["name"])]
+        self.assertIn({**OPERATOR_RULES, **k8s_gang}, tables)
+        default = [rule_table(rules) for _scope, rules in grants(self.render("defaults"), sa["namespace"], sa["name"])]
+        self.assertIn(OPERATOR_RULES, default)
+
     def test_monitoring_objects(self):
         objs = self.render("monitoring")
         svc = one(objs, "Service")
