@@ -67,8 +67,11 @@ TEST_F(K8sGangServedE2eTest, TheWorkloadAndEachRunsPodGroupComeWithPodsNamingIt)
   EXPECT_EQ((*workload)["metadata"]["ownerReferences"][0].value("kind", ""), "FleetJob");
 
   // Run 0's PodGroup, and pods that name it; nothing waits for an admission.
-  const std::optional<Json> pod_group = api().Get(SchedulingPath(ns(), "podgroups", "gang-r0"));
-  ASSERT_TRUE(pod_group.has_value());
+  std::optional<Json> pod_group;
+  ASSERT_TRUE(Eventually("run 0's PodGroup", [&](std::string&) {
+    pod_group = api().Get(SchedulingPath(ns(), "podgroups", "gang-r0"));
+    return pod_group.has_value();
+  }));
   EXPECT_EQ((*pod_group)["spec"]["podGroupTemplateRef"]["workload"],
             (Json{{"workloadName", "gang"}, {"podGroupTemplateName", "job"}}));
   EXPECT_EQ(MinCount((*pod_group)["spec"]["schedulingPolicy"]), 3);
