@@ -477,7 +477,7 @@ bool Planner::WaitForGang() {
   const std::string& pg_phase = StringMember(ObjectMember(*observed_.pod_group, "status"), "phase");
   if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
     const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(job().name) + " (minMember " +
-                                std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
+                                std::to_string(GangMinimum(spec)) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
                                 ")" + (pg_phase.empty() ? "" : "; it is " + pg_phase);
     Raise(ConditionType::kGangPending, "Normal", "PodGroupNotAdmitted", message);
     SetPhase(JobPhase::kPending, message);

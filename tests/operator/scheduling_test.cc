@@ -137,6 +137,15 @@ TEST(GangTest, VolcanoPodGroupNeverAdmittedKeepsTheJobPending) {
   EXPECT_EQ(gang_events, 1);
 }
 
+TEST(GangTest, VolcanoWaitSaysTheMinimumThePodGroupHolds) {
+  World world(JobBuilder("wd").Collective(3).Elastic(2, 4).Gang("Volcano").Obj());
+  world.Step();
+  ASSERT_TRUE(world.observed.pod_group.has_value());
+  EXPECT_EQ((*world.observed.pod_group)["spec"]["minMember"], 2);
+  world.Step();
+  EXPECT_THAT(Condition(world.Status(), "GangPending").value("message", ""), HasSubstr("(minMember 2)"));
+}
+
 TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
   World world(JobBuilder("wd").Ps(1, 4).Gang("SchedulerPlugins").Obj());
   const ReconcilePlan& first = world.Step();
