@@ -3,10 +3,10 @@ types, the Registry (built-ins plus the groups CRDs add at run time), and the mi
 OpenAPI v2 document."""
 
 import collections
-import re
 
 from .errors import cause, invalid_value, required
 from .util import version_key
+from .validation import name_errors
 
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -86,7 +86,6 @@ BUILTINS = [
 # real cluster without the GenericWorkload gate and runtime-config: served only when asked for
 # (fake_apiserver.py --workload-api VERSION). The shapes and required fields are k8s.io/api's
 # v0.35 (v1alpha1) and v0.36 (v1alpha2) types; objects are stored as written, without conversion.
-RE_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")
 
 
 def _policy_causes(policy, field):
@@ -105,9 +104,8 @@ def _policy_causes(policy, field):
 def _name_causes(value, field):
     if not value:
         return [required(field)]
-    if not isinstance(value, str) or len(value) > 63 or not RE_DNS_LABEL.match(value):
-        return [invalid_value(field, value, "must be a DNS label")]
-    return []
+    error = name_errors(value, "label") if isinstance(value, str) else "must be a string"
+    return [invalid_value(field, value, error)] if error else []
 
 
 def _workload_causes(groups_key, policy_key):
