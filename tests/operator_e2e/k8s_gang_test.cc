@@ -98,6 +98,29 @@ TEST_F(K8sGangServedE2eTest, TheWorkloadAndEachRunsPodGroupComeWithPodsNamingIt)
   ASSERT_FALSE(WaitForPhase("gang", "Running").is_null());
 }
 
+class K8sGangV1alpha1E2eTest : public OperatorE2eTest {
+ protected:
+  K8sGangV1alpha1E2eTest() { fake_args_ = {"--workload-api", "v1alpha1"}; }
+};
+
+// Kubernetes 1.35: no PodGroup objects; the pods name the Workload and its group, per run.
+TEST_F(K8sGangV1alpha1E2eTest, TheWorkloadAndPodsNamingIt) {
+  StartOperator();
+  ASSERT_FALSE(CreateJob(JobBuilder("gang").Collective(2).Gang("Kubernetes").Obj()).is_null());
+  ASSERT_FALSE(WaitForPhase("gang", "Running").is_null());
+  const std::optional<Json> workload = api().Get("/apis/scheduling.k8s.io/v1alpha1/namespaces/" + ns() + "/workloads/gang");
+  ASSERT_TRUE(workload.has_value());
+  ASSERT_EQ((*workload)["spec"]["podGroups"].size(), 1u);
+  EXPECT_EQ((*workload)["spec"]["podGroups"][0]["name"], "job");
+  EXPECT_EQ(MinCount((*workload)["spec"]["podGroups"][0]["policy"]), 2);
+  const std::vector<Json> pods = LivePods("gang");
+  ASSERT_EQ(pods.size(), 2u);
+  for (const Json& pod : pods) {
+    EXPECT_EQ(pod["spec"].value("workloadRef", Json::object()),
+              (Json{{"name", "gang"}, {"podGroup", "job"}, {"podGroupReplicaKey", "r0"}})) << NameOf(pod);
+  }
+}
+
 TEST_F(K8sGangE2eTest, RefusedWhereTheClusterDoesNotServeTheApi) {
   StartOperator();
   ASSERT_FALSE(CreateJob(JobBuilder("gang").Ps(1, 2).Gang("Kubernetes").Obj()).is_null());
