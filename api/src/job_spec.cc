@@ -357,7 +357,8 @@ const NameTable<CleanPodPolicy>& Names<CleanPodPolicy>() {
 template <>
 const NameTable<GangScheduler>& Names<GangScheduler>() {
   static const NameTable<GangScheduler> names = {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
-                                                 {"SchedulerPlugins", GangScheduler::kSchedulerPlugins}};
+                                                 {"SchedulerPlugins", GangScheduler::kSchedulerPlugins},
+                                                 {"Kubernetes", GangScheduler::kKubernetes}};
   return names;
 }
 

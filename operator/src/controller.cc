@@ -49,14 +49,23 @@ const char* KindName(ObjectKind kind) {
     case ObjectKind::kRole: return "Role";
     case ObjectKind::kRoleBinding: return "RoleBinding";
     case ObjectKind::kFleetJob: return "FleetJob";
+    case ObjectKind::kGangWorkload: return "Workload";
   }
   return "?";
 }
 
-kube::Resource PodGroupResource(GangScheduler gang) {
-  return gang == GangScheduler::kVolcano ? kube::Resource{"scheduling.volcano.sh", "v1beta1", "podgroups", true}
-                                         : kube::Resource{"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
+// The gang's PodGroups: Volcano's, scheduler-plugins', or scheduling.k8s.io's in the version the
+// cluster serves (gang Kubernetes, which also has the job's Workload).
+kube::Resource PodGroupResource(GangScheduler gang, const WorkloadApi& api) {
+  switch (gang) {
+    case GangScheduler::kVolcano: return {"scheduling.volcano.sh", "v1beta1", "podgroups", true};
+    case GangScheduler::kKubernetes: return {"scheduling.k8s.io", api.version, "podgroups", true};
+    case GangScheduler::kSchedulerPlugins:
+    case GangScheduler::kNone: break;
+  }
+  return {"scheduling.x-k8s.io", "v1alpha1", "podgroups", true};
 }
+kube::Resource GangWorkloadResource(const WorkloadApi& api) { return {"scheduling.k8s.io", api.version, "workloads", true}; }
 
 void Log(LogLevel level, const std::string& key, const std::string& message) {
   fleet::Log(level, message, {{"fleetjob", key}});
@@ -74,7 +83,9 @@ kube::Resource ResourceOf(ObjectKind kind) {
     case ObjectKind::kServiceAccount: return {"", "v1", "serviceaccounts", true};
     case ObjectKind::kRole: return {"rbac.authorization.k8s.io", "v1", "roles", true};
     case ObjectKind::kRoleBinding: return {"rbac.authorization.k8s.io", "v1", "rolebindings", true};
-    case ObjectKind::kPodGroup: return PodGroupResource(GangScheduler::kVolcano);
+    case ObjectKind::kPodGroup: return PodGroupResource(GangScheduler::kVolcano, {});
+    // A job's gang objects are written in the version the cluster serves (ExecuteOne).
+    case ObjectKind::kGangWorkload: return {"scheduling.k8s.io", "v1alpha2", "workloads", true};
     case ObjectKind::kFleetJob: return FleetJobResource();
   }
   return FleetJobResource();
@@ -338,9 +349,28 @@ std::vector<ProgressJob> Controller::ProgressTargets() const {
 
 // PodGroups are read on demand (gang-scheduled jobs only; the CRDs may not even be installed).
 std::optional<Json> Controller::GetPodGroup(const FleetJob& job, const std::string& name) {
-  auto got = client_->Get(PodGroupResource(job.spec.scheduling.gang), job.ns, name);
+  auto got = client_->Get(PodGroupResource(job.spec.scheduling.gang, options_.settings.workload_api), job.ns, name);
   if (!got.ok()) return std::nullopt;
   return std::move(got).value();
+}
+
+// Read, not watched (as PodGroups are): a Kubernetes-gang job's Workload and its PodGroups, once
+// per reconcile. Nothing where the cluster does not serve the API (the plan fails the job).
+void Controller::ObserveKubernetesGang(const FleetJob& job, Observed& observed) {
+  const WorkloadApi& api = options_.settings.workload_api;
+  if (!api.usable()) return;
+  auto workload = client_->Get(GangWorkloadResource(api), job.ns, GangWorkloadName(job.name));
+  if (workload.ok()) observed.gang_workload = std::move(workload).value();
+  if (!api.pod_groups) return;
+  kube::ListOptions options;
+  options.label_selector = std::string(kJobLabel) + "=" + job.name;
+  auto pod_groups = client_->List(PodGroupResource(GangScheduler::kKubernetes, api), job.ns, options);
+  if (!pod_groups.ok()) return;
+  for (const Json& pod_group : ArrayMember(*pod_groups, "items")) {
+    if (!Member(ObjectMember(pod_group, "metadata"), "deletionTimestamp")) {
+      observed.gang_pod_groups.push_back(MetaString(pod_group, "name"));
+    }
+  }
 }
 
 bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
@@ -441,9 +471,11 @@ ApiStatus Controller::WriteStatus(const std::string& key, const Json& job, const
 
 ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action) {
   // Only a valid job's plan has PodGroups: an invalid one's only deletes pods and the job.
+  const WorkloadApi& api = options_.settings.workload_api;
   const kube::Resource resource = action.kind == ObjectKind::kPodGroup && job.job
-                                      ? PodGroupResource(job.job->spec.scheduling.gang)
-                                      : ResourceOf(action.kind);
+                                      ? PodGroupResource(job.job->spec.scheduling.gang, api)
+                                  : action.kind == ObjectKind::kGangWorkload ? GangWorkloadResource(api)
+                                                                             : ResourceOf(action.kind);
   switch (action.verb) {
     case Verb::kCreate: {
       // A pod is rendered here. Nothing reads the object the server answers with.
@@ -567,7 +599,9 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   uint64_t epoch = 0;
   Observed observed = ObserveChildren(job.ns, job.name, &epoch);
   if (job.job && job.job->spec.network == Network::kHostNetwork) observed.host_ports = AllocateHostPorts(key, *job.job, status);
-  if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
+  if (job.job && job.job->spec.scheduling.gang == GangScheduler::kKubernetes) {
+    ObserveKubernetesGang(*job.job, observed);
+  } else if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
     observed.pod_group = GetPodGroup(*job.job, PodGroupName(job.name));
   }
   if (progress_) observed.progress = progress_->Latest(key, status.run);

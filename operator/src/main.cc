@@ -26,6 +26,7 @@
 #include "fleet/operator/controller.h"
 #include "fleet/operator/flags.h"
 #include "fleet/operator/metrics.h"
+#include "fleet/operator/workload_api.h"
 #include "fleet/runtime/env_contract.h"
 
 namespace {
@@ -99,6 +100,16 @@ void DetectSidecarMode(fleet::kube::Client& api, fleet::op::OperatorSettings& se
   settings.native_sidecar = fleet::op::SupportsNativeSidecars(*version);
   Log(LogLevel::kInfo, std::string("sidecar mode ") + (settings.native_sidecar ? "native" : "init"),
       {{"kubernetes", version->value("gitVersion", "?")}});
+}
+
+// spec.scheduling.gang Kubernetes: which scheduling.k8s.io Workload API the cluster serves, read
+// once (discovery answers are small; a cluster that turns the alpha API on restarts its servers,
+// and the operator with them).
+void DetectWorkloadApi(fleet::kube::Client& api, fleet::op::OperatorSettings& settings) {
+  settings.workload_api = fleet::op::DiscoverWorkloadApi(api);
+  const fleet::op::WorkloadApi& found = settings.workload_api;
+  Log(LogLevel::kInfo, "Kubernetes gang scheduling: " + (found.usable() ? found.ApiVersion() : std::string("not served")),
+      {{"served", found.served}});
 }
 
 // The reconcile workers: started once, by the leader, when the informers have synced.
@@ -198,6 +209,7 @@ int main(int argc, char** argv) {
   auto registry = std::make_shared<prometheus::Registry>();
   auto api = fleet::op::InstrumentClient(client, *registry);
   if (flags->sidecar_mode_auto) DetectSidecarMode(*api, flags->controller.settings);
+  DetectWorkloadApi(*api, flags->controller.settings);
   fleet::op::Controller controller(api, flags->controller, registry);
 
   std::atomic<bool> leading{!flags->leader_elect};

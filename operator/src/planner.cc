@@ -140,6 +140,7 @@ class Planner {
   bool Suspend();
   bool DeadlineExceeded();
   bool WaitForGang();
+  bool EnsureKubernetesGang();
   void CreateService();
   void EnsureSidecarIdentity();
   void RewireOnNewReplicas();
@@ -467,6 +468,7 @@ bool Planner::DeadlineExceeded() {
 bool Planner::WaitForGang() {
   const FleetJobSpec& spec = job().spec;
   if (spec.scheduling.gang == GangScheduler::kNone) return false;
+  if (spec.scheduling.gang == GangScheduler::kKubernetes) return EnsureKubernetesGang();
   if (!observed_.pod_group) {
     Create(ObjectKind::kPodGroup, BuildPodGroup(job()), "gang scheduling");
     SetPhase(JobPhase::kPending, "waiting for the PodGroup to be admitted");
@@ -475,7 +477,7 @@ bool Planner::WaitForGang() {
   const std::string& pg_phase = StringMember(ObjectMember(*observed_.pod_group, "status"), "phase");
   if (spec.scheduling.gang == GangScheduler::kVolcano && pg_phase != "Inqueue" && pg_phase != "Running") {
     const std::string message = "waiting for Volcano to admit PodGroup " + PodGroupName(job().name) + " (minMember " +
-                                std::to_string(spec.TotalPods()) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
+                                std::to_string(GangMinimum(spec)) + (spec.scheduling.queue.empty() ? "" : ", queue " + spec.scheduling.queue) +
                                 ")" + (pg_phase.empty() ? "" : "; it is " + pg_phase);
     Raise(ConditionType::kGangPending, "Normal", "PodGroupNotAdmitted", message);
     SetPhase(JobPhase::kPending, message);
@@ -483,6 +485,38 @@ bool Planner::WaitForGang() {
     return true;
   }
   Resolve(ConditionType::kGangPending, "PodGroupAdmitted");
+  return false;
+}
+
+// Kubernetes' own gang scheduling: the job's Workload, and from v1alpha2 on the run's PodGroup
+// (the pods name it: BuildPod). Nothing waits for an admission: kube-scheduler itself holds the
+// run's pods until gang.minCount of them exist and fit, and places them together or not at all.
+// A Workload's groups are immutable: one whose minimum is no longer the job's is replaced (the
+// next plan creates it). The PodGroups of earlier runs go.
+bool Planner::EnsureKubernetesGang() {
+  const WorkloadApi& api = settings_.workload_api;
+  if (!api.usable()) {
+    Fail("GangSchedulingUnavailable",
+         "spec.scheduling.gang Kubernetes needs the scheduling.k8s.io Workload API (Kubernetes 1.35+ with the "
+         "GenericWorkload and GangScheduling feature gates, and the API version turned on with --runtime-config); "
+         "this cluster serves " + api.served + " (as discovered when the operator started: restart it after turning the API on)");
+    FinishedJob();
+    return true;
+  }
+  const std::string workload = GangWorkloadName(job().name);
+  if (!observed_.gang_workload) {
+    Create(ObjectKind::kGangWorkload, BuildGangWorkload(job(), api), "gang scheduling");
+  } else if (GangWorkloadMinCount(*observed_.gang_workload) != GangMinimum(job().spec)) {
+    Delete(ObjectKind::kGangWorkload, workload, "the gang's minimum changed, and a Workload's groups are immutable");
+  }
+  if (!api.pod_groups) return false;
+  const std::string pod_group = GangPodGroupName(job().name, status().run);
+  bool exists = false;
+  for (const std::string& name : observed_.gang_pod_groups) {
+    if (name == pod_group) exists = true;
+    else Delete(ObjectKind::kPodGroup, name, "the gang of an earlier run");
+  }
+  if (!exists) Create(ObjectKind::kPodGroup, BuildGangPodGroup(job(), status().run, api), "gang scheduling of run " + std::to_string(status().run));
   return false;
 }
 

@@ -3,6 +3,7 @@
 #include <optional>
 
 #include "env_loader_source.h"
+#include "fleet/base/json_read.h"
 
 namespace fleet::op {
 namespace {
@@ -215,10 +216,25 @@ void ApplyScheduling(const Scheduling& scheduling, const std::string& job_name, 
     case GangScheduler::kSchedulerPlugins:
       labels["scheduling.x-k8s.io/pod-group"] = PodGroupName(job_name);
       break;
+    case GangScheduler::kKubernetes:   // the pod's field depends on the API version: ApplyKubernetesGang
     case GangScheduler::kNone:
       break;
   }
   if (!scheduling.priority_class_name.empty()) spec["priorityClassName"] = scheduling.priority_class_name;
+}
+
+// Kubernetes' own gang: the pod names its run's PodGroup (v1alpha2 on), or the Workload and its
+// pod group, with the run as the group's replica key (v1alpha1), so that the pods of an earlier
+// run that are still terminating never count towards this run's gang. kube-scheduler holds the
+// pods until the gang's minCount of them exist and can be placed together.
+void ApplyKubernetesGang(const FleetJob& job, int run, const WorkloadApi& api, Json& spec) {
+  if (job.spec.scheduling.gang != GangScheduler::kKubernetes || !api.usable()) return;
+  if (api.pod_groups) {
+    spec["schedulingGroup"] = {{"podGroupName", GangPodGroupName(job.name, run)}};
+  } else {
+    spec["workloadRef"] = {{"name", GangWorkloadName(job.name)}, {"podGroup", kGangPodGroupTemplate},
+                           {"podGroupReplicaKey", "r" + std::to_string(run)}};
+  }
 }
 
 // The pod's metadata: the template's, with the job's labels and its owner.
@@ -323,6 +339,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   const RoleSpec& role = *slot.role;
   Json spec = role.template_.value("spec", Json::object());
   Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", PodMetadata(job, slot, run, spec)}};
+  ApplyKubernetesGang(job, run, settings.workload_api, spec);
   spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
   ApplyNetwork(job, slot, spec);
   // The sidecar sees the trainer's processes (is the main process alive?).
@@ -408,16 +425,59 @@ Json BuildService(const FleetJob& job) {
                     {"selector", {{kJobLabel, job.name}}}}}};
 }
 
+int GangMinimum(const FleetJobSpec& spec) {
+  const RoleSpec* workers = spec.Find(RoleKind::kWorker);
+  // An elastic job runs from its minimum of workers on.
+  return spec.elastic && workers ? spec.TotalPods() - workers->replicas + spec.elastic->min_replicas : spec.TotalPods();
+}
+
 Json BuildPodGroup(const FleetJob& job) {
   const bool volcano = job.spec.scheduling.gang == GangScheduler::kVolcano;
-  // An elastic job runs from its minimum of workers on.
-  Json spec = {{"minMember", job.spec.elastic ? job.spec.elastic->min_replicas : job.spec.TotalPods()}};
+  Json spec = {{"minMember", GangMinimum(job.spec)}};
   if (volcano && !job.spec.scheduling.queue.empty()) spec["queue"] = job.spec.scheduling.queue;
   if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
   return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
           {"kind", "PodGroup"},
           {"metadata", ChildMeta(job, PodGroupName(job.name))},
           {"spec", spec}};
+}
+
+namespace {
+Json GangPolicy(const FleetJob& job) { return {{"gang", {{"minCount", GangMinimum(job.spec)}}}}; }
+}  // namespace
+
+Json BuildGangWorkload(const FleetJob& job, const WorkloadApi& api) {
+  Json spec = {{"controllerRef", {{"apiGroup", kGroup}, {"kind", kKind}, {"name", job.name}}}};
+  if (api.pod_groups) {
+    spec["podGroupTemplates"] = Json::array({{{"name", kGangPodGroupTemplate}, {"schedulingPolicy", GangPolicy(job)}}});
+  } else {
+    spec["podGroups"] = Json::array({{{"name", kGangPodGroupTemplate}, {"policy", GangPolicy(job)}}});
+  }
+  return {{"apiVersion", api.ApiVersion()},
+          {"kind", "Workload"},
+          {"metadata", ChildMeta(job, GangWorkloadName(job.name))},
+          {"spec", std::move(spec)}};
+}
+
+Json BuildGangPodGroup(const FleetJob& job, int run, const WorkloadApi& api) {
+  return {{"apiVersion", api.ApiVersion()},
+          {"kind", "PodGroup"},
+          {"metadata", ChildMeta(job, GangPodGroupName(job.name, run))},
+          {"spec", {{"podGroupTemplateRef", {{"workload", {{"workloadName", GangWorkloadName(job.name)},
+                                                           {"podGroupTemplateName", kGangPodGroupTemplate}}}}},
+                    {"schedulingPolicy", GangPolicy(job)}}}};
+}
+
+int64_t GangWorkloadMinCount(const Json& workload) {
+  const Json& spec = ObjectMember(workload, "spec");
+  for (const auto& [groups, policy] : {std::pair{"podGroupTemplates", "schedulingPolicy"}, std::pair{"podGroups", "policy"}}) {
+    for (const Json& group : ArrayMember(spec, groups)) {
+      if (StringMember(group, "name") != kGangPodGroupTemplate) continue;
+      const std::optional<int64_t> count = AsInt64(MemberOrNull(ObjectMember(ObjectMember(group, policy), "gang"), "minCount"));
+      return count.value_or(0);
+    }
+  }
+  return 0;
 }
 
 }  // namespace fleet::op

@@ -1409,5 +1409,58 @@ class TestPythonClient(ServerTestCase):
         self.assertEqual(cm.exception.status, 409)
 
 
+class TestWorkloadApi(ServerTestCase):
+    """scheduling.k8s.io Workloads and PodGroups: served only when asked for (--workload-api), as a
+    cluster serves them only with the GenericWorkload gate and runtime-config."""
+    server_kwargs = {"workload_api": ["v1alpha1", "v1alpha2"]}
+    WORKLOAD = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "Workload", "metadata": {"name": "w"},
+                "spec": {"controllerRef": {"apiGroup": "fleet.paddlepaddle.org", "kind": "FleetJob", "name": "w"},
+                         "podGroupTemplates": [{"name": "job", "schedulingPolicy": {"gang": {"minCount": 2}}}]}}
+
+    def path(self, version, plural):
+        return "/apis/scheduling.k8s.io/%s/namespaces/%s/%s" % (version, self.ns, plural)
+
+    def test_served_only_when_asked_for(self):
+        versions = [v["version"] for v in self.api.ok("GET", "/apis/scheduling.k8s.io")["versions"]]
+        self.assertEqual(sorted(versions), ["v1", "v1alpha1", "v1alpha2"])
+        names = [r["name"] for r in self.api.ok("GET", "/apis/scheduling.k8s.io/v1alpha2")["resources"]]
+        self.assertEqual(sorted(names), ["podgroups", "podgroups/status", "workloads"])
+        plain = fake_apiserver.FakeApiServer().start()
+        self.addCleanup(plain.stop)
+        versions = [v["version"] for v in Raw(plain.url).ok("GET", "/apis/scheduling.k8s.io")["versions"]]
+        self.assertEqual(versions, ["v1"])
+        self.assertEqual(Raw(plain.url).req("GET", "/apis/scheduling.k8s.io/v1alpha2/workloads")[0], 404)
+
+    def test_objects_are_checked_by_the_upstream_types_rules(self):
+        st, b = self.api.req("POST", self.path("v1alpha2", "workloads"), self.WORKLOAD)
+        self.assertEqual(st, 201, b)
+        pod_group = {"apiVersion": "scheduling.k8s.io/v1alpha2", "kind": "PodGroup", "metadata": {"name": "w-r0"},
+                     "spec": {"podGroupTemplateRef": {"workload": {"workloadName": "w", "podGroupTemplateName": "job"}},
+                              "schedulingPolicy": {"gang": {"minCount": 2}}}}
+        self.assertEqual(self.api.req("POST", self.path("v1alpha2", "podgroups"), pod_group)[0], 201)
+        for version, plural, obj, field in (
+                ("v1alpha2", "podgroups", {"metadata": {"name": "a"}, "spec": {"schedulingPolicy": {"gang": {}}}},
+                 "spec.schedulingPolicy.gang.minCount"),
+                ("v1alpha2", "podgroups", {"metadata": {"name": "b"}, "spec": {"schedulingPolicy": {
+                    "basic": {}, "gang": {"minCount": 1}}}}, "spec.schedulingPolicy"),
+                ("v1alpha2", "podgroups", {"metadata": {"name": "c"}, "spec": {
+                    "podGroupTemplateRef": {"workloadName": "w"}, "schedulingPolicy": {"basic": {}}}},
+                 "spec.podGroupTemplateRef.workload"),
+                ("v1alpha2", "workloads", {"metadata": {"name": "d"}, "spec": {"podGroups": []}},
+                 "spec.podGroupTemplates"),
+                ("v1alpha1", "workloads", dict(self.WORKLOAD, apiVersion="scheduling.k8s.io/v1alpha1",
+                                               metadata={"name": "e"}), "spec.podGroups")):
+            with self.subTest(field=field):
+                st, b = self.api.req("POST", self.path(version, plural), obj)
+                self.assertEqual(st, 422, b)
+                self.assertIn(field, [c["field"] for c in b["details"]["causes"]])
+
+    def test_pods_keep_their_scheduling_group(self):
+        pod = {"metadata": {"name": "p"}, "spec": {"containers": [{"name": "c", "image": "busybox"}],
+                                                   "schedulingGroup": {"podGroupName": "w-r0"}}}
+        self.assertEqual(self.api.req("POST", self.pods(), pod)[0], 201)
+        self.assertEqual(self.api.ok("GET", self.pods("p"))["spec"]["schedulingGroup"], {"podGroupName": "w-r0"})
+
+
 if __name__ == "__main__":
     unittest.main()

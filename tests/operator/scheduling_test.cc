@@ -1,9 +1,10 @@
 // Placement: pods stuck Pending past the timeout, gang scheduling through a PodGroup (Volcano and
-// scheduler-plugins), and scaling the workers.
+// scheduler-plugins) or Kubernetes' own Workload API, and scaling the workers.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 #include <set>
 #include <string>
 #include <utility>
@@ -11,6 +12,8 @@
 
 #include "builders.h"
 #include "fleet/operator/planner.h"
+#include "fleet/operator/pod_builder.h"
+#include "fleet/operator/workload_api.h"
 #include "fleet/runtime/env_contract.h"
 #include "world.h"
 
@@ -134,6 +137,15 @@ TEST(GangTest, VolcanoPodGroupNeverAdmittedKeepsTheJobPending) {
   EXPECT_EQ(gang_events, 1);
 }
 
+TEST(GangTest, VolcanoWaitSaysTheMinimumThePodGroupHolds) {
+  World world(JobBuilder("wd").Collective(3).Elastic(2, 4).Gang("Volcano").Obj());
+  world.Step();
+  ASSERT_TRUE(world.observed.pod_group.has_value());
+  EXPECT_EQ((*world.observed.pod_group)["spec"]["minMember"], 2);
+  world.Step();
+  EXPECT_THAT(Condition(world.Status(), "GangPending").value("message", ""), HasSubstr("(minMember 2)"));
+}
+
 TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
   World world(JobBuilder("wd").Ps(1, 4).Gang("SchedulerPlugins").Obj());
   const ReconcilePlan& first = world.Step();
@@ -150,6 +162,127 @@ TEST(GangTest, SchedulerPluginsPodGroupThenLabelledPods) {
     EXPECT_EQ(a.Object()["metadata"]["labels"]["scheduling.x-k8s.io/pod-group"], "wd") << a.name;
     EXPECT_NE(a.Object()["spec"].value("schedulerName", ""), "volcano") << a.name;
   }
+}
+
+// ---- Kubernetes' own gang scheduling (scheduling.k8s.io) ----
+
+// Settings of an operator that found `served` (version -> resources) in the cluster's discovery.
+OperatorSettings Serving(const std::map<std::string, std::set<std::string>>& served) {
+  OperatorSettings settings;
+  settings.workload_api = ChooseWorkloadApi(served);
+  return settings;
+}
+const std::map<std::string, std::set<std::string>> kV1alpha2 = {{"v1", {"priorityclasses"}},
+                                                                {"v1alpha2", {"podgroups", "workloads"}}};
+
+TEST(WorkloadApiTest, PrefersAVersionServingWorkloadsAndPodGroups) {
+  EXPECT_EQ(ChooseWorkloadApi(kV1alpha2).version, "v1alpha2");
+  EXPECT_TRUE(ChooseWorkloadApi(kV1alpha2).pod_groups);
+  const WorkloadApi newest = ChooseWorkloadApi({{"v1alpha2", {"podgroups", "workloads"}},
+                                                {"v1alpha3", {"podgroups", "workloads"}},
+                                                {"v1beta1", {"podgroups", "workloads"}}});
+  EXPECT_EQ(newest.version, "v1beta1");
+  // A version without PodGroups is passed over for one with them, even an older one.
+  EXPECT_EQ(ChooseWorkloadApi({{"v1alpha1", {"workloads"}}, {"v1alpha2", {"podgroups", "workloads"}},
+                               {"v1alpha3", {"workloads"}}}).version,
+            "v1alpha2");
+  const WorkloadApi old = ChooseWorkloadApi({{"v1", {"priorityclasses"}}, {"v1alpha1", {"workloads"}}});
+  EXPECT_EQ(old.version, "v1alpha1");
+  EXPECT_FALSE(old.pod_groups);
+  const WorkloadApi none = ChooseWorkloadApi({{"v1", {"priorityclasses"}}});
+  EXPECT_FALSE(none.usable());
+  EXPECT_EQ(none.served, "scheduling.k8s.io/v1 (priorityclasses)");
+  EXPECT_FALSE(ChooseWorkloadApi({}).usable());
+}
+
+TEST(KubernetesGangTest, V1alpha2WorkloadAndTheRunsPodGroupThenPodsNamingIt) {
+  World world(JobBuilder("wd").Ps(1, 4).Gang("Kubernetes").PriorityClass("high").Obj(), Serving(kV1alpha2));
+  const ReconcilePlan& first = world.Step();
+
+  const Action* workload = FindAction(first, Verb::kCreate, ObjectKind::kGangWorkload, "wd");
+  ASSERT_NE(workload, nullptr) << Describe(first);
+  EXPECT_EQ(workload->object["apiVersion"], "scheduling.k8s.io/v1alpha2");
+  EXPECT_EQ(workload->object["kind"], "Workload");
+  EXPECT_EQ(workload->object["metadata"]["ownerReferences"][0]["uid"], kUid);
+  EXPECT_EQ(workload->object["spec"]["controllerRef"],
+            (Json{{"apiGroup", "fleet.paddlepaddle.org"}, {"kind", "FleetJob"}, {"name", "wd"}}));
+  EXPECT_EQ(workload->object["spec"]["podGroupTemplates"],
+            Json::parse(R"([{"name": "job", "schedulingPolicy": {"gang": {"minCount": 5}}}])"));
+
+  const Action* pod_group = FindAction(first, Verb::kCreate, ObjectKind::kPodGroup, "wd-r0");
+  ASSERT_NE(pod_group, nullptr) << Describe(first);
+  EXPECT_EQ(pod_group->object["apiVersion"], "scheduling.k8s.io/v1alpha2");
+  EXPECT_EQ(pod_group->object["kind"], "PodGroup");
+  EXPECT_EQ(pod_group->object["spec"], Json::parse(R"({
+      "podGroupTemplateRef": {"workload": {"workloadName": "wd", "podGroupTemplateName": "job"}},
+      "schedulingPolicy": {"gang": {"minCount": 5}}})"));
+
+  // No admission to wait for: kube-scheduler holds the pods until the gang can be placed.
+  EXPECT_EQ(ActionNames(first, Verb::kCreate, ObjectKind::kPod).size(), 5u) << Describe(first);
+  for (const Action& a : first.actions) {
+    if (a.kind != ObjectKind::kPod) continue;
+    const Json pod = a.Object();
+    EXPECT_EQ(pod["spec"]["schedulingGroup"], (Json{{"podGroupName", "wd-r0"}})) << a.name;
+    EXPECT_FALSE(pod["spec"].contains("workloadRef")) << a.name;
+    EXPECT_FALSE(pod["spec"].contains("schedulerName")) << a.name;
+    EXPECT_EQ(pod["spec"]["priorityClassName"], "high") << a.name;
+  }
+  EXPECT_TRUE(Condition(first.status.ToJson(), "GangPending").is_null());
+
+  world.Settle();
+  EXPECT_EQ(world.Status()["phase"], "Running");
+  EXPECT_EQ(world.already_exists, 0);
+}
+
+TEST(KubernetesGangTest, ANewRunGetsItsOwnPodGroupAndTheMinimumFollowsTheReplicas) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 2).Gang("Kubernetes").Obj(), Serving(kV1alpha2));
+  EXPECT_EQ(world.observed.gang_pod_groups, std::vector<std::string>{"wd-r0"});
+  EXPECT_EQ(GangWorkloadMinCount(*world.observed.gang_workload), 3);
+
+  world.EditSpec("/spec/worker/replicas", 4);
+  world.Settle();
+  EXPECT_EQ(world.Status()["phase"], "Running");
+  EXPECT_EQ(world.Status()["run"], 1);
+  EXPECT_EQ(world.observed.gang_pod_groups, std::vector<std::string>{"wd-r1"});   // run 0's is gone
+  ASSERT_TRUE(world.observed.gang_workload.has_value());
+  EXPECT_EQ(GangWorkloadMinCount(*world.observed.gang_workload), 5);   // replaced: its groups are immutable
+  for (const Json& pod : world.pods) {
+    EXPECT_EQ(pod["spec"]["schedulingGroup"]["podGroupName"], "wd-r1") << pod["metadata"]["name"];
+  }
+}
+
+TEST(KubernetesGangTest, V1alpha1WorkloadAndPodsNamingItsGroupPerRun) {
+  World world(JobBuilder("wd").Collective(3).Elastic(2, 4).Gang("Kubernetes").Obj(),
+              Serving({{"v1", {"priorityclasses"}}, {"v1alpha1", {"workloads"}}}));
+  const ReconcilePlan& first = world.Step();
+
+  const Action* workload = FindAction(first, Verb::kCreate, ObjectKind::kGangWorkload, "wd");
+  ASSERT_NE(workload, nullptr) << Describe(first);
+  EXPECT_EQ(workload->object["apiVersion"], "scheduling.k8s.io/v1alpha1");
+  EXPECT_EQ(workload->object["spec"]["podGroups"],   // an elastic job's gang: its minimum
+            Json::parse(R"([{"name": "job", "policy": {"gang": {"minCount": 2}}}])"));
+  EXPECT_FALSE(workload->object["spec"].contains("podGroupTemplates"));
+  EXPECT_THAT(ActionNames(first, Verb::kCreate, ObjectKind::kPodGroup), IsEmpty());   // none in v1alpha1
+  ASSERT_EQ(ActionNames(first, Verb::kCreate, ObjectKind::kPod).size(), 3u) << Describe(first);
+  for (const Action& a : first.actions) {
+    if (a.kind != ObjectKind::kPod) continue;
+    EXPECT_EQ(a.Object()["spec"]["workloadRef"],
+              (Json{{"name", "wd"}, {"podGroup", "job"}, {"podGroupReplicaKey", "r0"}})) << a.name;
+    EXPECT_FALSE(a.Object()["spec"].contains("schedulingGroup")) << a.name;
+  }
+}
+
+TEST(KubernetesGangTest, RefusedWhereTheClusterDoesNotServeTheApi) {
+  World world(JobBuilder("wd").Ps(1, 2).Gang("Kubernetes").Obj(), Serving({{"v1", {"priorityclasses"}}}));
+  const ReconcilePlan& plan = world.Step();
+
+  EXPECT_TRUE(plan.actions.empty()) << Describe(plan);
+  EXPECT_EQ(world.Status()["phase"], "Failed");
+  const Json failed = Condition(world.Status(), "Failed");
+  EXPECT_EQ(failed.value("reason", ""), "GangSchedulingUnavailable");
+  EXPECT_THAT(failed.value("message", ""), HasSubstr("spec.scheduling.gang Kubernetes"));
+  EXPECT_THAT(failed.value("message", ""), HasSubstr("this cluster serves scheduling.k8s.io/v1 (priorityclasses)"));
+  EXPECT_TRUE(world.pods.empty());
 }
 
 // ---- scaling workers ----

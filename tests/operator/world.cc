@@ -93,6 +93,10 @@ void World::Apply() {
         else observed.service = a.object;
         break;
       case ObjectKind::kPodGroup:
+        if (job["spec"].value("scheduling", Json::object()).value("gang", "") == "Kubernetes") {
+          ApplyToNames(a, observed.gang_pod_groups);   // one per run
+          break;
+        }
         if (a.verb == Verb::kDelete) observed.pod_group.reset();
         else if (!observed.pod_group) observed.pod_group = a.object;
         else ++already_exists;
@@ -111,7 +115,23 @@ void World::Apply() {
       case ObjectKind::kFleetJob:
         if (a.verb == Verb::kDelete) job_deleted = true;
         break;
+      case ObjectKind::kGangWorkload:
+        if (a.verb == Verb::kDelete) observed.gang_workload.reset();
+        else if (!observed.gang_workload) observed.gang_workload = a.object;
+        else ++already_exists;
+        break;
     }
+  }
+}
+
+void World::ApplyToNames(const Action& a, std::vector<std::string>& names) {
+  auto it = std::find(names.begin(), names.end(), a.name);
+  if (a.verb == Verb::kDelete) {
+    if (it != names.end()) names.erase(it);
+  } else if (it == names.end()) {
+    names.push_back(a.name);
+  } else {
+    ++already_exists;
   }
 }
 

@@ -67,6 +67,7 @@ class World {
 
  private:
   Json* FindPod(const std::string& name);
+  void ApplyToNames(const Action& a, std::vector<std::string>& names);   // objects observed by name
   int next_ip_ = 1;
   int next_node_ = 0;
   int resource_version_ = 1;

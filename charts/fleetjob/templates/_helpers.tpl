@@ -94,6 +94,11 @@ The leader-election Lease is granted apart, in the release's namespace only.
   resources: [podgroups]
   verbs: [get, create, delete]
 {{- end }}
+{{- if .Values.rbac.kubernetesGangScheduling }}
+- apiGroups: [scheduling.k8s.io]
+  resources: [workloads, podgroups]
+  verbs: [get, list, watch, create, delete]
+{{- end }}
 {{- end -}}
 
 {{- define "fleetjob.validate" -}}

@@ -25,6 +25,8 @@ def main(argv=None):
     ap.add_argument("--nodes", type=int, default=4)
     ap.add_argument("--run-delay-ms", type=int, default=0, help="delay between scheduling and Running")
     ap.add_argument("--server-version", default="v1.32.0")
+    ap.add_argument("--workload-api", action="append", default=[], choices=("v1alpha1", "v1alpha2"),
+                    help="serve scheduling.k8s.io Workloads (and PodGroups from v1alpha2) in this version; repeatable")
     ap.add_argument("--verbose", action="store_true")
     args = ap.parse_args(argv)
     host, _, port = args.listen.rpartition(":")
@@ -32,7 +34,8 @@ def main(argv=None):
         ap.error("--tls-cert and --tls-key go together")
     srv = FakeApiServer(host.strip("[]") or "127.0.0.1", int(port), args.tls_cert, args.tls_key, args.client_ca,
                         args.token, args.kubelet, args.watch_cache_size, args.bookmark_interval, args.nodes,
-                        args.run_delay_ms, args.server_version, verbose=args.verbose)
+                        args.run_delay_ms, args.server_version, verbose=args.verbose,
+                        workload_api=args.workload_api)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())
     signal.signal(signal.SIGINT, lambda *_: stop.set())

@@ -4,7 +4,9 @@ OpenAPI v2 document."""
 
 import collections
 
+from .errors import cause, invalid_value, required
 from .util import version_key
+from .validation import name_errors
 
 
 VERBS = ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"]
@@ -24,6 +26,7 @@ class ResourceType:
         self.storage_key = group + "/" + plural
         self.api_version = group + "/" + version if group else version
         self.qualified = plural + "." + group if group else plural
+        self.validate = None   # obj -> [causes], for built-in types validated by their upstream rules
 
     def discovery(self):
         out = [{"name": self.plural, "singularName": self.singular, "namespaced": self.namespaced,
@@ -79,6 +82,86 @@ BUILTINS = [
 ]
 
 
+# Kubernetes' own gang scheduling (scheduling.k8s.io Workload API), alpha and off by default, as on a
+# real cluster without the GenericWorkload gate and runtime-config: served only when asked for
+# (fake_apiserver.py --workload-api VERSION). The shapes and required fields are k8s.io/api's
+# v0.35 (v1alpha1) and v0.36 (v1alpha2) types; objects are stored as written, without conversion.
+
+
+def _policy_causes(policy, field):
+    if not isinstance(policy, dict):
+        return [required(field)]
+    if sum(k in policy for k in ("basic", "gang")) != 1:
+        return [invalid_value(field, policy, "exactly one of basic or gang must be set")]
+    if "gang" not in policy:
+        return []
+    count = (policy["gang"] or {}).get("minCount") if isinstance(policy["gang"], dict) else None
+    if not isinstance(count, int) or isinstance(count, bool) or count < 1:
+        return [invalid_value(field + ".gang.minCount", count, "must be greater than or equal to 1")]
+    return []
+
+
+def _name_causes(value, field):
+    if not value:
+        return [required(field)]
+    error = name_errors(value, "label") if isinstance(value, str) else "must be a string"
+    return [invalid_value(field, value, error)] if error else []
+
+
+def _workload_causes(groups_key, policy_key):
+    def validate(obj):
+        spec = obj.get("spec")
+        if not isinstance(spec, dict):
+            return [required("spec")]
+        causes = []
+        ref = spec.get("controllerRef")
+        if ref is not None:
+            for key in ("kind", "name"):
+                if not (ref or {}).get(key):
+                    causes.append(required("spec.controllerRef." + key))
+        groups = spec.get(groups_key)
+        if not isinstance(groups, list) or not groups:
+            return causes + [required("spec." + groups_key)]
+        if len(groups) > 8:
+            causes.append(cause("FieldValueTooMany", "spec." + groups_key, "Too many: %d: must have at most 8 items"
+                                % len(groups)))
+        seen = set()
+        for i, group in enumerate(groups):
+            field = "spec.%s[%d]" % (groups_key, i)
+            group = group if isinstance(group, dict) else {}
+            causes += _name_causes(group.get("name"), field + ".name")
+            if group.get("name") in seen:
+                causes.append(cause("FieldValueDuplicate", field + ".name", 'Duplicate value: "%s"' % group["name"]))
+            seen.add(group.get("name"))
+            causes += _policy_causes(group.get(policy_key), field + "." + policy_key)
+        return causes
+    return validate
+
+
+def _podgroup_causes(obj):
+    spec = obj.get("spec")
+    if not isinstance(spec, dict):
+        return [required("spec")]
+    causes = _policy_causes(spec.get("schedulingPolicy"), "spec.schedulingPolicy")
+    ref = spec.get("podGroupTemplateRef")
+    if ref is not None:
+        workload = (ref or {}).get("workload")
+        if not isinstance(workload, dict):
+            causes.append(required("spec.podGroupTemplateRef.workload"))
+        else:
+            for key in ("workloadName", "podGroupTemplateName"):
+                causes += _name_causes(workload.get(key), "spec.podGroupTemplateRef.workload." + key)
+    return causes
+
+
+# version -> [(plural, kind, has status, validator)]
+WORKLOAD_API = {
+    "v1alpha1": [("workloads", "Workload", False, _workload_causes("podGroups", "policy"))],
+    "v1alpha2": [("workloads", "Workload", False, _workload_causes("podGroupTemplates", "schedulingPolicy")),
+                 ("podgroups", "PodGroup", True, _podgroup_causes)],
+}
+
+
 class Registry:
     """Which (group, version, plural) are served; CRDs add and remove entries."""
 
@@ -90,6 +173,15 @@ class Registry:
             rt = ResourceType(g, v, p, k, ns, sn, st, cat, sub, custom)
             self._add(rt)
             self.builtin[(g, v, p)] = rt
+
+    def serve_workload_api(self, versions):
+        """Serves the scheduling.k8s.io Workload API in `versions` (keys of WORKLOAD_API) as built-ins."""
+        for version in versions:
+            for plural, kind, status, validate in WORKLOAD_API[version]:
+                rt = ResourceType("scheduling.k8s.io", version, plural, kind, True, (), status)
+                rt.validate = validate
+                self._add(rt)
+                self.builtin[(rt.group, version, plural)] = rt
 
     def _add(self, rt):
         self.types[(rt.group, rt.version, rt.plural)] = rt

@@ -23,7 +23,7 @@ from .util import rfc3339
 class FakeApiServer:
     def __init__(self, host="127.0.0.1", port=0, tls_cert=None, tls_key=None, client_ca=None, tokens=None,
                  kubelet="auto", watch_cache_size=1000, bookmark_interval=1.0, nodes=4, run_delay_ms=0,
-                 server_version="v1.32.0", min_request_timeout=1800, verbose=False):
+                 server_version="v1.32.0", min_request_timeout=1800, verbose=False, workload_api=()):
         if kubelet not in ("auto", "manual", "podman"):
             raise ValueError("kubelet must be auto, manual or podman")
         self.host, self.port = host, port
@@ -46,6 +46,7 @@ class FakeApiServer:
         self.cluster_ips = itertools.count(1)
         self.root_ca_pem = None
         self.store = Store(self)
+        self.store.registry.serve_workload_api(workload_api)
         self.kueue = Kueue(self)
         self.gateway_httpd = None
         if kubelet == "podman":

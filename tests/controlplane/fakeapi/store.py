@@ -188,6 +188,8 @@ class Store(StoreDeletion, StoreWatches):
                                        % (kind, rt.kind))
 
     def _validate_type(self, rt, obj, old):
+        if rt.validate:
+            return rt.validate(obj)
         key = rt.storage_key
         if key == "/pods":
             return validate_pod(obj)

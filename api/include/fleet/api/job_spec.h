@@ -33,7 +33,8 @@ enum class Network { kPodIP, kService, kHostNetwork };
 enum class Gloo { kNone, kWorkers, kAll };
 enum class RestartPolicy { kNever, kOnFailure, kExitCode };
 enum class CleanPodPolicy { kRunning, kAll, kNone };
-enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins };
+// kKubernetes: Kubernetes' own gang scheduling (the scheduling.k8s.io Workload API, 1.35+).
+enum class GangScheduler { kNone, kVolcano, kSchedulerPlugins, kKubernetes };
 enum class RoleKind { kServer, kWorker, kHeter };
 // Who serves the parameter servers: Paddle in the user's server containers (kPaddle), or
 // FleetJob's own runtime: the operator gives server pods a `fleet-ps-server` container from the

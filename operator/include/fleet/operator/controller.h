@@ -136,6 +136,7 @@ class Controller {
   // The job's children from the caches, and the observation epoch they reflect.
   Observed ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const;
   std::optional<Json> GetPodGroup(const FleetJob& job, const std::string& name);
+  void ObserveKubernetesGang(const FleetJob& job, Observed& observed);
   // HostNetwork: the job's block of host ports, or why it has none (said in its status).
   HostPortBlock AllocateHostPorts(const std::string& key, const FleetJob& job, const FleetJobStatus& status);
   bool CacheIsBehind(const std::string& key, const Json& job);

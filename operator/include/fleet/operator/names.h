@@ -34,6 +34,12 @@ inline std::string EndpointsConfigMapName(const std::string& job) { return job +
 inline std::string EnvLoaderConfigMapName(const std::string& job) { return job + "-env-loader"; }
 inline std::string HeadlessServiceName(const std::string& job) { return job; }   // Service mode
 inline std::string PodGroupName(const std::string& job) { return job; }          // gang scheduling
+// spec.scheduling.gang Kubernetes: the job's scheduling.k8s.io Workload, its one pod group
+// (template) and, from v1alpha2 on, a PodGroup per run (a PodGroup's policy is immutable; a run's
+// minimum may differ from the last one's).
+inline std::string GangWorkloadName(const std::string& job) { return job; }
+inline constexpr const char* kGangPodGroupTemplate = "job";
+inline std::string GangPodGroupName(const std::string& job, int run) { return job + "-r" + std::to_string(run); }
 // The sidecar's ServiceAccount, and the Role and RoleBinding that give it its rights.
 inline std::string SidecarServiceAccountName(const std::string& job) { return job + "-fleet-sidecar"; }
 

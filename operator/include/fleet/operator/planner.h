@@ -23,7 +23,10 @@ namespace fleet::op {
 
 class JobWiring;
 
-enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob };
+// kPodGroup: the gang's PodGroup (Volcano's, scheduler-plugins' or, with gang Kubernetes,
+// scheduling.k8s.io's); kGangWorkload: gang Kubernetes' scheduling.k8s.io Workload.
+enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob,
+                        kGangWorkload };
 enum class Verb { kCreate, kUpdate, kDelete };
 
 // What a plan's pod creates are rendered from (BuildPod), shared by them all: the job, its wiring
@@ -160,6 +163,10 @@ struct Observed {
   std::optional<Json> env_loader;      // the env loader's ConfigMap (lists too long for the env)
   std::optional<Json> service;         // Service mode: the job's headless Service
   std::optional<Json> pod_group;       // gang scheduling: the job's PodGroup
+  // Gang Kubernetes (where the cluster serves the API): the job's scheduling.k8s.io Workload, and
+  // the names of its PodGroups (v1alpha2 on: one per run) that are not being deleted.
+  std::optional<Json> gang_workload;
+  std::vector<std::string> gang_pod_groups;
   // The sidecar's identity: a per-job ServiceAccount allowed to read the job's endpoints
   // ConfigMap and nothing else (for pods whose template names no serviceAccountName).
   std::optional<Json> service_account;

@@ -20,8 +20,21 @@ Json BuildEnvLoaderConfigMap(const FleetJob& job);
 Json BuildService(const FleetJob& job);
 
 // The gang's PodGroup (Volcano scheduling.volcano.sh/v1beta1 or scheduler-plugins
-// scheduling.x-k8s.io/v1alpha1) with minMember = every pod of the job (an elastic job: its minReplicas).
+// scheduling.x-k8s.io/v1alpha1) with minMember GangMinimum.
 Json BuildPodGroup(const FleetJob& job);
+
+// The pods a gang needs before any is placed: every pod (an elastic job: its minimum of workers
+// and every other pod).
+int GangMinimum(const FleetJobSpec& spec);
+
+// spec.scheduling.gang Kubernetes, on a cluster serving `api` (usable): the job's Workload, with
+// one pod group (v1alpha1) or pod group template (v1alpha2 on) kGangPodGroupTemplate of
+// gang.minCount GangMinimum, controlled by the FleetJob; and from v1alpha2 on the run's PodGroup
+// (GangPodGroupName), with the template's policy copied, as a PodGroup's creator must.
+Json BuildGangWorkload(const FleetJob& job, const WorkloadApi& api);
+Json BuildGangPodGroup(const FleetJob& job, int run, const WorkloadApi& api);
+// The gang.minCount a Workload holds, in either shape (0 when it has none).
+int64_t GangWorkloadMinCount(const Json& workload);
 
 // The sidecar's least-privilege identity, for pods whose template brings no serviceAccountName:
 // a ServiceAccount, a Role that may only get/list/watch the job's endpoints ConfigMap, and the

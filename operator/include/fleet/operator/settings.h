@@ -6,6 +6,7 @@
 #include <string>
 
 #include "fleet/operator/api.h"
+#include "fleet/operator/workload_api.h"
 
 namespace fleet::op {
 
@@ -17,6 +18,9 @@ struct OperatorSettings {
   std::string sidecar_image = kDefaultSidecarImage;      // unless the job sets spec.sidecar.image
   // status.progress is written at most this often per job (0: progress is not collected).
   std::chrono::milliseconds progress_interval{10000};
+  // The cluster's scheduling.k8s.io Workload API (spec.scheduling.gang Kubernetes), discovered
+  // when the operator starts: a cluster that turns the API on needs the operator restarted.
+  WorkloadApi workload_api;
 };
 
 }  // namespace fleet::op
