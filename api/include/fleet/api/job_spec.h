@@ -11,6 +11,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -148,6 +149,8 @@ struct FleetJob {
   std::string ns;
   std::string uid;
   int64_t generation = 0;
+  // metadata.labels (string values): a job labelled kueue.x-k8s.io/queue-name is queued in Kueue.
+  std::map<std::string, std::string> labels;
   FleetJobSpec spec;
 };
 
