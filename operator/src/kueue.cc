@@ -164,30 +164,31 @@ Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> pr
           {"spec", std::move(spec)}};
 }
 
-bool PodSetsChanged(const Json& workload, const Json& desired) {
-  const Json& want = ObjectMember(desired, "spec");
-  const Json& have = ObjectMember(workload, "spec");
-  return StringMember(ObjectMember(ObjectMember(workload, "metadata"), "annotations"), kPodSetsHashAnnotation) !=
-             StringMember(ObjectMember(ObjectMember(desired, "metadata"), "annotations"), kPodSetsHashAnnotation) ||
-         MemberOrNull(have, "queueName") != MemberOrNull(want, "queueName") ||
-         MemberOrNull(have, "priority") != MemberOrNull(want, "priority") ||
-         MemberOrNull(have, "priorityClassRef") != MemberOrNull(want, "priorityClassRef");
-}
-
-std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired, bool pod_sets) {
+std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired) {
   Json updated = workload;
   Json& spec = updated["spec"];
-  const Json& want = desired["spec"];
-  spec["active"] = want["active"];
-  if (pod_sets && PodSetsChanged(workload, desired)) {
-    for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef"}) {
-      if (want.contains(key)) spec[key] = want[key];
-      else spec.erase(key);
-    }
-    updated["metadata"]["annotations"][kPodSetsHashAnnotation] = desired["metadata"]["annotations"][kPodSetsHashAnnotation];
+  for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef", "active"}) {
+    if (desired["spec"].contains(key)) spec[key] = desired["spec"][key];
+    else spec.erase(key);
   }
+  // The pod sets by their hash: Kueue's defaulting (count, minCount, pod fields) never reads as a change.
+  const auto hash = [](const Json& object) -> const std::string& {
+    return StringMember(ObjectMember(ObjectMember(object, "metadata"), "annotations"), kPodSetsHashAnnotation);
+  };
+  if (hash(workload) == hash(desired)) spec["podSets"] = workload["spec"]["podSets"];
+  updated["metadata"]["annotations"][kPodSetsHashAnnotation] = hash(desired);
   if (updated == workload) return std::nullopt;
   return updated;
+}
+
+bool PodCountsChanged(const Json& workload, const FleetJob& job) {
+  const Json& sets = ArrayMember(ObjectMember(workload, "spec"), "podSets");
+  if (sets.size() != job.spec.roles.size()) return true;
+  for (size_t i = 0; i < sets.size(); ++i) {
+    const RoleSpec& role = job.spec.roles[i];
+    if (StringMember(sets[i], "name") != role.name || MemberAs(sets[i], "count", AsInt<int>) != role.replicas) return true;
+  }
+  return false;
 }
 
 // ---- reading ----
@@ -293,6 +294,9 @@ Admission ReadAdmission(const Json& workload, const std::map<std::string, Json>&
       }
     }
     p.labels[kPodSetLabel] = p.name;
+    // Kueue's AssignQueueLabelsForPods (Beta, on by default).
+    p.labels[kLocalQueueLabel] = StringMember(ObjectMember(workload, "spec"), "queueName");
+    p.labels[kClusterQueueLabel] = out.cluster_queue;
     p.annotations[kWorkloadAnnotation] = out.workload;
     out.pod_sets[p.name] = std::move(p);
   }

@@ -593,21 +593,31 @@ bool Planner::CreateWorkload(bool suspended) {
   return WaitForAdmission(kueue::WorkloadState{});
 }
 
-// A spec change: Kueue's pod sets are immutable while they hold quota, so a Workload without quota
-// is updated in place, and an admitted job that changed its pods is admitted again (its pods go,
-// then its Workload; a new one queues). An admitted elastic job keeps its admission: it runs the
-// workers admitted, and the next admission takes the new spec. Returns whether the plan ends.
+// A spec change: Kueue's pod sets are immutable while they hold quota. A Workload without quota
+// takes the job's spec in place (its pod sets as the pods would be made now). An admitted job
+// whose pod counts changed is admitted again: its pods go, then its Workload, and a new one queues.
+// Other changes of an admitted job (a template, a new operator's pods) wait for its next
+// admission, as its pods wait for its next run; an admitted elastic job keeps its admission (it
+// runs the workers admitted). Returns whether the plan ends.
 bool Planner::ResizeWorkload(const kueue::WorkloadState& state, bool suspended) {
-  if (kueue::PriorityClassOf(job()) && !observed_.kueue.priority) return false;   // unknown: the Workload keeps its own
-  const Json desired = DesiredWorkload(suspended);
-  if (state.quota_reserved && !object_.job->spec.elastic && kueue::PodSetsChanged(*Workload(), desired)) {
+  if (state.quota_reserved && !object_.job->spec.elastic && kueue::PodCountsChanged(*Workload(), *object_.job)) {
     if (NoLivePods()) {
-      if (state.has_finalizer) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), "its pod sets changed");
-      Delete(ObjectKind::kKueueWorkload, Name(*Workload()), "its pod sets changed: Kueue admits the job again");
+      if (state.has_finalizer) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), "its pod counts changed");
+      Delete(ObjectKind::kKueueWorkload, Name(*Workload()), "its pod counts changed: Kueue admits the job again");
     }
-    return HoldForQueue("Resized", "the job's pods changed while admitted: Kueue admits it again with its new pod sets");
+    return HoldForQueue("Resized", "the job's replicas changed while admitted: Kueue admits it again with the new counts");
   }
-  if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), desired, !state.quota_reserved)) {
+  // Kueue evicts an inactive Workload: spec.runPolicy.suspend, whatever else changed.
+  const bool priority_unknown = kueue::PriorityClassOf(job()) && !observed_.kueue.priority;
+  if (state.quota_reserved || priority_unknown) {
+    if (MemberAs(ObjectMember(*Workload(), "spec"), "active", AsBool).value_or(true) == suspended) {
+      Json updated = *Workload();
+      updated["spec"]["active"] = !suspended;
+      UpdateWorkload(std::move(updated), suspended ? "suspended" : "resumed");
+    }
+    return false;
+  }
+  if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), DesiredWorkload(suspended))) {
     UpdateWorkload(std::move(*updated), "the job's spec changed");
   }
   return false;

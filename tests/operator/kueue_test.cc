@@ -248,6 +248,8 @@ TEST(KueueTest, AnAdmittedJobsPodsCarryTheFlavorsNodeLabelsAndTolerations) {
                 ::testing::Contains(Json{{"key", "nvidia.com/gpu"}, {"operator", "Exists"}, {"effect", "NoSchedule"}}));
     EXPECT_EQ(pod["metadata"]["labels"][kueue::kPodSetLabel], "worker") << a.name;
     EXPECT_EQ(pod["metadata"]["annotations"][kueue::kWorkloadAnnotation], kWorkload) << a.name;
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/local-queue-name"], "team-a") << a.name;
+    EXPECT_EQ(pod["metadata"]["labels"]["kueue.x-k8s.io/cluster-queue-name"], "gpu-cq") << a.name;
   }
   const Json status = plan.status.ToJson();
   EXPECT_EQ(Condition(status, "Admitted").value("status", ""), "True");
@@ -410,8 +412,15 @@ TEST(KueueTest, AResizeUpdatesAQueuedWorkloadAndReadmitsAnAdmittedOne) {
   EXPECT_EQ(Count(updated, Verb::kUpdate, ObjectKind::kKueueWorkload), 1) << Describe(updated);
   EXPECT_EQ(Workload(queued)["spec"]["podSets"][0]["count"], 3);
 
-  // Admitted: the pods go, then the Workload (its pod sets are immutable); a new one queues.
+  // Admitted, a new image: the admission stands (as the pods, until their next run).
   World world = AdmittedWorld();
+  world.EditSpec("/spec/worker/template/spec/containers/0/image", "paddlepaddle/paddle:3.0.0");
+  const ReconcilePlan& same = world.Step();
+  EXPECT_EQ(Count(same, Verb::kDelete, ObjectKind::kPod), 0) << Describe(same);
+  EXPECT_EQ(Count(same, Verb::kUpdate, ObjectKind::kKueueWorkload), 0) << Describe(same);
+  EXPECT_EQ(Count(same, Verb::kDelete, ObjectKind::kKueueWorkload), 0) << Describe(same);
+
+  // Admitted, new replicas: the pods go, then the Workload (its pod sets are immutable); a new one queues.
   world.EditSpec("/spec/worker/replicas", 3);
   const ReconcilePlan& stop = world.Step();
   EXPECT_EQ(Count(stop, Verb::kDelete, ObjectKind::kPod), 2) << Describe(stop);

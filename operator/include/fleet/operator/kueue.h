@@ -38,6 +38,8 @@ inline constexpr const char* kPodSetsHashAnnotation = "fleet.paddlepaddle.org/po
 // On admitted pods: their pod set, and their Workload.
 inline constexpr const char* kPodSetLabel = "kueue.x-k8s.io/podset";
 inline constexpr const char* kWorkloadAnnotation = "kueue.x-k8s.io/workload";
+inline constexpr const char* kLocalQueueLabel = "kueue.x-k8s.io/local-queue-name";
+inline constexpr const char* kClusterQueueLabel = "kueue.x-k8s.io/cluster-queue-name";
 
 // The LocalQueue the job's label names; "" when it is not queued in Kueue.
 std::string QueueName(const FleetJob& job);
@@ -78,11 +80,11 @@ std::string PodSetsHash(const Json& pod_sets);
 // The Workload of `job` queued in QueueName(job), with `pod_sets`; priority: the value of
 // PriorityClassOf(job) (nullopt when it names none); active: the job is not suspended.
 Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool active);
-// Whether the Workload's pod sets (their hash), queue or priority differ from `desired`'s.
-bool PodSetsChanged(const Json& workload, const Json& desired);
-// `workload` with desired's spec.active and, with `pod_sets` (it holds no quota: they are
-// immutable while it does), its pod sets, queue and priority; nullopt when nothing changes.
-std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired, bool pod_sets);
+// `workload` with desired's pod sets (compared by their hash), queue, priority and spec.active (a
+// Workload that holds no quota: its pod sets are immutable while it does); nullopt when nothing changes.
+std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired);
+// Whether the Workload's pod sets are other roles, or other counts, than the job's replicas.
+bool PodCountsChanged(const Json& workload, const FleetJob& job);
 
 // ---- reading it ----
 
