@@ -146,9 +146,10 @@ std::string PodSetsHash(const Json& pod_sets) {
   return text;
 }
 
-Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool active) {
-  const std::string hash = PodSetsHash(pod_sets);
-  Json spec = {{"queueName", QueueName(job)}, {"podSets", std::move(pod_sets)}, {"active", active}};
+Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool suspended) {
+  Json annotations = {{kPodSetsHashAnnotation, PodSetsHash(pod_sets)}};
+  if (suspended) annotations[kSuspendedAnnotation] = "true";
+  Json spec = {{"queueName", QueueName(job)}, {"podSets", std::move(pod_sets)}, {"active", !suspended}};
   if (const auto ref = PriorityClassOf(job); ref && priority) {
     spec["priorityClassRef"] = {{"group", ref->group}, {"kind", ref->kind}, {"name", ref->name}};
     spec["priority"] = *priority;
@@ -158,7 +159,7 @@ Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> pr
           {"metadata", {{"name", WorkloadName(job.name, job.uid)},
                         {"namespace", job.ns},
                         {"labels", {{kJobUidLabel, job.uid}, {kJobLabel, job.name}}},
-                        {"annotations", {{kPodSetsHashAnnotation, hash}}},
+                        {"annotations", std::move(annotations)},
                         {"finalizers", Json::array({kResourceInUseFinalizer})},
                         {"ownerReferences", Json::array({OwnerReference(job)})}}},
           {"spec", std::move(spec)}};
@@ -167,7 +168,7 @@ Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> pr
 std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired) {
   Json updated = workload;
   Json& spec = updated["spec"];
-  for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef", "active"}) {
+  for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef"}) {
     if (desired["spec"].contains(key)) spec[key] = desired["spec"][key];
     else spec.erase(key);
   }
@@ -190,6 +191,29 @@ bool PodCountsChanged(const Json& workload, const FleetJob& job) {
   }
   return false;
 }
+
+namespace {
+bool Active(const Json& workload) { return MemberAs(ObjectMember(workload, "spec"), "active", AsBool).value_or(true); }
+bool SuspendedByUs(const Json& workload) {
+  return ObjectMember(ObjectMember(workload, "metadata"), "annotations").contains(kSuspendedAnnotation);
+}
+}  // namespace
+
+std::optional<Json> ActiveForSuspend(const Json& workload, bool suspended) {
+  Json updated = workload;
+  if (suspended && Active(workload)) {
+    updated["spec"]["active"] = false;
+    updated["metadata"]["annotations"][kSuspendedAnnotation] = "true";
+  } else if (!suspended && !Active(workload) && SuspendedByUs(workload)) {
+    updated["spec"]["active"] = true;
+    updated["metadata"]["annotations"].erase(kSuspendedAnnotation);
+  } else {
+    return std::nullopt;
+  }
+  return updated;
+}
+
+bool DeactivatedElsewhere(const Json& workload) { return !Active(workload) && !SuspendedByUs(workload); }
 
 // ---- reading ----
 

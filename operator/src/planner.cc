@@ -567,6 +567,11 @@ bool Planner::QueueAdmission(bool suspended) {
   }
   if (state.evicted && state.quota_reserved) return StopEvicted(state, suspended);
   if (ResizeWorkload(state, suspended)) return true;
+  if (!suspended && kueue::DeactivatedElsewhere(*Workload())) {
+    return HoldForQueue("Deactivated", "Workload " + q.workload + " is deactivated (" +
+                                           (state.evicted_message.empty() ? "spec.active is false" : state.evicted_message) +
+                                           "); the job queues again once its spec.active is true");
+  }
   if (suspended) {
     if (status().Find(ConditionType::kAdmitted)) SetCondition(ConditionType::kAdmitted, false, "Suspended", "spec.runPolicy.suspend is true");
     q.state = state.quota_reserved ? "Admitted" : "Queued";
@@ -578,7 +583,7 @@ bool Planner::QueueAdmission(bool suspended) {
 // The Workload as the job's spec makes it now (its pod sets rendered from the job's pods).
 Json Planner::DesiredWorkload(bool suspended) {
   return kueue::BuildWorkload(*object_.job, kueue::WorkloadPodSets(*object_.job, *Wiring(), settings_),
-                              observed_.kueue.priority, !suspended);
+                              observed_.kueue.priority, suspended);
 }
 
 bool Planner::CreateWorkload(bool suspended) {
@@ -607,16 +612,12 @@ bool Planner::ResizeWorkload(const kueue::WorkloadState& state, bool suspended) 
     }
     return HoldForQueue("Resized", "the job's replicas changed while admitted: Kueue admits it again with the new counts");
   }
-  // Kueue evicts an inactive Workload: spec.runPolicy.suspend, whatever else changed.
-  const bool priority_unknown = kueue::PriorityClassOf(job()) && !observed_.kueue.priority;
-  if (state.quota_reserved || priority_unknown) {
-    if (MemberAs(ObjectMember(*Workload(), "spec"), "active", AsBool).value_or(true) == suspended) {
-      Json updated = *Workload();
-      updated["spec"]["active"] = !suspended;
-      UpdateWorkload(std::move(updated), suspended ? "suspended" : "resumed");
-    }
+  // Kueue evicts an inactive Workload: spec.runPolicy.suspend first, the rest in the next plan.
+  if (auto toggled = kueue::ActiveForSuspend(*Workload(), suspended)) {
+    UpdateWorkload(std::move(*toggled), suspended ? "suspended" : "resumed");
     return false;
   }
+  if (state.quota_reserved || (kueue::PriorityClassOf(job()) && !observed_.kueue.priority)) return false;
   if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), DesiredWorkload(suspended))) {
     UpdateWorkload(std::move(*updated), "the job's spec changed");
   }

@@ -401,6 +401,15 @@ TEST(KueueTest, SuspendingAQueuedJobDeactivatesItsWorkload) {
   world.Step();
   EXPECT_EQ(Workload(world)["spec"]["active"], true);
   EXPECT_EQ(world.Status().value("phase", ""), "Pending");
+
+  // Kueue deactivated it (its requeuing limit): the operator does not fight it; the job waits.
+  (*world.observed.kueue.workload)["spec"]["active"] = false;
+  SetConditions(world, {Cond("Evicted", true, "Deactivated", "The workload is deactivated due to exceeding the requeuing limit")});
+  const ReconcilePlan& deactivated = world.Step();
+  EXPECT_EQ(Count(deactivated, Verb::kUpdate, ObjectKind::kKueueWorkload), 0) << Describe(deactivated);
+  EXPECT_EQ(Workload(world)["spec"]["active"], false);
+  EXPECT_THAT(deactivated.status.message, HasSubstr("exceeding the requeuing limit"));
+  EXPECT_EQ(deactivated.status.phase, JobPhase::kPending);
 }
 
 TEST(KueueTest, AResizeUpdatesAQueuedWorkloadAndReadmitsAnAdmittedOne) {

@@ -35,6 +35,9 @@ inline constexpr const char* kPriorityClassLabel = "kueue.x-k8s.io/priority-clas
 inline constexpr const char* kJobUidLabel = "kueue.x-k8s.io/job-uid";
 inline constexpr const char* kResourceInUseFinalizer = "kueue.x-k8s.io/resource-in-use";
 inline constexpr const char* kPodSetsHashAnnotation = "fleet.paddlepaddle.org/podsets-hash";
+// Set while spec.runPolicy.suspend keeps the Workload inactive: the operator reactivates only the
+// Workloads it deactivated (Kueue deactivates some itself, e.g. past its requeuing limit).
+inline constexpr const char* kSuspendedAnnotation = "fleet.paddlepaddle.org/suspended";
 // On admitted pods: their pod set, and their Workload.
 inline constexpr const char* kPodSetLabel = "kueue.x-k8s.io/podset";
 inline constexpr const char* kWorkloadAnnotation = "kueue.x-k8s.io/workload";
@@ -78,13 +81,18 @@ struct KueueObserved {
 Json WorkloadPodSets(const FleetJob& job, const JobWiring& wiring, const OperatorSettings& settings);
 std::string PodSetsHash(const Json& pod_sets);
 // The Workload of `job` queued in QueueName(job), with `pod_sets`; priority: the value of
-// PriorityClassOf(job) (nullopt when it names none); active: the job is not suspended.
-Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool active);
-// `workload` with desired's pod sets (compared by their hash), queue, priority and spec.active (a
-// Workload that holds no quota: its pod sets are immutable while it does); nullopt when nothing changes.
+// PriorityClassOf(job) (nullopt when it names none); inactive while the job is suspended.
+Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool suspended);
+// `workload` with desired's pod sets (compared by their hash), queue and priority (a Workload that
+// holds no quota: its pod sets are immutable while it does); nullopt when nothing changes.
 std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired);
 // Whether the Workload's pod sets are other roles, or other counts, than the job's replicas.
 bool PodCountsChanged(const Json& workload, const FleetJob& job);
+// `workload` made inactive for a suspended job, or active again for a resumed one that the
+// operator deactivated (kSuspendedAnnotation); nullopt when it is as it should be.
+std::optional<Json> ActiveForSuspend(const Json& workload, bool suspended);
+// Inactive, and not by the operator: Kueue (or kueuectl stop) deactivated it.
+bool DeactivatedElsewhere(const Json& workload);
 
 // ---- reading it ----
 
