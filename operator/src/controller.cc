@@ -64,7 +64,7 @@ const char* VerbName(Verb verb) {
   return "?";
 }
 
-// Kueue's cluster-scoped objects the operator reads (by name, cached: KueueLookups).
+// Kueue's cluster-scoped objects the operator reads (by name, cached: LookUp).
 const kube::Resource kResourceFlavors{kueue::kGroup, kueue::kVersion, "resourceflavors", false};
 const kube::Resource kWorkloadPriorityClasses{kueue::kGroup, kueue::kVersion, "workloadpriorityclasses", false};
 const kube::Resource kPriorityClasses{"scheduling.k8s.io", "v1", "priorityclasses", false};

@@ -442,6 +442,25 @@ TEST(KueueTest, AResizeUpdatesAQueuedWorkloadAndReadmitsAnAdmittedOne) {
   EXPECT_EQ(create->object["spec"]["podSets"][0]["count"], 3);
 }
 
+TEST(KueueTest, HeterStagesArePodSetsOfTheirOwn) {
+  World world(JobBuilder("wd").Ps(1, 2).Heter({"gpu", 3}).Label(kueue::kQueueLabel, "team-a").Obj());
+  const Action* create = FindAction(world.Step(), Verb::kCreate, ObjectKind::kKueueWorkload, kWorkload);
+  ASSERT_NE(create, nullptr) << Describe(world.plan);
+  std::vector<std::string> names;
+  for (const Json& set : create->object["spec"]["podSets"]) names.push_back(set["name"]);
+  EXPECT_THAT(names, ElementsAre("server", "worker", "gpu"));
+  EXPECT_EQ(create->object["spec"]["podSets"][2]["count"], 3);
+}
+
+TEST(KueueTest, AJobWhoseSpecTurnsInvalidFinishesItsWorkload) {
+  World world = AdmittedWorld();
+  world.EditSpec("/spec/worker/replicas", -1);
+  const ReconcilePlan& failed = world.Step();
+  EXPECT_EQ(failed.status.phase, JobPhase::kFailed) << Describe(failed);
+  EXPECT_EQ(WorkloadCond(world, "Finished").value("reason", ""), "Failed");
+  EXPECT_EQ(WorkloadCond(world, "Finished").value("message", ""), failed.status.message);
+}
+
 // ---- the Workload, read and edited ----
 
 TEST(KueueWorkloadTest, TheNameIsKueuesAndThePreemptorIsReadFromItsMessage) {
