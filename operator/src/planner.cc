@@ -184,7 +184,7 @@ class Planner {
   bool WaitForAdmission(const kueue::WorkloadState& state);
   bool StopEvicted(const kueue::WorkloadState& state, bool suspended);
   bool StartAdmitted(const kueue::WorkloadState& state);
-  void SyncPodsReady(const kueue::WorkloadState& state);
+  void SyncPodsReady(const kueue::WorkloadState& state, bool new_admission);
   void FinishWorkload();
   void ReleaseWorkload(const std::string& why);
   Json DesiredWorkload(bool suspended);
@@ -721,17 +721,19 @@ bool Planner::StartAdmitted(const kueue::WorkloadState& state) {
                         " workers; the others wait for the next admission"
                   : "";
   const std::string summary = "admitted by ClusterQueue " + admission->cluster_queue + " (" + JoinStrings(placed, "; ") + ")";
-  if (!status().IsTrue(ConditionType::kAdmitted)) Event("Normal", "Admitted", summary);
+  const bool new_admission = !status().IsTrue(ConditionType::kAdmitted);
+  if (new_admission) Event("Normal", "Admitted", summary);
   SetCondition(ConditionType::kAdmitted, true, "Admitted", summary);
   admission_ = std::move(admission);
-  SyncPodsReady(state);
+  SyncPodsReady(state, new_admission);
   return false;
 }
 
 // The Workload's PodsReady, always (a cluster with waitForPodsReady evicts a job without it):
 // False WaitForStart until every pod of the run is Ready (or done), True Started, then False
-// WaitForRecovery when one is not, True Recovered when all are again (Kueue's jobframework).
-void Planner::SyncPodsReady(const kueue::WorkloadState& state) {
+// WaitForRecovery when one is not, True Recovered when all are again (Kueue's jobframework);
+// each admission from WaitForStart.
+void Planner::SyncPodsReady(const kueue::WorkloadState& state, bool new_admission) {
   const std::string run = std::to_string(status().run);
   size_t ready = 0;
   for (const ObservedPod& pod : observed_.pods) {
@@ -739,7 +741,8 @@ void Planner::SyncPodsReady(const kueue::WorkloadState& state) {
              ((pod.phase == PodPhase::kRunning && pod.ready) || pod.phase == PodPhase::kSucceeded);
   }
   const bool all = ready == slots_.size();
-  const Json* current = kueue::WorkloadCondition(*Workload(), "PodsReady");
+  // A new admission's pods start afresh: what PodsReady said of the last one does not count.
+  const Json* current = new_admission ? nullptr : kueue::WorkloadCondition(*Workload(), "PodsReady");
   const bool was_true = current && StringMember(*current, "status") == "True";
   const std::string was_reason = current ? StringMember(*current, "reason") : "";
   std::string reason = all ? (was_reason == "WaitForRecovery" ? "Recovered" : "Started")

@@ -348,6 +348,7 @@ TEST(KueueTest, AnEvictionStopsTheRunAndReleasesTheQuotaOnceNoPodRuns) {
   EXPECT_EQ(ActionNames(again, Verb::kCreate, ObjectKind::kPod), (std::vector<std::string>{"wd-worker-0", "wd-worker-1"}));
   EXPECT_EQ(world.Pod("wd-worker-0")["metadata"]["labels"][kRunLabel], std::to_string(run + 1));
   EXPECT_EQ(world.Pod("wd-worker-0")["spec"]["nodeSelector"][kGpuNodeLabel], "a100");
+  EXPECT_EQ(WorkloadCond(world, "PodsReady").value("reason", ""), "WaitForStart") << "a new admission starts afresh";
 }
 
 TEST(KueueTest, AnOperatorRestartedAfterTheStopReleasesTheQuota) {
