@@ -387,8 +387,16 @@ bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
   return false;
 }
 
+namespace {
+// Writes of children whose caches show them are expected until they do. Status edits need not be:
+// each reads the latest object and writes only what it changes.
+bool Tracked(const std::map<ObjectKind, std::unique_ptr<kube::Informer>>& children, const Action& action) {
+  return children.count(action.kind) && action.verb != Verb::kUpdateStatus;
+}
+}  // namespace
+
 bool Controller::Expected(const std::string& key, const Action& action, uint64_t epoch) {
-  if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
+  if (!Tracked(children_, action)) return false;   // PodGroups and the job itself: no cache
   std::lock_guard<std::mutex> lock(mu_);
   Reconciled* reconciled = FindReconciledLocked(key);
   if (!reconciled) return false;
@@ -404,7 +412,7 @@ bool Controller::Expected(const std::string& key, const Action& action, uint64_t
 }
 
 void Controller::Expect(const std::string& key, const Action& action, bool expect) {
-  if (!children_.count(action.kind)) return;
+  if (!Tracked(children_, action)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (expect) {
     ReconciledLocked(key).expectations[ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
