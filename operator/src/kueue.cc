@@ -363,11 +363,17 @@ Json WorkloadConditionJson(const std::string& type, bool status, const std::stri
           {"lastTransitionTime", FormatRfc3339(WholeSeconds(now))}, {"observedGeneration", generation}};
 }
 
-Json StatusEdit(std::vector<Json> conditions, bool remove_admission) {
-  return {{"conditions", std::move(conditions)}, {"removeAdmission", remove_admission}};
+Json StatusEdit(std::vector<Json> conditions, bool remove_admission, const std::map<std::string, std::string>& required) {
+  Json edit = {{"conditions", std::move(conditions)}, {"removeAdmission", remove_admission}};
+  if (!required.empty()) edit["requires"] = required;
+  return edit;
 }
 
 Json ApplyStatusEdit(Json workload, const Json& edit) {
+  for (const auto& [type, value] : ObjectMember(edit, "requires").items()) {
+    const Json* have = WorkloadCondition(workload, type);
+    if (!value.is_string() || StringMember(have ? *have : Json::object(), "status") != value.get<std::string>()) return workload;
+  }
   Json& status = workload["status"];
   if (!status.is_object()) status = Json::object();
   Json& conditions = status["conditions"];
@@ -398,7 +404,7 @@ Json QuotaReleaseEdit(const WorkloadState& state, Time now) {
                                            state.generation),
                      WorkloadConditionJson("Admitted", false, "NoReservation", "The workload has no reservation", now,
                                            state.generation)},
-                    true);
+                    true, {{"Evicted", "True"}, {"QuotaReserved", "True"}});
 }
 
 Json WithoutFinalizer(Json workload) {

@@ -751,7 +751,8 @@ void Planner::SyncPodsReady(const kueue::WorkloadState& state, bool new_admissio
   const std::string message = all ? "All pods reached readiness and the workload is running"
                               : reason == "WaitForStart" ? "Not all pods are ready or succeeded"
                                                          : "At least one pod is not ready, waiting for recovery";
-  EditWorkloadStatus(kueue::StatusEdit({kueue::WorkloadConditionJson("PodsReady", all, reason, message, now_, state.generation)}, false),
+  EditWorkloadStatus(kueue::StatusEdit({kueue::WorkloadConditionJson("PodsReady", all, reason, message, now_, state.generation)},
+                                       false, {{"Admitted", "True"}}),
                      "PodsReady " + reason);
 }
 
@@ -775,16 +776,7 @@ void Planner::ReleaseWorkload(const std::string& why) {
   if (Workload() && kueue::ReadWorkloadState(*Workload()).has_finalizer) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), why);
 }
 
-// One status write per plan: a second edit joins the first (the later condition of a type wins).
 void Planner::EditWorkloadStatus(const Json& edit, const std::string& why) {
-  for (Action& action : plan_.actions) {
-    if (action.kind != ObjectKind::kKueueWorkload || action.verb != Verb::kUpdateStatus) continue;
-    const Json merged = kueue::ApplyStatusEdit({{"status", {{"conditions", action.object["conditions"]}}}}, edit);
-    action.object = kueue::StatusEdit(merged["status"]["conditions"].get<std::vector<Json>>(),
-                                      action.object.value("removeAdmission", false) || edit.value("removeAdmission", false));
-    action.reason += "; " + why;
-    return;
-  }
   plan_.actions.push_back({Verb::kUpdateStatus, ObjectKind::kKueueWorkload, Name(*Workload()), edit, why});
 }
 

@@ -482,5 +482,23 @@ TEST(KueueWorkloadTest, AStatusEditKeepsTheTransitionTimeOfAnUnchangedStatus) {
   EXPECT_EQ(changed["status"]["conditions"][0]["lastTransitionTime"], FormatRfc3339(At(100)));
 }
 
+// A plan from a cache that is behind: Kueue has admitted the Workload again since. The release
+// must not take that admission away.
+TEST(KueueWorkloadTest, TheQuotaReleaseAppliesOnlyToAWorkloadStillEvicted) {
+  const Json evicted = {{"metadata", {{"generation", 1}}},
+                        {"status", {{"admission", {{"clusterQueue", "gpu-cq"}}},
+                                    {"conditions", Json::array({Cond("QuotaReserved", true, "QuotaReserved"),
+                                                                Cond("Evicted", true, "Preempted", "by big")})}}}};
+  const Json release = kueue::QuotaReleaseEdit(kueue::ReadWorkloadState(evicted), At(10));
+  const Json released = kueue::ApplyStatusEdit(evicted, release);
+  EXPECT_FALSE(released["status"].contains("admission"));
+  EXPECT_EQ(kueue::WorkloadCondition(released, "QuotaReserved")->value("status", ""), "False");
+
+  Json readmitted = evicted;
+  readmitted["status"]["conditions"] = Json::array({Cond("QuotaReserved", true, "QuotaReserved"),
+                                                    Cond("Evicted", false, "QuotaReserved", "Previously: Preempted")});
+  EXPECT_EQ(kueue::ApplyStatusEdit(readmitted, release), readmitted);
+}
+
 }  // namespace
 }  // namespace fleet::op::testing

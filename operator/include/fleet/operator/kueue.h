@@ -151,13 +151,16 @@ Status ApplyAdmission(const Admission& admission, const std::string& pod_set, Js
 Json WorkloadConditionJson(const std::string& type, bool status, const std::string& reason, const std::string& message,
                            Time now, int64_t generation);
 // A status write, as the plan's action carries it: conditions to set (by type, as
-// meta.SetStatusCondition: lastTransitionTime kept when the status does not change), and whether
-// status.admission goes.
-Json StatusEdit(std::vector<Json> conditions, bool remove_admission);
-// `workload` with the edit applied (the controller applies it to the latest Workload it reads).
+// meta.SetStatusCondition: lastTransitionTime kept when the status does not change), whether
+// status.admission goes, and the conditions (type -> "True"/"False") the Workload must still have
+// for it to apply: a plan from a cache behind Kueue must not undo what Kueue wrote since.
+Json StatusEdit(std::vector<Json> conditions, bool remove_admission, const std::map<std::string, std::string>& required = {});
+// `workload` with the edit applied, or as it is when it no longer has the required conditions (the
+// controller applies it to the latest Workload it reads).
 Json ApplyStatusEdit(Json workload, const Json& edit);
 // The quota release after an eviction, once no pod runs (design 2.5 step 2): Requeued,
-// QuotaReserved False/PendingEvaluation, Admitted False/NoReservation, status.admission removed.
+// QuotaReserved False/PendingEvaluation, Admitted False/NoReservation, status.admission removed;
+// only while the Workload is still evicted with its quota.
 Json QuotaReleaseEdit(const WorkloadState& state, Time now);
 // `workload` without kResourceInUseFinalizer.
 Json WithoutFinalizer(Json workload);
