@@ -417,6 +417,9 @@ Status ParseMetadata(const Json& object, FleetJob& job) {
   md.String("uid", job.uid);
   md.Int("generation", 0, INT64_MAX, job.generation);
   if (!md.error().empty()) return Error{md.error()};
+  for (const auto& [key, value] : ObjectMember(object["metadata"], "labels").items()) {
+    if (value.is_string()) job.labels[key] = value.get<std::string>();
+  }
   // Pod names are <job>-<role>-<index> and Service names <job>-<role>-<index> too: a DNS label.
   if (!IsDnsLabel(job.name, 40)) {
     return Error{"metadata.name: must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "

@@ -31,7 +31,8 @@ const NameTable<ConditionType>& ConditionTypeNames() {
       {ConditionType::kWaitingForHostPorts, "WaitingForHostPorts"},
       {ConditionType::kStalled, "Stalled"},
       {ConditionType::kUnschedulable, "Unschedulable"},
-      {ConditionType::kEnvFromFiles, "EnvFromFiles"}};
+      {ConditionType::kEnvFromFiles, "EnvFromFiles"},
+      {ConditionType::kAdmitted, "Admitted"}};
   return names;
 }
 
@@ -88,6 +89,16 @@ constexpr const char* kElastic = "elastic";
 constexpr const char* kMembers = "members";
 constexpr const char* kRendezvous = "rendezvous";
 constexpr const char* kBelowMinimumSince = "belowMinimumSince";
+constexpr const char* kQueue = "queue";
+constexpr const char* kWorkload = "workload";
+constexpr const char* kLocalQueue = "localQueue";
+constexpr const char* kClusterQueue = "clusterQueue";
+constexpr const char* kState = "state";
+constexpr const char* kFlavors = "flavors";
+constexpr const char* kAdmittedCounts = "admittedCounts";
+constexpr const char* kEvictions = "evictions";
+constexpr const char* kLastEviction = "lastEviction";
+constexpr const char* kTime = "time";
 
 constexpr const char* kType = "type";
 constexpr const char* kStatus = "status";
@@ -163,6 +174,54 @@ std::optional<ElasticStatus> AsElasticStatus(const Json& v) {
   e.rendezvous = IntOr(v, key::kRendezvous);
   if (auto since = v.find(key::kBelowMinimumSince); since != v.end()) e.below_minimum_since = AsTime(*since);
   return e;
+}
+
+// A JSON object of strings (other values skipped).
+std::map<std::string, std::string> StringMap(const Json& v) {
+  std::map<std::string, std::string> out;
+  if (!v.is_object()) return out;
+  for (const auto& [k, e] : v.items()) {
+    if (e.is_string()) out[k] = e.get<std::string>();
+  }
+  return out;
+}
+
+std::optional<QueueStatus> AsQueueStatus(const Json& v) {
+  if (!v.is_object()) return std::nullopt;
+  QueueStatus q;
+  q.workload = StringOr(v, key::kWorkload);
+  q.local_queue = StringOr(v, key::kLocalQueue);
+  q.cluster_queue = StringOr(v, key::kClusterQueue);
+  q.state = StringOr(v, key::kState);
+  q.message = StringOr(v, key::kMessage);
+  if (auto flavors = v.find(key::kFlavors); flavors != v.end() && flavors->is_object()) {
+    for (const auto& [role, resources] : flavors->items()) q.flavors[role] = StringMap(resources);
+  }
+  if (auto counts = v.find(key::kAdmittedCounts); counts != v.end() && counts->is_object()) {
+    for (const auto& [role, count] : counts->items()) {
+      if (auto n = AsInt<int>(count)) q.admitted_counts[role] = *n;
+    }
+  }
+  q.evictions = IntOr(v, key::kEvictions);
+  if (auto last = v.find(key::kLastEviction); last != v.end() && last->is_object()) {
+    q.last_eviction = QueueStatus::Eviction{StringOr(*last, key::kReason), StringOr(*last, key::kMessage),
+                                            ParseRfc3339(StringOr(*last, key::kTime)).value_or(Time{})};
+  }
+  return q;
+}
+
+Json QueueStatusJson(const QueueStatus& q) {
+  Json out = {{key::kWorkload, q.workload}, {key::kLocalQueue, q.local_queue}, {key::kState, q.state},
+              {key::kEvictions, q.evictions}};
+  if (!q.cluster_queue.empty()) out[key::kClusterQueue] = q.cluster_queue;
+  if (!q.message.empty()) out[key::kMessage] = q.message;
+  if (!q.flavors.empty()) out[key::kFlavors] = q.flavors;
+  if (!q.admitted_counts.empty()) out[key::kAdmittedCounts] = q.admitted_counts;
+  if (q.last_eviction) {
+    out[key::kLastEviction] = {{key::kReason, q.last_eviction->reason}, {key::kMessage, q.last_eviction->message},
+                               {key::kTime, FormatRfc3339(q.last_eviction->time)}};
+  }
+  return out;
 }
 
 // Reads status members into typed fields; each member read is erased from `unread`, so that what
@@ -265,6 +324,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kReplacedPods, s.replaced_pods, AsStringSet);
   r.Read(key::kProgress, s.progress, AsProgress);
   r.Read(key::kElastic, s.elastic, AsElasticStatus);
+  r.Read(key::kQueue, s.queue, AsQueueStatus);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
     for (const Json& c : *conditions) {
@@ -319,6 +379,7 @@ Json FleetJobStatus::ToJson() const {
     if (elastic->below_minimum_since) e[key::kBelowMinimumSince] = FormatRfc3339(*elastic->below_minimum_since);
     out[key::kElastic] = std::move(e);
   }
+  if (queue) out[key::kQueue] = QueueStatusJson(*queue);
   return out;
 }
 

@@ -50,8 +50,36 @@ const char* KindName(ObjectKind kind) {
     case ObjectKind::kRoleBinding: return "RoleBinding";
     case ObjectKind::kFleetJob: return "FleetJob";
     case ObjectKind::kGangWorkload: return "Workload";
+    case ObjectKind::kKueueWorkload: return "Workload";
   }
   return "?";
+}
+
+const char* VerbName(Verb verb) {
+  switch (verb) {
+    case Verb::kCreate: return "create";
+    case Verb::kUpdate: return "update";
+    case Verb::kDelete: return "delete";
+    case Verb::kUpdateStatus: return "update-status";
+  }
+  return "?";
+}
+
+// Kueue's cluster-scoped objects the operator reads (by name, cached: LookUp).
+const kube::Resource kResourceFlavors{kueue::kGroup, kueue::kVersion, "resourceflavors", false};
+const kube::Resource kWorkloadPriorityClasses{kueue::kGroup, kueue::kVersion, "workloadpriorityclasses", false};
+const kube::Resource kPriorityClasses{"scheduling.k8s.io", "v1", "priorityclasses", false};
+constexpr auto kLookupTtl = std::chrono::seconds(60);
+
+// Whether the cluster serves Kueue's Workloads (kueue.x-k8s.io/v1beta2): the Workload informer
+// runs only then, and queued jobs fail without it.
+bool ServesKueueWorkloads(kube::Client& client) {
+  auto resources = client.GetPath("/apis/" + std::string(kueue::kApiVersion));
+  if (!resources.ok()) return false;
+  for (const Json& r : ArrayMember(*resources, "resources")) {
+    if (StringMember(r, "name") == "workloads") return true;
+  }
+  return false;
 }
 
 // The gang's PodGroups: Volcano's, scheduler-plugins', or scheduling.k8s.io's in the version the
@@ -87,6 +115,7 @@ kube::Resource ResourceOf(ObjectKind kind) {
     // A job's gang objects are written in the version the cluster serves (ExecuteOne).
     case ObjectKind::kGangWorkload: return {"scheduling.k8s.io", "v1alpha2", "workloads", true};
     case ObjectKind::kFleetJob: return FleetJobResource();
+    case ObjectKind::kKueueWorkload: return {kueue::kGroup, kueue::kVersion, "workloads", true};
   }
   return FleetJobResource();
 }
@@ -121,8 +150,12 @@ Controller::Controller(std::shared_ptr<kube::Client> client, ControllerOptions o
   kube::InformerOptions child_options;
   child_options.ns = options_.ns;
   child_options.label_selector = kJobLabel;
-  for (ObjectKind kind : {ObjectKind::kPod, ObjectKind::kConfigMap, ObjectKind::kService, ObjectKind::kServiceAccount,
-                          ObjectKind::kRole, ObjectKind::kRoleBinding}) {
+  // Kueue's Workloads only where the cluster serves them (discovered once, at start).
+  kueue_served_ = ServesKueueWorkloads(*client_);
+  std::vector<ObjectKind> kinds = {ObjectKind::kPod,            ObjectKind::kConfigMap, ObjectKind::kService,
+                                   ObjectKind::kServiceAccount, ObjectKind::kRole,      ObjectKind::kRoleBinding};
+  if (kueue_served_) kinds.push_back(ObjectKind::kKueueWorkload);
+  for (ObjectKind kind : kinds) {
     kube::InformerOptions informer_options = child_options;
     if (kind == ObjectKind::kPod) KeepWhatTheOperatorReadsOfPods(informer_options);
     auto informer = std::make_unique<kube::Informer>(client_, ResourceOf(kind), informer_options);
@@ -226,8 +259,7 @@ std::string Controller::ExpectationKey(ObjectKind kind, const std::string& name)
 }
 
 std::string Controller::ExpectationKey(const Action& action) {
-  const char* verb = action.verb == Verb::kCreate ? "create" : action.verb == Verb::kUpdate ? "update" : "delete";
-  return ExpectationKey(action.kind, action.name) + "/" + verb;
+  return ExpectationKey(action.kind, action.name) + "/" + VerbName(action.verb);
 }
 
 void Controller::ObserveChild(ObjectKind kind, const Json& child, bool deleted) {
@@ -385,8 +417,16 @@ bool Controller::CacheIsBehind(const std::string& key, const Json& job) {
   return false;
 }
 
+namespace {
+// Writes of children whose caches show them are expected until they do. Status edits need not be:
+// each reads the latest object and writes only what it changes.
+bool Tracked(const std::map<ObjectKind, std::unique_ptr<kube::Informer>>& children, const Action& action) {
+  return children.count(action.kind) && action.verb != Verb::kUpdateStatus;
+}
+}  // namespace
+
 bool Controller::Expected(const std::string& key, const Action& action, uint64_t epoch) {
-  if (!children_.count(action.kind)) return false;   // PodGroups and the job itself: no cache
+  if (!Tracked(children_, action)) return false;   // PodGroups and the job itself: no cache
   std::lock_guard<std::mutex> lock(mu_);
   Reconciled* reconciled = FindReconciledLocked(key);
   if (!reconciled) return false;
@@ -402,7 +442,7 @@ bool Controller::Expected(const std::string& key, const Action& action, uint64_t
 }
 
 void Controller::Expect(const std::string& key, const Action& action, bool expect) {
-  if (!children_.count(action.kind)) return;
+  if (!Tracked(children_, action)) return;
   std::lock_guard<std::mutex> lock(mu_);
   if (expect) {
     ReconciledLocked(key).expectations[ExpectationKey(action)] = {Clock::now() + options_.expectation_timeout, 0};
@@ -493,8 +533,96 @@ ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action
       ApiStatus status = client_->Delete(resource, job.ns, action.name, options);
       return status.code() == Code::kNotFound ? ApiStatus() : status;
     }
+    case Verb::kUpdateStatus: return EditStatus(resource, job.ns, action.name, action.object);
   }
   return ApiStatus();
+}
+
+// A status edit (kueue::StatusEdit) applied to the latest object: GET, edit, PUT with its
+// resourceVersion, again on a conflict (Kueue writes the same status).
+ApiStatus Controller::EditStatus(const kube::Resource& resource, const std::string& ns, const std::string& name,
+                                 const Json& edit) {
+  ApiStatus last;
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    auto latest = client_->Get(resource, ns, name);
+    if (!latest.ok()) return latest.status().code() == Code::kNotFound ? ApiStatus() : latest.status();
+    const Json edited = kueue::ApplyStatusEdit(*latest, edit);
+    if (edited == *latest) return ApiStatus();
+    auto written = client_->UpdateStatus(resource, ns, edited);
+    if (written.ok()) return ApiStatus();
+    last = written.status();
+    if (last.code() != Code::kConflict) return last;
+  }
+  return last;
+}
+
+// ---- Kueue: what a queued job's plan needs from the cluster ----
+
+std::optional<Json> Controller::LookUp(const kube::Resource& resource, const std::string& name) {
+  const std::string key = resource.plural + "/" + name;
+  {
+    std::lock_guard<std::mutex> lock(lookups_mu_);
+    auto cached = lookups_.find(key);
+    if (cached != lookups_.end() && Clock::now() - cached->second.at < kLookupTtl) return cached->second.object;
+  }
+  auto got = client_->Get(resource, "", name);
+  std::lock_guard<std::mutex> lock(lookups_mu_);
+  Lookup& entry = lookups_[key];
+  if (got.ok()) {
+    entry = {std::move(got).value(), Clock::now()};
+  } else if (got.status().code() == Code::kNotFound) {
+    entry = {std::nullopt, Clock::now()};
+  }
+  // Any other failure keeps what was read before (a flavor read once stays readable).
+  return entry.object;
+}
+
+void Controller::ObserveKueue(const FleetJobObject& object, const std::string& uid, Observed& observed) {
+  kueue::KueueObserved& k = observed.kueue;
+  k.served = kueue_served_;
+  if (!k.served) return;
+  // Also for a job whose spec turned invalid: its Workload must still finish.
+  if (auto workload = children_.at(ObjectKind::kKueueWorkload)->cache().Get(KeyOf(object.ns, kueue::WorkloadName(object.name, uid)))) {
+    k.workload = *workload;
+  }
+  if (!object.job || kueue::QueueName(*object.job).empty()) return;
+  const FleetJob& job = *object.job;
+  if (const auto ref = kueue::PriorityClassOf(job)) {
+    const auto found = LookUp(ref->kind == "PriorityClass" ? kPriorityClasses : kWorkloadPriorityClasses, ref->name);
+    if (found) k.priority = MemberAs(*found, "value", AsInt<int32_t>);
+  }
+  if (!k.workload) return;
+  for (const std::string& name : kueue::AdmittedFlavors(*k.workload)) {
+    if (auto flavor = LookUp(kResourceFlavors, name)) k.flavors[name] = std::move(*flavor);
+  }
+  const kueue::WorkloadState state = kueue::ReadWorkloadState(*k.workload);
+  // The preemptor is named by the event of the eviction, planned while the quota is still held.
+  if (!state.evicted || !state.quota_reserved) return;
+  const std::string preemptor = kueue::PreemptorJobUid(state.preempted_message.empty() ? state.evicted_message
+                                                                                        : state.preempted_message);
+  if (preemptor.empty()) return;
+  for (const auto& other : jobs_->cache().List()) {
+    if (MetaString(*other, "uid") == preemptor) k.preemptor = KeyOf(MetaString(*other, "namespace"), MetaString(*other, "name"));
+  }
+}
+
+// Workloads of this job name that no FleetJob owns any more (the job was deleted, or deleted and
+// made again): Kueue rescues only Workloads without owners, so the operator removes its finalizer
+// (garbage collection then deletes them).
+void Controller::ReleaseOrphanedWorkloads(const std::string& ns, const std::string& job_name, const std::string& uid) {
+  auto informer = children_.find(ObjectKind::kKueueWorkload);
+  if (informer == children_.end()) return;
+  for (const auto& workload : informer->second->cache().ByLabel(kJobLabel, job_name)) {
+    if (MetaString(*workload, "namespace") != ns) continue;
+    if (StringMember(ObjectMember(ObjectMember(*workload, "metadata"), "labels"), kueue::kJobUidLabel) == uid) continue;
+    const kueue::WorkloadState state = kueue::ReadWorkloadState(*workload);
+    if (!state.has_finalizer) continue;
+    auto updated = client_->Update(ResourceOf(ObjectKind::kKueueWorkload), ns, kueue::WithoutFinalizer(*workload));
+    if (!updated.ok() && updated.status().code() != Code::kNotFound) {
+      Log(LogLevel::kWarning, KeyOf(ns, job_name), "cannot remove the finalizer of Workload " + MetaString(*workload, "name") +
+                                                       ": " + updated.status().ToString());
+    }
+  }
 }
 
 // The expectation is in place before the request: the watch may deliver the change before the
@@ -519,8 +647,8 @@ ApiStatus Controller::Execute(const std::string& key, const FleetJobObject& job,
     }
     ApiStatus status = Write(key, job, action);
     if (!status.ok()) {
-      Log(LogLevel::kError, key, std::string("cannot ") + (action.verb == Verb::kCreate ? "create " : action.verb == Verb::kUpdate ? "update " : "delete ") +
-                            KindName(action.kind) + " " + action.name + ": " + status.ToString());
+      Log(LogLevel::kError, key, std::string("cannot ") + VerbName(action.verb) + " " + KindName(action.kind) + " " +
+                                     action.name + ": " + status.ToString());
       if (first_error.ok()) first_error = status;
     }
   }
@@ -581,6 +709,8 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
   };
   const auto job_object = jobs_->cache().Get(key);
   if (!job_object) {   // deleted: its children go by garbage collection (owner references)
+    const auto slash = key.find('/');
+    ReleaseOrphanedWorkloads(key.substr(0, slash), key.substr(slash + 1), "");
     Forget(key);
     return finish("success", {});
   }
@@ -603,6 +733,12 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     ObserveKubernetesGang(*job.job, observed);
   } else if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
     observed.pod_group = GetPodGroup(*job.job, PodGroupName(job.name));
+  }
+  ObserveKueue(job, MetaString(*job_object, "uid"), observed);
+  if (job.job) {
+    // A queued job without its Workload yet may have been made again under the same name: the
+    // Workload of the job before it is no longer anyone's.
+    if (!kueue::QueueName(*job.job).empty() && !observed.kueue.workload) ReleaseOrphanedWorkloads(job.ns, job.name, job.job->uid);
   }
   if (progress_) observed.progress = progress_->Latest(key, status.run);
   {

@@ -110,6 +110,20 @@ struct Hosts {
   bool UpToDate() const { return published_this_run && Annotation(*published, kHostsAnnotation) == Digest(); }
 };
 
+// An elastic job that Kueue admitted with fewer workers than its replicas (partial admission,
+// down to minCount) runs the workers admitted: the job as its plan sees it. nullopt: the job as it is.
+std::optional<FleetJob> WithinAdmission(const FleetJob& job, const Observed& observed) {
+  if (!job.spec.elastic || kueue::QueueName(job).empty() || !observed.kueue.workload) return std::nullopt;
+  const RoleSpec* workers = job.spec.Find(RoleKind::kWorker);
+  const std::optional<int> admitted = kueue::AdmittedCount(*observed.kueue.workload, workers->name);
+  if (!admitted || *admitted >= workers->replicas) return std::nullopt;
+  FleetJob within = job;
+  for (RoleSpec& role : within.spec.roles) {
+    if (role.kind == RoleKind::kWorker) role.replicas = *admitted;
+  }
+  return within;
+}
+
 class Planner {
  public:
   Planner(const FleetJobObject& object, const FleetJobStatus& status, const Observed& observed, Time now,
@@ -117,9 +131,11 @@ class Planner {
       : object_(object), observed_(observed), now_(now), settings_(settings),
         peers_(PeerDiscovery::Of(object.job ? object.job->spec : FleetJobSpec{})) {
     plan_.status = status;
-    if (object_.job) slots_ = PodSlots(*object_.job);
-    if (object_.job && observed_.wired &&
-        observed_.wired->For(*object_.job, observed_.host_ports.base, settings_.cluster_domain)) {
+    if (object_.job) {
+      admitted_job_ = WithinAdmission(*object_.job, observed_);
+      slots_ = PodSlots(job());
+    }
+    if (object_.job && observed_.wired && observed_.wired->For(job(), observed_.host_ports.base, settings_.cluster_domain)) {
       wired_ = observed_.wired;
     }
     slot_of_.reserve(slots_.size());
@@ -161,9 +177,32 @@ class Planner {
   void CheckProgress(const RunPods& pods);
   void PublishProgress();
   void CountPods();
+  // Kueue (kueue.h): a job labelled kueue.x-k8s.io/queue-name runs only while its Workload is admitted.
+  bool QueueAdmission(bool suspended);
+  bool CreateWorkload(bool suspended);
+  bool ResizeWorkload(const kueue::WorkloadState& state, bool suspended);
+  bool HoldForQueue(const std::string& reason, const std::string& message);
+  bool WaitForAdmission(const kueue::WorkloadState& state);
+  bool StopEvicted(const kueue::WorkloadState& state, bool suspended);
+  bool StartAdmitted(const kueue::WorkloadState& state);
+  void SyncPodsReady(const kueue::WorkloadState& state, bool new_admission);
+  void FinishWorkload();
+  void ReleaseWorkload(const std::string& why);
+  Json DesiredWorkload(bool suspended);
+  void UpdateWorkload(Json workload, const std::string& why) {
+    plan_.actions.push_back({Verb::kUpdate, ObjectKind::kKueueWorkload, Name(workload), std::move(workload), why});
+  }
+  void EditWorkloadStatus(const Json& edit, const std::string& why);
+  const Json* Workload() const { return observed_.kueue.workload ? &*observed_.kueue.workload : nullptr; }
+  QueueStatus& Queue() { return status().queue ? *status().queue : status().queue.emplace(); }
+  bool NoLivePods() const {
+    return std::all_of(observed_.pods.begin(), observed_.pods.end(), [](const ObservedPod& pod) { return pod.terminating; });
+  }
 
   // ---- what the steps share ----
-  const FleetJob& job() const { return *object_.job; }
+  // The job; an elastic job that Kueue admitted with fewer workers than its replicas: with the
+  // workers admitted (its pods, lists and counts are those of the admission).
+  const FleetJob& job() const { return admitted_job_ ? *admitted_job_ : *object_.job; }
   FleetJobStatus& status() { return plan_.status; }
   bool HostPortsRefused() const {
     return job().spec.network == Network::kHostNetwork && !observed_.host_ports.refused.empty();
@@ -263,10 +302,15 @@ class Planner {
   std::unordered_map<std::string_view, const PodSlot*> slot_of_;   // by pod name (into slots_)
   std::set<std::pair<ObjectKind, std::string>> deleted_;
   std::shared_ptr<const WiredJob> wired_;
+  std::optional<FleetJob> admitted_job_;
+  std::shared_ptr<const kueue::Admission> admission_;   // Kueue's, for the pods this plan creates
 };
 
 ReconcilePlan Planner::Run() {
-  if (object_.deleting) return plan_;  // garbage collection removes the children
+  if (object_.deleting) {  // garbage collection removes the children
+    ReleaseWorkload("the FleetJob is being deleted");
+    return plan_;
+  }
   Steps();
   // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
   // the pods that exist once it is carried out.
@@ -286,7 +330,8 @@ void Planner::Steps() {
   // A spec that cannot be wired (e.g. lists over the kernel's limit) is refused once per
   // generation; otherwise the wiring is rendered only when a plan needs it.
   if (new_generation && !HostPortsRefused() && !Wiring()) return;
-  if (Suspend() || DeadlineExceeded() || WaitForGang()) return;
+  const bool suspended = Suspend();
+  if (QueueAdmission(suspended) || suspended || DeadlineExceeded() || WaitForGang()) return;
   CreateService();
   EnsureSidecarIdentity();
   RewireOnNewReplicas();
@@ -337,6 +382,7 @@ void Planner::CleanUp() {
 }
 
 void Planner::FinishedJob() {
+  FinishWorkload();
   CleanUp();
   const auto ttl = object_.run_policy.ttl_seconds_after_finished;
   if (!ttl) return;
@@ -518,6 +564,254 @@ bool Planner::EnsureKubernetesGang() {
   }
   if (!exists) Create(ObjectKind::kPodGroup, BuildGangPodGroup(job(), status().run, api), "gang scheduling of run " + std::to_string(status().run));
   return false;
+}
+
+// ---- Kueue admission (kueue.h; docs/design/kueue.md 6.2) ----
+
+constexpr const char* kAdmissionConflict = "AdmissionConflict";
+
+// A job labelled kueue.x-k8s.io/queue-name: its Workload first, and nothing else (no Service,
+// ConfigMap, PodGroup or pod) until Kueue admits it. Returns whether the plan ends here (queued,
+// evicted, being resized). A suspended job's Workload is inactive; Suspend() holds the job.
+bool Planner::QueueAdmission(bool suspended) {
+  if (!object_.job || kueue::QueueName(job()).empty()) return false;
+  const std::string queue = kueue::QueueName(job());
+  if (!observed_.kueue.served) {
+    Fail("KueueUnavailable", std::string("metadata.labels[\"") + kueue::kQueueLabel + "\"] queues the job in LocalQueue " +
+                                 queue + ", but this cluster does not serve kueue.x-k8s.io/v1beta2 Workloads: install "
+                                 "Kueue (then restart the operator), or remove the label to run the job without it");
+    FinishedJob();
+    return true;
+  }
+  QueueStatus& q = Queue();
+  q.workload = kueue::WorkloadName(job().name, job().uid);
+  q.local_queue = queue;
+  if (!Wiring()) return true;   // the job failed: it cannot be wired
+  if (!Workload()) return CreateWorkload(suspended);
+  const kueue::WorkloadState state = kueue::ReadWorkloadState(*Workload());
+  if (state.deleting) {
+    // Someone deletes the Workload: the job stops, and queues again with a new one once it is gone.
+    if (state.has_finalizer && NoLivePods()) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), "the Workload is being deleted");
+    return HoldForQueue("WorkloadDeleted", "Workload " + q.workload + " is being deleted; the job queues again once it is gone");
+  }
+  if (state.finished) {
+    Fail("WorkloadFinished", "Kueue finished Workload " + q.workload + " before the job ended: " + state.finished_message);
+    FinishedJob();
+    return true;
+  }
+  if (state.evicted && state.quota_reserved) return StopEvicted(state, suspended);
+  if (ResizeWorkload(state, suspended)) return true;
+  if (!suspended && kueue::DeactivatedElsewhere(*Workload())) {
+    return HoldForQueue("Deactivated", "Workload " + q.workload + " is deactivated (" +
+                                           (state.evicted_message.empty() ? "spec.active is false" : state.evicted_message) +
+                                           "); the job queues again once its spec.active is true");
+  }
+  if (suspended) {
+    if (status().Find(ConditionType::kAdmitted)) SetCondition(ConditionType::kAdmitted, false, "Suspended", "spec.runPolicy.suspend is true");
+    q.state = state.quota_reserved ? "Admitted" : "Queued";
+    return false;
+  }
+  return state.admitted ? StartAdmitted(state) : WaitForAdmission(state);
+}
+
+// The Workload as the job's spec makes it now (its pod sets rendered from the job's pods).
+Json Planner::DesiredWorkload(bool suspended) {
+  return kueue::BuildWorkload(*object_.job, kueue::WorkloadPodSets(*object_.job, *Wiring(), settings_),
+                              observed_.kueue.priority, suspended);
+}
+
+bool Planner::CreateWorkload(bool suspended) {
+  // Kueue trusts spec.priority: the Workload waits for the value of the class the job names.
+  if (const auto ref = kueue::PriorityClassOf(job()); ref && !observed_.kueue.priority) {
+    RequeueAfter(seconds(30));
+    return HoldForQueue("PriorityClassNotFound", ref->kind + " " + ref->name + " (the job's priority) is not found; "
+                                                 "the job queues in Kueue once it exists");
+  }
+  Create(ObjectKind::kKueueWorkload, DesiredWorkload(suspended), "queued in LocalQueue " + Queue().local_queue);
+  if (suspended) return false;
+  return WaitForAdmission(kueue::WorkloadState{});
+}
+
+// A spec change: Kueue's pod sets are immutable while they hold quota. A Workload without quota
+// takes the job's spec in place (its pod sets as the pods would be made now). An admitted job
+// whose pod counts changed is admitted again: its pods go, then its Workload, and a new one queues.
+// Other changes of an admitted job (a template, a new operator's pods) wait for its next
+// admission, as its pods wait for its next run; an admitted elastic job keeps its admission (it
+// runs the workers admitted). Returns whether the plan ends.
+bool Planner::ResizeWorkload(const kueue::WorkloadState& state, bool suspended) {
+  if (state.quota_reserved && !object_.job->spec.elastic && kueue::PodCountsChanged(*Workload(), *object_.job)) {
+    if (NoLivePods()) {
+      if (state.has_finalizer) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), "its pod counts changed");
+      Delete(ObjectKind::kKueueWorkload, Name(*Workload()), "its pod counts changed: Kueue admits the job again");
+    }
+    return HoldForQueue("Resized", "the job's replicas changed while admitted: Kueue admits it again with the new counts");
+  }
+  // Kueue evicts an inactive Workload: spec.runPolicy.suspend first, the rest in the next plan.
+  if (auto toggled = kueue::ActiveForSuspend(*Workload(), suspended)) {
+    UpdateWorkload(std::move(*toggled), suspended ? "suspended" : "resumed");
+    return false;
+  }
+  if (state.quota_reserved || (kueue::PriorityClassOf(job()) && !observed_.kueue.priority)) return false;
+  if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), DesiredWorkload(suspended))) {
+    UpdateWorkload(std::move(*updated), "the job's spec changed");
+  }
+  return false;
+}
+
+// No quota: no pods (an admitted run's are its last: the next admission starts a new run), and
+// the deadline counts from the admission.
+bool Planner::HoldForQueue(const std::string& reason, const std::string& message) {
+  if (status().IsTrue(ConditionType::kAdmitted)) NewRun();
+  SetCondition(ConditionType::kAdmitted, false, reason, message);
+  DeletePods([](const ObservedPod&) { return true; }, message);
+  if (status().Find(ConditionType::kRunning)) SetCondition(ConditionType::kRunning, false, reason, "");
+  ResolveWithoutPods(reason);
+  status().start_time.reset();
+  SetPhase(JobPhase::kPending, message);
+  return true;
+}
+
+bool Planner::WaitForAdmission(const kueue::WorkloadState& state) {
+  QueueStatus& q = Queue();
+  const std::string why = state.pending.empty() ? "waiting for Kueue to admit Workload " + q.workload : state.pending;
+  const std::string message = "queued in LocalQueue " + q.local_queue + ": " + why;
+  const Condition* admitted = status().Find(ConditionType::kAdmitted);
+  if (!admitted || admitted->reason != "Queued") Event("Normal", "Queued", message);
+  q.state = "Queued";
+  q.message = BoundMessage(why);
+  q.cluster_queue.clear();
+  q.flavors.clear();
+  q.admitted_counts.clear();
+  return HoldForQueue("Queued", message);
+}
+
+// Kueue evicted the admitted job (preemption, a stopped queue, a PodsReady timeout, deactivation):
+// its pods go (a new run when it is admitted again), and once none is left but terminating ones
+// the quota is released, which Kueue waits for (design 2.5).
+bool Planner::StopEvicted(const kueue::WorkloadState& state, bool suspended) {
+  QueueStatus& q = Queue();
+  const std::string& reason = state.evicted_reason;
+  if (!suspended) {
+    std::string message = "evicted by Kueue (" + reason + "): " + state.evicted_message;
+    if (reason == "Preempted") {
+      const std::string& preemptor = observed_.kueue.preemptor;
+      const std::string& kueue_says = state.preempted_message.empty() ? state.evicted_message : state.preempted_message;
+      message = preemptor.empty() ? "preempted by Kueue: " + kueue_says
+                                  : "preempted by FleetJob " + preemptor + " in ClusterQueue " + state.cluster_queue + " (" + kueue_says + ")";
+    }
+    if (status().IsTrue(ConditionType::kAdmitted)) {   // this eviction, seen for the first time
+      ++q.evictions;
+      q.last_eviction = QueueStatus::Eviction{reason, BoundMessage(state.evicted_message), WholeSeconds(now_)};
+      Event("Warning", reason == "Preempted" ? "Preempted" : "Evicted", message);
+    }
+    HoldForQueue(reason == "Preempted" ? "Preempted" : "Evicted", message);
+  }
+  q.state = "Evicted";
+  q.message = BoundMessage(state.evicted_message);
+  q.flavors.clear();
+  q.admitted_counts.clear();
+  if (NoLivePods()) EditWorkloadStatus(kueue::QuotaReleaseEdit(state, now_), "evicted, and no pod is left: the quota goes back");
+  return true;
+}
+
+// Admitted: the pods may come, each with the admission (flavors' node labels and tolerations).
+// Returns false: the plan goes on as for any job.
+bool Planner::StartAdmitted(const kueue::WorkloadState& state) {
+  auto admission = std::make_shared<kueue::Admission>(kueue::ReadAdmission(*Workload(), observed_.kueue.flavors));
+  QueueStatus& q = Queue();
+  if (!admission->missing_flavors.empty()) {
+    RequeueAfter(seconds(10));
+    const std::string message = "admitted by ClusterQueue " + admission->cluster_queue + ", but ResourceFlavor " +
+                                JoinStrings(admission->missing_flavors, ", ") + " cannot be read yet";
+    if (status().IsTrue(ConditionType::kAdmitted)) return true;   // its pods run: none is made meanwhile
+    return HoldForQueue("FlavorsUnread", message);
+  }
+  std::string conflict = admission->conflict;
+  for (const RoleSpec& role : job().spec.roles) {
+    Json probe = {{"spec", {{"nodeSelector", ObjectMember(ObjectMember(role.template_, "spec"), "nodeSelector")}}}};
+    if (auto applied = kueue::ApplyAdmission(*admission, role.name, probe); conflict.empty() && !applied) conflict = applied.error();
+  }
+  if (!conflict.empty()) {
+    Fail(kAdmissionConflict, "Kueue's admission of Workload " + q.workload + " cannot apply: " + conflict);
+    FinishedJob();
+    return true;
+  }
+  std::vector<std::string> placed;
+  q.flavors.clear();
+  q.admitted_counts.clear();
+  for (const auto& [name, set] : admission->pod_sets) {
+    q.flavors[name] = set.flavors;
+    q.admitted_counts[name] = set.count;
+    std::vector<std::string> flavors;
+    for (const auto& [resource, flavor] : set.flavors) flavors.push_back(resource + "=" + flavor);
+    placed.push_back(name + ": " + (flavors.empty() ? "no flavor" : JoinStrings(flavors, ", ")));
+  }
+  const RoleSpec& workers = *object_.job->spec.Find(RoleKind::kWorker);
+  const int admitted_workers = q.admitted_counts.count(workers.name) ? q.admitted_counts[workers.name] : workers.replicas;
+  q.state = "Admitted";
+  q.cluster_queue = admission->cluster_queue;
+  q.message = admitted_workers < workers.replicas
+                  ? "admitted " + std::to_string(admitted_workers) + " of " + std::to_string(workers.replicas) +
+                        " workers; the others wait for the next admission"
+                  : "";
+  const std::string summary = "admitted by ClusterQueue " + admission->cluster_queue + " (" + JoinStrings(placed, "; ") + ")";
+  const bool new_admission = !status().IsTrue(ConditionType::kAdmitted);
+  if (new_admission) Event("Normal", "Admitted", summary);
+  SetCondition(ConditionType::kAdmitted, true, "Admitted", summary);
+  admission_ = std::move(admission);
+  SyncPodsReady(state, new_admission);
+  return false;
+}
+
+// The Workload's PodsReady, always (a cluster with waitForPodsReady evicts a job without it):
+// False WaitForStart until every pod of the run is Ready (or done), True Started, then False
+// WaitForRecovery when one is not, True Recovered when all are again (Kueue's jobframework);
+// each admission from WaitForStart.
+void Planner::SyncPodsReady(const kueue::WorkloadState& state, bool new_admission) {
+  const std::string run = std::to_string(status().run);
+  size_t ready = 0;
+  for (const ObservedPod& pod : observed_.pods) {
+    ready += !pod.terminating && pod.run == run && slot_of_.count(pod.name) &&
+             ((pod.phase == PodPhase::kRunning && pod.ready) || pod.phase == PodPhase::kSucceeded);
+  }
+  const bool all = ready == slots_.size();
+  // A new admission's pods start afresh: what PodsReady said of the last one does not count.
+  const Json* current = new_admission ? nullptr : kueue::WorkloadCondition(*Workload(), "PodsReady");
+  const bool was_true = current && StringMember(*current, "status") == "True";
+  const std::string was_reason = current ? StringMember(*current, "reason") : "";
+  std::string reason = all ? (was_reason == "WaitForRecovery" ? "Recovered" : "Started")
+                           : (was_true || was_reason == "WaitForRecovery" ? "WaitForRecovery" : "WaitForStart");
+  if (current && was_true == all && (all || was_reason == reason)) return;
+  const std::string message = all ? "All pods reached readiness and the workload is running"
+                              : reason == "WaitForStart" ? "Not all pods are ready or succeeded"
+                                                         : "At least one pod is not ready, waiting for recovery";
+  EditWorkloadStatus(kueue::StatusEdit({kueue::WorkloadConditionJson("PodsReady", all, reason, message, now_, state.generation)},
+                                       false, {{"Admitted", "True"}}),
+                     "PodsReady " + reason);
+}
+
+// The job ended: its Workload is Finished (Kueue frees the quota), then loses its finalizer.
+void Planner::FinishWorkload() {
+  if (!Workload()) return;
+  const kueue::WorkloadState state = kueue::ReadWorkloadState(*Workload());
+  if (status().queue) status().queue->state = "Finished";
+  if (state.finished) return ReleaseWorkload("the job finished and its Workload is Finished");
+  const Condition* failed = status().Find(ConditionType::kFailed);
+  const std::string reason = status().phase == JobPhase::kSucceeded ? "Succeeded"
+                             : failed && failed->reason == kAdmissionConflict ? "FailedToStart"
+                                                                              : "Failed";
+  const std::string message = status().message.empty() ? "the FleetJob " + reason : status().message;
+  EditWorkloadStatus(kueue::StatusEdit({kueue::WorkloadConditionJson("Finished", true, reason, message, now_, state.generation)}, false),
+                     "the job finished");
+}
+
+// Kueue rescues only Workloads without owners: the operator removes its finalizer itself.
+void Planner::ReleaseWorkload(const std::string& why) {
+  if (Workload() && kueue::ReadWorkloadState(*Workload()).has_finalizer) UpdateWorkload(kueue::WithoutFinalizer(*Workload()), why);
+}
+
+void Planner::EditWorkloadStatus(const Json& edit, const std::string& why) {
+  plan_.actions.push_back({Verb::kUpdateStatus, ObjectKind::kKueueWorkload, Name(*Workload()), edit, why});
 }
 
 void Planner::CreateService() {
@@ -829,7 +1123,7 @@ void Planner::CreateMissingPods(const RunPods& pods) {
   std::shared_ptr<const PodRecipe> recipe;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
-    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_->job, wired_->wiring, status().run, settings_});
+    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_->job, wired_->wiring, status().run, settings_, admission_});
     plan_.actions.push_back({Verb::kCreate, ObjectKind::kPod, slot.name, nullptr, "missing", recipe, slot.ordinal});
   }
 }
@@ -1051,14 +1345,19 @@ Json ObservedPod::Trim(const Json& pod) {
 }
 
 bool WiredJob::For(const FleetJob& other, int port_base, const std::string& domain) const {
+  // Replicas too: an elastic job admitted with fewer workers is wired for those (Planner::job()).
   return job && job->uid == other.uid && job->ns == other.ns && job->name == other.name &&
-         job->generation == other.generation && host_port_base == port_base && cluster_domain == domain;
+         job->generation == other.generation && host_port_base == port_base && cluster_domain == domain &&
+         ReplicaSignature(job->spec) == ReplicaSignature(other.spec);
 }
 
 Json Action::Object() const {
   if (!recipe) return object;
-  return BuildPod(*recipe->job, recipe->wiring->slots().at(static_cast<size_t>(ordinal)), *recipe->wiring, recipe->run,
-                  recipe->settings);
+  const PodSlot& slot = recipe->wiring->slots().at(static_cast<size_t>(ordinal));
+  Json pod = BuildPod(*recipe->job, slot, *recipe->wiring, recipe->run, recipe->settings);
+  // A conflict fails the job before any pod is made (StartAdmitted): none is left here.
+  if (recipe->admission) (void)kueue::ApplyAdmission(*recipe->admission, slot.role->name, pod);
+  return pod;
 }
 
 ReconcilePlan PlanReconcile(const FleetJobObject& job, const FleetJobStatus& status, const Observed& observed,

@@ -118,6 +118,19 @@ TEST(FleetJobSpecTest, AJobManagedElsewhereIsToldApartBeforeItsSpecIsRead) {
   EXPECT_EQ(read->managed_by, kFleetJobController);
 }
 
+// The job's labels are read (a kueue.x-k8s.io/queue-name label queues it in Kueue); values
+// that are not strings, which the API server never stores, are skipped rather than failing the job.
+TEST(FleetJobSpecTest, ReadsTheJobsLabels) {
+  const Json object = {{"metadata", {{"name", "j"}, {"labels", {{"kueue.x-k8s.io/queue-name", "team-a"}, {"odd", 7}}}}},
+                       {"spec", CollectiveSpec()}};
+  auto job = ParseFleetJob(object);
+  ASSERT_TRUE(job.ok()) << job.error();
+  EXPECT_EQ(job->labels, (std::map<std::string, std::string>{{"kueue.x-k8s.io/queue-name", "team-a"}}));
+  auto unlabelled = ParseFleetJob(Json{{"metadata", {{"name", "j"}}}, {"spec", CollectiveSpec()}});
+  ASSERT_TRUE(unlabelled.ok()) << unlabelled.error();
+  EXPECT_TRUE(unlabelled->labels.empty());
+}
+
 TEST(FleetJobSpecTest, ReadsEveryFieldIntoItsMember) {
   auto heter = FleetJobSpec::FromJson(HeterSpec());
   ASSERT_TRUE(heter.ok()) << heter.error();

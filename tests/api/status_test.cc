@@ -38,6 +38,16 @@ FleetJobStatus EveryFieldSet() {
   s.run_replicas = "server=1,worker=4";
   s.replaced_pods = {"uid-a", "uid-b"};
   s.elastic = ElasticStatus{{"wd-worker-0", "wd-worker-2"}, 3, At(4)};
+  QueueStatus& q = s.queue.emplace();
+  q.workload = "fleetjob-wd-1a2b3";
+  q.local_queue = "team-a";
+  q.cluster_queue = "gpu-cq";
+  q.state = "Admitted";
+  q.message = "Quota reserved in ClusterQueue gpu-cq";
+  q.flavors["worker"] = {{"cpu", "default"}, {"nvidia.com/gpu", "a100"}};
+  q.admitted_counts["worker"] = 4;
+  q.evictions = 1;
+  q.last_eviction = QueueStatus::Eviction{"Preempted", "Preempted to accommodate a workload", At(6)};
   return s;
 }
 
@@ -86,7 +96,13 @@ TEST(FleetJobStatusTest, EveryFieldIsWrittenUnderTheCrdsNames) {
       {"heterReady", 5},
       {"runReplicas", "server=1,worker=4"},
       {"replacedPods", {"uid-a", "uid-b"}},
-      {"elastic", {{"members", {"wd-worker-0", "wd-worker-2"}}, {"rendezvous", 3}, {"belowMinimumSince", FormatRfc3339(At(4))}}}};
+      {"elastic", {{"members", {"wd-worker-0", "wd-worker-2"}}, {"rendezvous", 3}, {"belowMinimumSince", FormatRfc3339(At(4))}}},
+      {"queue", {{"workload", "fleetjob-wd-1a2b3"}, {"localQueue", "team-a"}, {"clusterQueue", "gpu-cq"},
+                 {"state", "Admitted"}, {"message", "Quota reserved in ClusterQueue gpu-cq"},
+                 {"flavors", {{"worker", {{"cpu", "default"}, {"nvidia.com/gpu", "a100"}}}}},
+                 {"admittedCounts", {{"worker", 4}}}, {"evictions", 1},
+                 {"lastEviction", {{"reason", "Preempted"}, {"message", "Preempted to accommodate a workload"},
+                                   {"time", FormatRfc3339(At(6))}}}}}};
   EXPECT_EQ(EveryFieldSet().ToJson(), expected);
 }
 
@@ -229,6 +245,17 @@ TEST(FleetJobStatusTest, EveryFieldSurvivesARoundTrip) {
   EXPECT_EQ(back.elastic->members, (std::vector<std::string>{"wd-worker-0", "wd-worker-2"}));
   EXPECT_EQ(back.elastic->rendezvous, 3);
   EXPECT_EQ(back.elastic->below_minimum_since, At(4));
+  ASSERT_TRUE(back.queue.has_value());
+  EXPECT_EQ(back.queue->workload, "fleetjob-wd-1a2b3");
+  EXPECT_EQ(back.queue->local_queue, "team-a");
+  EXPECT_EQ(back.queue->cluster_queue, "gpu-cq");
+  EXPECT_EQ(back.queue->state, "Admitted");
+  EXPECT_EQ(back.queue->flavors.at("worker").at("nvidia.com/gpu"), "a100");
+  EXPECT_EQ(back.queue->admitted_counts.at("worker"), 4);
+  EXPECT_EQ(back.queue->evictions, 1);
+  ASSERT_TRUE(back.queue->last_eviction.has_value());
+  EXPECT_EQ(back.queue->last_eviction->reason, "Preempted");
+  EXPECT_EQ(back.queue->last_eviction->time, At(6));
   EXPECT_TRUE(back.unknown_fields.empty()) << back.unknown_fields.dump();
   EXPECT_EQ(back, EveryFieldSet());
 }
@@ -342,8 +369,9 @@ TEST(NameTableTest, EveryPhaseNameReadsBackAsItsPhase) {
 }
 
 TEST(NameTableTest, EveryConditionTypeNameReadsBackAsItsType) {
-  ExpectNamesReadBack(AllConditionTypes(), 10, ConditionTypeName, ParseConditionType);
+  ExpectNamesReadBack(AllConditionTypes(), 11, ConditionTypeName, ParseConditionType);
   EXPECT_EQ(ConditionTypeName(ConditionType::kWaitingForHostPorts), "WaitingForHostPorts");
+  EXPECT_EQ(ConditionTypeName(ConditionType::kAdmitted), "Admitted");
   EXPECT_EQ(ParseConditionType("Checkpointed"), std::nullopt);
 }
 

@@ -29,6 +29,11 @@ JobBuilder::JobBuilder(std::string name) {
           {"spec", Json::object()}};
 }
 
+JobBuilder& JobBuilder::Label(const std::string& key, const std::string& value) {
+  obj_["metadata"]["labels"][key] = value;
+  return *this;
+}
+
 JobBuilder& JobBuilder::Namespace(const std::string& ns) {
   obj_["metadata"]["namespace"] = ns;
   return *this;

@@ -44,6 +44,7 @@ class JobBuilder {
   explicit JobBuilder(std::string name = "wd");
 
   JobBuilder& Namespace(const std::string& ns);
+  JobBuilder& Label(const std::string& key, const std::string& value);   // metadata.labels
   JobBuilder& Ps(int servers, int workers);                 // spec.server + spec.worker
   JobBuilder& Collective(int workers, int gpus_per_pod = 0);  // spec.worker only
   JobBuilder& Heter(const HeterStage& stage);               // appends to spec.heter

@@ -120,6 +120,9 @@ void World::Apply() {
         else if (!observed.gang_workload) observed.gang_workload = a.object;
         else ++already_exists;
         break;
+      case ObjectKind::kKueueWorkload:
+        ApplyToWorkload(a);
+        break;
     }
   }
 }
@@ -133,6 +136,50 @@ void World::ApplyToNames(const Action& a, std::vector<std::string>& names) {
   } else {
     ++already_exists;
   }
+}
+
+// As the API server: a create of an existing Workload answers AlreadyExists; an update must carry
+// the current resourceVersion (a spec change bumps the generation); a status write is the edit
+// applied to the Workload as it is; a delete of a Workload with finalizers marks it deleted.
+void World::ApplyToWorkload(const Action& a) {
+  std::optional<Json>& workload = observed.kueue.workload;
+  if (a.verb != Verb::kCreate && !workload) {
+    ADD_FAILURE() << "a write of Workload " << a.name << ", which does not exist";
+    return;
+  }
+  switch (a.verb) {
+    case Verb::kCreate:
+      if (workload) {
+        ++already_exists;
+        return;
+      }
+      workload = a.object;
+      (*workload)["metadata"]["uid"] = "workload-uid-" + std::to_string(resource_version_);
+      (*workload)["metadata"]["generation"] = 1;
+      break;
+    case Verb::kUpdate: {
+      EXPECT_EQ(a.object["metadata"].value("resourceVersion", ""), (*workload)["metadata"].value("resourceVersion", "?"))
+          << "a Workload update without the current resourceVersion is a conflict";
+      const bool new_spec = a.object["spec"] != (*workload)["spec"];
+      const int64_t generation = (*workload)["metadata"].value("generation", int64_t{1});
+      workload = a.object;
+      (*workload)["metadata"]["generation"] = generation + (new_spec ? 1 : 0);
+      break;
+    }
+    case Verb::kUpdateStatus:
+      workload = kueue::ApplyStatusEdit(*workload, a.object);
+      ++workload_status_writes;
+      break;
+    case Verb::kDelete:
+      if (!(*workload)["metadata"].value("finalizers", Json::array()).empty()) {
+        (*workload)["metadata"]["deletionTimestamp"] = FormatRfc3339(now);
+      } else {
+        workload.reset();
+        return;
+      }
+      break;
+  }
+  (*workload)["metadata"]["resourceVersion"] = std::to_string(resource_version_++);
 }
 
 const ReconcilePlan& World::Settle(int max_steps) {
@@ -242,8 +289,9 @@ Json Condition(const Json& status, const std::string& type) {
 }
 
 std::string Describe(const ReconcilePlan& plan) {
-  static const char* kVerbs[] = {"create", "update", "delete"};
-  static const char* kKinds[] = {"Pod", "ConfigMap", "Service", "PodGroup", "ServiceAccount", "Role", "RoleBinding", "FleetJob"};
+  static const char* kVerbs[] = {"create", "update", "delete", "update-status"};
+  static const char* kKinds[] = {"Pod",  "ConfigMap",   "Service",  "PodGroup", "ServiceAccount",
+                                 "Role", "RoleBinding", "FleetJob", "Workload (gang)", "Workload (Kueue)"};
   std::ostringstream out;
   for (const Action& a : plan.actions) {
     out << kVerbs[static_cast<int>(a.verb)] << " " << kKinds[static_cast<int>(a.kind)] << " " << a.name << " ("

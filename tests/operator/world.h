@@ -38,6 +38,7 @@ class World {
   std::vector<PlannedEvent> events;   // every event of every plan so far
   bool job_deleted = false;  // a plan deleted the FleetJob (TTL)
   int already_exists = 0;    // creates answered AlreadyExists
+  int workload_status_writes = 0;   // Kueue Workload status edits carried out
   std::vector<std::string> nodes = {"192.168.0.1", "192.168.0.2"};  // hostIPs, round robin
 
   const ReconcilePlan& Reconcile();
@@ -68,6 +69,7 @@ class World {
  private:
   Json* FindPod(const std::string& name);
   void ApplyToNames(const Action& a, std::vector<std::string>& names);   // objects observed by name
+  void ApplyToWorkload(const Action& action);   // into observed.kueue.workload
   int next_ip_ = 1;
   int next_node_ = 0;
   int resource_version_ = 1;

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <initializer_list>
+#include <map>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -165,6 +166,8 @@ struct FleetJob {
   std::string ns;
   std::string uid;
   int64_t generation = 0;
+  // metadata.labels (string values): a job labelled kueue.x-k8s.io/queue-name is queued in Kueue.
+  std::map<std::string, std::string> labels;
   FleetJobSpec spec;
 };
 

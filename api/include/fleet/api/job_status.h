@@ -51,6 +51,7 @@ enum class ConditionType {
   kStalled,              // sidecars report no training progress
   kUnschedulable,        // a pod is Pending past pendingTimeoutSeconds
   kEnvFromFiles,         // lists too long for the env travel as files, for the env loader
+  kAdmitted,             // Kueue admitted the job's Workload (a job labelled kueue.x-k8s.io/queue-name)
 };
 const std::vector<ConditionType>& AllConditionTypes();
 const std::string& ConditionTypeName(ConditionType type);
@@ -88,6 +89,26 @@ struct ElasticStatus {
   std::optional<Time> below_minimum_since;   // fewer than minReplicas members since then
 };
 
+// status.queue: a job queued in Kueue (labelled kueue.x-k8s.io/queue-name), as its Workload says.
+struct QueueStatus {
+  // What ended the job's last admission: the Workload's Evicted condition, when the operator saw it.
+  struct Eviction {
+    std::string reason;                      // Preempted, PodsReadyTimeout, Deactivated, ...
+    std::string message;
+    Time time;
+  };
+  std::string workload;                      // the Workload's name
+  std::string local_queue;
+  std::string cluster_queue;                 // of the current admission ("" while queued)
+  std::string state;                         // Queued | Admitted | Evicted | Finished
+  std::string message;                       // Kueue's, bounded (BoundMessage)
+  // The current admission: per role, the ResourceFlavor of each resource; and its pod counts.
+  std::map<std::string, std::map<std::string, std::string>> flavors;
+  std::map<std::string, int> admitted_counts;
+  int evictions = 0;
+  std::optional<Eviction> last_eviction;
+};
+
 struct FleetJobStatus {
   JobPhase phase = JobPhase::kNone;
   std::string message;                          // written with the phase
@@ -112,6 +133,7 @@ struct FleetJobStatus {
   // Training progress as the sidecars report it (progress.h), with its updateTime.
   std::optional<Progress> progress;
   std::optional<ElasticStatus> elastic;         // spec.elastic jobs
+  std::optional<QueueStatus> queue;             // jobs queued in Kueue
 
   // Kept for round trips (see the top of this file).
   Json unknown_fields = Json::object();

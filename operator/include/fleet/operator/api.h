@@ -31,6 +31,7 @@ using api::ConditionStatus;
 using api::ConditionType;
 using api::ConditionTypeName;
 using api::ElasticStatus;
+using api::QueueStatus;
 using api::FleetJobStatus;
 using api::IsFinished;
 using api::JobPhase;

@@ -137,6 +137,14 @@ class Controller {
   Observed ObserveChildren(const std::string& ns, const std::string& job_name, uint64_t* epoch) const;
   std::optional<Json> GetPodGroup(const FleetJob& job, const std::string& name);
   void ObserveKubernetesGang(const FleetJob& job, Observed& observed);
+  // Kueue (kueue.h): the job's Workload, the flavors its admission names, its priority, its preemptor.
+  void ObserveKueue(const FleetJobObject& object, const std::string& uid, Observed& observed);
+  // A cluster-scoped object by name, cached for a minute (ResourceFlavors, priority classes);
+  // nullopt when not found (or never read).
+  std::optional<Json> LookUp(const kube::Resource& resource, const std::string& name);
+  void ReleaseOrphanedWorkloads(const std::string& ns, const std::string& job_name, const std::string& uid);
+  kube::ApiStatus EditStatus(const kube::Resource& resource, const std::string& ns, const std::string& name,
+                             const Json& edit);
   // HostNetwork: the job's block of host ports, or why it has none (said in its status).
   HostPortBlock AllocateHostPorts(const std::string& key, const FleetJob& job, const FleetJobStatus& status);
   bool CacheIsBehind(const std::string& key, const Json& job);
@@ -174,6 +182,13 @@ class Controller {
   std::map<std::string, JobRecord> records_;   // job key -> what the controller keeps about the job
   uint64_t epoch_ = 0;      // child events observed so far (under mu_)
   std::unique_ptr<ProgressCollector> progress_;   // null: progress is not collected
+  bool kueue_served_ = false;   // the cluster serves kueue.x-k8s.io/v1beta2 Workloads (discovered at start)
+  struct Lookup {
+    std::optional<Json> object;
+    std::chrono::steady_clock::time_point at;
+  };
+  std::mutex lookups_mu_;
+  std::map<std::string, Lookup> lookups_;   // "<plural>/<name>" -> LookUp's answer
   std::atomic<bool> stopping_{false};
   // Every job's pod writes: at most options_.create_concurrency in flight. Declared last: its
   // threads, which call into the members above, are stopped first.

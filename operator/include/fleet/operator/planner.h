@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "fleet/operator/api.h"
+#include "fleet/operator/kueue.h"
 #include "fleet/operator/names.h"
 #include "fleet/operator/progress.h"
 #include "fleet/operator/settings.h"
@@ -24,10 +25,13 @@ namespace fleet::op {
 class JobWiring;
 
 // kPodGroup: the gang's PodGroup (Volcano's, scheduler-plugins' or, with gang Kubernetes,
-// scheduling.k8s.io's); kGangWorkload: gang Kubernetes' scheduling.k8s.io Workload.
+// scheduling.k8s.io's); kGangWorkload: gang Kubernetes' scheduling.k8s.io Workload;
+// kKueueWorkload: Kueue's kueue.x-k8s.io Workload (the unit Kueue admits).
 enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob,
-                        kGangWorkload };
-enum class Verb { kCreate, kUpdate, kDelete };
+                        kGangWorkload, kKueueWorkload };
+// kUpdateStatus: a Kueue Workload's status, as a kueue::StatusEdit the controller applies to the
+// latest Workload it reads (retrying on conflict).
+enum class Verb { kCreate, kUpdate, kDelete, kUpdateStatus };
 
 // What a plan's pod creates are rendered from (BuildPod), shared by them all: the job, its wiring
 // and the run. A plan names the pods it creates by slot instead of carrying them (a 10,000-pod
@@ -38,6 +42,8 @@ struct PodRecipe {
   std::shared_ptr<const JobWiring> wiring;   // built for *job
   int run = 0;
   OperatorSettings settings;
+  // A job queued in Kueue: its admission, added to every pod (kueue::ApplyAdmission); else null.
+  std::shared_ptr<const kueue::Admission> admission;
 };
 
 struct Action {
@@ -178,6 +184,7 @@ struct Observed {
   // The wiring of an earlier plan of this job (ReconcilePlan::wired), reused when it is still
   // the job's; null: built when a plan needs it.
   std::shared_ptr<const WiredJob> wired;
+  kueue::KueueObserved kueue;          // jobs labelled kueue.x-k8s.io/queue-name: their Workload, ...
 };
 
 struct ReconcilePlan {
