@@ -51,6 +51,7 @@ VALUE_SETS = {
                                   "prometheusRule": {"enabled": True},
                                   "grafanaDashboard": {"enabled": True, "namespace": "grafana"}}},
     "no-leader-election": {"leaderElection": {"enabled": False}, "replicaCount": 1},
+    "kueue": {"kueue": {"enabled": True, "multiKueue": True}},
     "custom-images": {"image": {"registry": "registry.example.com:5000", "repository": "ml/fleet-operator",
                                 "digest": "sha256:" + "ab" * 32, "pullPolicy": "Always"},
                       "imagePullSecrets": [{"name": "regcred"}],
@@ -491,6 +492,33 @@ class TestChartRender(ChartTest):
         self.assertIn({**OPERATOR_RULES, **k8s_gang}, tables)
         default = [rule_table(rules) for _scope, rules in grants(self.render("defaults"), sa["namespace"], sa["name"])]
         self.assertIn(OPERATOR_RULES, default)
+
+    def test_kueue_rbac_only_when_enabled(self):
+        # docs/kueue.md: the operator writes Workloads (namespaced, with its other rules) and reads
+        # Kueue's and Kubernetes' cluster-scoped priority and flavor objects; Kueue reads FleetJobs,
+        # and a MultiKueue manager's Kueue also writes them and their status.
+        workloads = {("kueue.x-k8s.io", "workloads"): {"get", "list", "watch", "create", "update", "delete"},
+                     ("kueue.x-k8s.io", "workloads/status"): {"get", "update"}}
+        reader = {("kueue.x-k8s.io", "resourceflavors"): {"get"}, ("kueue.x-k8s.io", "workloadpriorityclasses"): {"get"},
+                  ("scheduling.k8s.io", "priorityclasses"): {"get"}}
+        for scope_values, multi, job_scope in (({}, False, None),
+                                               ({"scope": "namespace", "watchNamespace": "team-a"}, True, "team-a")):
+            with self.subTest(scope=job_scope, multiKueue=multi):
+                values = dict(scope_values, kueue={"enabled": True, "multiKueue": multi})
+                objs = render(values, self.dir, "kueue-%s" % job_scope)[1]
+                sa = one(objs, "ServiceAccount")["metadata"]
+                tables = [(scope, rule_table(rules)) for scope, rules in grants(objs, sa["namespace"], sa["name"])]
+                self.assertIn((job_scope, {**OPERATOR_RULES, **workloads}), tables)
+                self.assertIn((None, reader), tables)
+                kueue = [(scope, rule_table(rules)) for scope, rules in grants(objs, "kueue-system", "kueue-controller-manager")]
+                jobs = {("fleet.paddlepaddle.org", "fleetjobs"): {"get", "list", "watch"}}
+                if multi:
+                    jobs = {("fleet.paddlepaddle.org", "fleetjobs"): {"get", "list", "watch", "update", "patch"},
+                            ("fleet.paddlepaddle.org", "fleetjobs/status"): {"get", "update", "patch"}}
+                self.assertEqual(kueue, [(job_scope, jobs)])
+        defaults = self.render("defaults")
+        self.assertNotIn("kueue.x-k8s.io", json.dumps(by_kind(defaults, "ClusterRole") + by_kind(defaults, "Role")))
+        self.assertEqual(grants(defaults, "kueue-system", "kueue-controller-manager"), [])
 
     def test_monitoring_objects(self):
         objs = self.render("monitoring")

@@ -99,6 +99,16 @@ The leader-election Lease is granted apart, in the release's namespace only.
   resources: [workloads, podgroups]
   verbs: [get, list, watch, create, delete]
 {{- end }}
+{{- if .Values.kueue.enabled }}
+# Kueue admission (docs/kueue.md): the jobs' Workloads, and their status (quota release, PodsReady,
+# Finished). The cluster-scoped objects it reads are granted apart (kueue-rbac.yaml).
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads]
+  verbs: [get, list, watch, create, update, delete]
+- apiGroups: [kueue.x-k8s.io]
+  resources: [workloads/status]
+  verbs: [get, update]
+{{- end }}
 {{- end -}}
 
 {{- define "fleetjob.validate" -}}
