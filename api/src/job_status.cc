@@ -186,7 +186,9 @@ std::map<std::string, std::string> StringMap(const Json& v) {
   return out;
 }
 
-std::optional<QueueStatus> AsQueueStatus(const Json& v) {
+}  // namespace
+
+std::optional<QueueStatus> QueueStatus::FromJson(const Json& v) {
   if (!v.is_object()) return std::nullopt;
   QueueStatus q;
   q.workload = StringOr(v, key::kWorkload);
@@ -210,7 +212,8 @@ std::optional<QueueStatus> AsQueueStatus(const Json& v) {
   return q;
 }
 
-Json QueueStatusJson(const QueueStatus& q) {
+Json QueueStatus::ToJson() const {
+  const QueueStatus& q = *this;
   Json out = {{key::kWorkload, q.workload}, {key::kLocalQueue, q.local_queue}, {key::kState, q.state},
               {key::kEvictions, q.evictions}};
   if (!q.cluster_queue.empty()) out[key::kClusterQueue] = q.cluster_queue;
@@ -223,6 +226,8 @@ Json QueueStatusJson(const QueueStatus& q) {
   }
   return out;
 }
+
+namespace {
 
 // Reads status members into typed fields; each member read is erased from `unread`, so that what
 // remains is what this operator does not know (or cannot read), to be written back as it was.
@@ -324,7 +329,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kReplacedPods, s.replaced_pods, AsStringSet);
   r.Read(key::kProgress, s.progress, AsProgress);
   r.Read(key::kElastic, s.elastic, AsElasticStatus);
-  r.Read(key::kQueue, s.queue, AsQueueStatus);
+  r.Read(key::kQueue, s.queue, QueueStatus::FromJson);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
     for (const Json& c : *conditions) {
@@ -379,7 +384,7 @@ Json FleetJobStatus::ToJson() const {
     if (elastic->below_minimum_since) e[key::kBelowMinimumSince] = FormatRfc3339(*elastic->below_minimum_since);
     out[key::kElastic] = std::move(e);
   }
-  if (queue) out[key::kQueue] = QueueStatusJson(*queue);
+  if (queue) out[key::kQueue] = queue->ToJson();
   return out;
 }
 

@@ -250,6 +250,39 @@ std::string ElasticText(const StatusDocument::Elastic& elastic, int64_t now) {
   return out;
 }
 
+// A job queued in Kueue: where it waits and why, or who admitted it with which flavors, and what
+// evicted it last.
+std::string QueueText(const api::QueueStatus& queue, int64_t now) {
+  std::string state;
+  if (queue.state == "Admitted") {
+    std::string placed;
+    for (const auto& [role, count] : queue.admitted_counts) {
+      std::vector<std::string> flavors;
+      if (auto it = queue.flavors.find(role); it != queue.flavors.end()) {
+        for (const auto& [resource, flavor] : it->second) {
+          if (std::find(flavors.begin(), flavors.end(), flavor) == flavors.end()) flavors.push_back(flavor);
+        }
+      }
+      placed += (placed.empty() ? "" : ", ") + role + " " + std::to_string(count) +
+                (flavors.empty() ? "" : " on " + JoinStrings(flavors, "+"));
+    }
+    state = "admitted by ClusterQueue " + queue.cluster_queue + (placed.empty() ? "" : " (" + placed + ")");
+  } else {
+    state = (queue.state.empty() ? std::string("-") : queue.state) + " in LocalQueue " + queue.local_queue +
+            (queue.message.empty() ? "" : ": " + queue.message);
+  }
+  std::string out = "\nQueue:\n  State:       " + Printable(state) + "\n  Workload:    " + Printable(queue.workload) + "\n";
+  if (queue.evictions > 0) {
+    std::string evictions = std::to_string(queue.evictions);
+    if (const auto& last = queue.last_eviction) {
+      evictions += ", the last " + Ago(FormatRfc3339(last->time), now) + " ago: " + last->reason +
+                   (last->message.empty() ? "" : " (" + last->message + ")");
+    }
+    out += "  Evictions:   " + Printable(evictions) + "\n";
+  }
+  return out;
+}
+
 // The pods not Running or Succeeded, by name, with why.
 std::vector<StatusDocument::WaitingPod> PodsNotRunning(const Json& pods) {
   std::vector<const Json*> sorted;
@@ -380,6 +413,7 @@ StatusDocument StatusDocument::Of(const Json& job, const Json& pods, const Json&
                         Raw(elastic, "etcdEndpoint"), observed.members, observed.rendezvous,
                         TimeText(observed.below_minimum_since)};
   }
+  d.queue = status.queue;
   d.pods_not_running = PodsNotRunning(pods);
   d.events = RecentEvents(events, max_events);
   return d;
@@ -401,6 +435,7 @@ Json StatusDocument::ToJson() const {
                       {"members", elastic->members}, {"rendezvous", elastic->rendezvous},
                       {"belowMinimumSince", elastic->below_minimum_since}};
   }
+  if (queue) doc["queue"] = queue->ToJson();
   for (const WaitingPod& p : pods_not_running) doc["podsNotRunning"].push_back({{"pod", p.pod}, {"phase", p.phase}, {"why", p.why}});
   for (const Event& e : events) {
     doc["events"].push_back({{"type", e.type}, {"reason", e.reason}, {"message", e.message}, {"count", e.count},
@@ -436,6 +471,7 @@ StatusDocument StatusDocument::FromJson(const Json& doc) {
     }
     d.elastic = std::move(elastic);
   }
+  d.queue = api::QueueStatus::FromJson(MemberOrNull(doc, "queue"));
   for (const Json& p : ArrayMember(doc, "podsNotRunning")) d.pods_not_running.push_back({Raw(p, "pod"), Raw(p, "phase"), Raw(p, "why")});
   for (const Json& e : ArrayMember(doc, "events")) {
     d.events.push_back({Raw(e, "type"), Raw(e, "reason"), Raw(e, "message"), Int(e, "count"), Raw(e, "lastTimestamp")});
@@ -462,6 +498,7 @@ std::string StatusText(const StatusDocument& d, int64_t now) {
 
   out += ProgressText(d.progress.is_object() ? std::optional(api::Progress::FromJson(d.progress)) : std::nullopt, now);
   if (d.elastic) out += ElasticText(*d.elastic, now);
+  if (d.queue) out += QueueText(*d.queue, now);
 
   std::vector<std::vector<std::string>> roles = {{"ROLE", "REPLICAS", "ACTIVE", "READY", "SUCCEEDED", "FAILED"}};
   for (const StatusDocument::Role& r : d.roles) {

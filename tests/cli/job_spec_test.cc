@@ -153,7 +153,7 @@ TEST(FleetctlJobSpecTest, BadValuesAreNamed) {
   EXPECT_EQ(ErrorOf(o), "--restart_policy=Always: expected one of Never, OnFailure, ExitCode");
   o = Options();
   o.gang = "kueue";
-  EXPECT_EQ(ErrorOf(o), "--gang=kueue: expected one of None, Volcano, SchedulerPlugins");
+  EXPECT_EQ(ErrorOf(o), "--gang=kueue: expected one of None, Volcano, SchedulerPlugins, Kubernetes");
   o = Options();
   o.queue = "q";
   EXPECT_EQ(ErrorOf(o), "--queue needs --gang=Volcano");

@@ -141,6 +141,42 @@ TEST(FleetctlRenderTest, StatusOfAnElasticJob) {
   EXPECT_NE(text.find("  Workers:     1 of 2..4, 0 rendezvous\n  Members:     e-worker-1\n"), std::string::npos) << text;
 }
 
+// A job queued in Kueue: where it waits and why; once admitted, by which ClusterQueue with which
+// flavors; and what evicted it last.
+TEST(FleetctlRenderTest, StatusOfAJobQueuedInKueue) {
+  Json job = Json::parse(R"({"metadata": {"name": "q"}, "spec": {"mode": "collective", "worker": {"replicas": 3}},
+    "status": {"phase": "Pending", "queue": {"workload": "fleetjob-q-1a2b3", "localQueue": "gpu", "state": "Queued",
+      "message": "couldn't assign flavors to pod set worker: insufficient unused quota for nvidia.com/gpu in flavor a100, 2 more needed",
+      "evictions": 0}}})");
+  Json doc = StatusDocument::Of(job, Json::array(), Json::array(), 10).ToJson();
+  EXPECT_EQ(StatusDocument::FromJson(doc).ToJson(), doc);
+  std::string text = StatusText(StatusDocument::FromJson(doc), kNow);
+  EXPECT_NE(text.find("Queue:\n"
+                      "  State:       Queued in LocalQueue gpu: couldn't assign flavors to pod set worker: insufficient "
+                      "unused quota for nvidia.com/gpu in flavor a100, 2 more needed\n"
+                      "  Workload:    fleetjob-q-1a2b3\n"), std::string::npos) << text;
+  EXPECT_EQ(text.find("Evictions:"), std::string::npos) << text;
+
+  job["status"]["queue"] = Json::parse(R"({"workload": "fleetjob-q-1a2b3", "localQueue": "gpu", "state": "Admitted",
+    "clusterQueue": "gpu-pool", "flavors": {"worker": {"cpu": "default", "nvidia.com/gpu": "a100"}},
+    "admittedCounts": {"worker": 3}, "evictions": 1,
+    "lastEviction": {"reason": "Preempted", "message": "preempted by FleetJob team-b/urgent", "time": "2023-11-14T22:12:20Z"}})");
+  doc = StatusDocument::Of(job, Json::array(), Json::array(), 10).ToJson();
+  EXPECT_EQ(StatusDocument::FromJson(doc).ToJson(), doc);
+  text = StatusText(StatusDocument::FromJson(doc), kNow);
+  EXPECT_NE(text.find("  State:       admitted by ClusterQueue gpu-pool (worker 3 on default+a100)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("  Evictions:   1, the last 60s ago: Preempted (preempted by FleetJob team-b/urgent)\n"), std::string::npos)
+      << text;
+
+  // Control characters in Kueue's text are shown escaped, not sent to the terminal.
+  job["status"]["queue"]["state"] = "Queued";
+  job["status"]["queue"]["message"] = "quota\u001b[2J";
+  text = StatusText(StatusDocument::Of(job, Json::array(), Json::array(), 10), kNow);
+  EXPECT_EQ(text.find('\x1b'), std::string::npos) << text;
+  EXPECT_EQ(StatusText(StatusDocument::Of(Job("j", "Running"), Json::array(), Json::array(), 10), kNow).find("Queue:"),
+            std::string::npos);
+}
+
 TEST(FleetctlRenderTest, StatusOfAJobTheOperatorHasNotSeen) {
   const StatusDocument status = StatusDocument::Of(Json::parse(R"({"metadata": {"name": "new"}, "spec": {"worker": {"replicas": 1}}})"),
                                   Json::array(), Json::array(), 10);

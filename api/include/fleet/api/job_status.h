@@ -107,6 +107,10 @@ struct QueueStatus {
   std::map<std::string, int> admitted_counts;
   int evictions = 0;
   std::optional<Eviction> last_eviction;
+
+  // status.queue; nullopt when it is not an object (members of the wrong type read as unset).
+  static std::optional<QueueStatus> FromJson(const Json& queue);
+  Json ToJson() const;
 };
 
 struct FleetJobStatus {

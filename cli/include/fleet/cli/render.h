@@ -94,6 +94,7 @@ struct StatusDocument {
   Json progress;
   Json conditions = Json::array();
   std::optional<Elastic> elastic;
+  std::optional<api::QueueStatus> queue;   // status.queue: a job queued in Kueue
   std::vector<WaitingPod> pods_not_running;
   std::vector<Event> events;
 
