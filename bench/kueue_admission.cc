@@ -16,7 +16,7 @@
 // baseline. Every milestone comes from a watch, as in operator_scale (polling would load the fake).
 // Without Kueue's CRDs (/work/shared/kueue/crds, or $FLEET_KUEUE_CRDS) only the baseline runs.
 //
-// usage: kueue_admission [workers=990] [servers=10] [repetitions=3] [latency_ms=2]
+// usage: kueue_admission [workers=990] [servers=10] [repetitions=5] [latency_ms=2]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -316,7 +316,7 @@ void Run(int servers, int workers, int repetitions, int latency_ms) {
 int main(int argc, char** argv) {
   const int workers = Arg(argc, argv, 1, 990);
   const int servers = Arg(argc, argv, 2, 10);
-  const int repetitions = std::max(1, Arg(argc, argv, 3, 3));
+  const int repetitions = std::max(1, Arg(argc, argv, 3, 5));
   const int latency_ms = Arg(argc, argv, 4, 2);
   Run(servers, workers, repetitions, latency_ms);
   return 0;
