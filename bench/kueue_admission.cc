@@ -13,7 +13,7 @@
 //
 // Each runs in its own namespace, one after the other (alternating which goes first), each once
 // the previous one runs; the numbers are the medians over the repetitions, and the ratio queued /
-// baseline. Every milestone comes from a watch, as in operator_scale (polling would load the fake).
+// baseline (of the medians, and each run's own). Every milestone comes from a watch, as in operator_scale (polling would load the fake).
 // Without Kueue's CRDs (/work/shared/kueue/crds, or $FLEET_KUEUE_CRDS) only the baseline runs.
 //
 // usage: kueue_admission [workers=990] [servers=10] [repetitions=5] [latency_ms=2]
@@ -153,7 +153,8 @@ void CreateOrExit(Client& client, const Resource& resource, const std::string& n
   }
 }
 
-// Watches started before t0 report from t0 on (the watch of a job's pods, Workload, phase).
+// Lets the watches of a job's milestones open before the job is created: a watch that opened later
+// would date what it finds by its opening, not by the event.
 void LetWatchesStart() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
 
 struct Baseline {
