@@ -661,7 +661,9 @@ TEST_F(FleetrunE2E, PsServerFailureStopsTheJob) {
 
 // A PS job whose processes never listen: servers and trainers just wait (Paddle's trainers wait for
 // their servers without limit). LISTEN=1: servers listen on their port (python3), trainers exit 0
-// after 3.5 s, when fleetrun has seen the servers listen (it checks every second).
+// after 6 s, past the test's --server_timeout=5, by when fleetrun has seen the servers listen (it
+// checks every second). (Python's start-up on a loaded machine took over 2 s: a shorter timeout made
+// the test fail for the machine's load, not for fleetrun.)
 constexpr char kQuietPsSh[] = R"SH(#!/bin/sh
 if [ "$TRAINING_ROLE" = PSERVER ] && [ -n "$LISTEN" ]; then
   exec python3 -c 'import socket, sys, time
@@ -670,7 +672,7 @@ s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(8)
 time.sleep(1000)' "$PADDLE_PORT"
 fi
-[ "$TRAINING_ROLE" = TRAINER ] && [ -n "$LISTEN" ] && exec sleep 3.5
+[ "$TRAINING_ROLE" = TRAINER ] && [ -n "$LISTEN" ] && exec sleep 6
 exec sleep 1000
 )SH";
 
@@ -690,7 +692,7 @@ TEST_F(FleetrunE2E, PsServerThatNeverListensStopsTheJobAfterTheServerTimeout) {
 TEST_F(FleetrunE2E, PsServersThatListenAreNotStoppedByTheServerTimeout) {
   if (::access("/usr/bin/python3", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/python3";
   WriteFile(work_ / "quiet.sh", kQuietPsSh, 0755);
-  const Outcome o = Run({"--server_num=2", "--worker_num=1", "--server_timeout=2", "./quiet.sh"}, {{"LISTEN", "1"}});
+  const Outcome o = Run({"--server_num=2", "--worker_num=1", "--server_timeout=5", "./quiet.sh"}, {{"LISTEN", "1"}});
   EXPECT_EQ(o.code, 0) << Describe(o);
   EXPECT_THAT(o.err, Not(HasSubstr("did not accept")));
 }
