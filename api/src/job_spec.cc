@@ -520,6 +520,27 @@ Status ResolveMode(std::optional<JobMode> mode, FleetJobSpec& s) {
   return OkStatus();
 }
 
+Status ParseNetworkTopology(const Json& scheduling, Scheduling& s) {
+  if (!scheduling.contains("networkTopology") || scheduling["networkTopology"].is_null()) return OkStatus();
+  if (s.gang != GangScheduler::kVolcano) {
+    return Error{"spec.scheduling.networkTopology: network topologies are Volcano's (its HyperNodes); set "
+                 "spec.scheduling.gang to Volcano, or with Kueue use its podset-*-topology annotations"};
+  }
+  if (!scheduling["networkTopology"].is_object()) return Error{"spec.scheduling.networkTopology: must be an object"};
+  FieldReader nt(scheduling["networkTopology"], "spec.scheduling.networkTopology");
+  NetworkTopology topology;
+  nt.String("mode", topology.mode);
+  int tier = 0;
+  nt.Int("highestTierAllowed", 0, 1000, tier);
+  if (!nt.error().empty()) return Error{nt.error()};
+  if (topology.mode != "hard" && topology.mode != "soft") {
+    return Error{"spec.scheduling.networkTopology.mode: must be hard or soft, got \"" + topology.mode + "\""};
+  }
+  if (nt.Has("highestTierAllowed")) topology.highest_tier_allowed = tier;
+  s.network_topology = topology;
+  return OkStatus();
+}
+
 Status ParseScheduling(const Json& spec, FleetJobSpec& s) {
   if (!spec.contains("scheduling")) return OkStatus();
   FieldReader sc(spec["scheduling"], "spec.scheduling");
@@ -530,7 +551,7 @@ Status ParseScheduling(const Json& spec, FleetJobSpec& s) {
   if (!s.scheduling.queue.empty() && s.scheduling.gang != GangScheduler::kVolcano) {
     return Error{"spec.scheduling.queue: queues are Volcano's; set spec.scheduling.gang to Volcano"};
   }
-  return OkStatus();
+  return ParseNetworkTopology(spec["scheduling"], s.scheduling);
 }
 
 Status ParseSidecar(const Json& spec, FleetJobSpec& s) {
@@ -610,10 +631,17 @@ Json RunPolicyToJson(const RunPolicy& p) {
   return out;
 }
 
+Json NetworkTopologyToJson(const NetworkTopology& nt) {
+  Json out = {{"mode", nt.mode}};
+  if (nt.highest_tier_allowed) out["highestTierAllowed"] = *nt.highest_tier_allowed;
+  return out;
+}
+
 Json SchedulingToJson(const Scheduling& sc) {
   Json out = {{"gang", NameOf(sc.gang)}};
   if (!sc.queue.empty()) out["queue"] = sc.queue;
   if (!sc.priority_class_name.empty()) out["priorityClassName"] = sc.priority_class_name;
+  if (sc.network_topology) out["networkTopology"] = NetworkTopologyToJson(*sc.network_topology);
   return out;
 }
 

@@ -3,6 +3,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cstdio>
 #include <set>
 
@@ -91,12 +92,20 @@ void MergeStrings(const Json& add, std::map<std::string, std::string>& into) {
   }
 }
 
+// The pod set of the Workload's spec named `pod_set`, or an empty object.
+const Json& PodSetSpec(const Json& workload, const std::string& pod_set) {
+  static const Json kNone = Json::object();
+  for (const Json& p : ArrayMember(ObjectMember(workload, "spec"), "podSets")) {
+    if (StringMember(p, "name") == pod_set) return p;
+  }
+  return kNone;
+}
+
 // The pod set's spec count in the Workload (an assignment without a count admits all of them).
 int SpecCount(const Json& workload, const std::string& pod_set) {
-  for (const Json& p : ArrayMember(ObjectMember(workload, "spec"), "podSets")) {
-    if (StringMember(p, "name") == pod_set) return MemberAs(p, "count", AsInt<int>).value_or(1);
-  }
-  return 0;
+  const Json& p = PodSetSpec(workload, pod_set);
+  if (p.empty()) return 0;
+  return MemberAs(p, "count", AsInt<int>).value_or(1);
 }
 
 }  // namespace
@@ -131,6 +140,7 @@ Json WorkloadPodSets(const FleetJob& job, const JobWiring& wiring, const Operato
     if (first == slots.end()) continue;
     Json set = {{"name", role.name}, {"count", role.replicas},
                 {"template", PodSetTemplate(BuildPod(job, *first, wiring, 0, settings))}};
+    if (auto topology = TopologyRequest(role.template_)) set["topologyRequest"] = std::move(*topology);
     // An elastic job runs from its minimum of workers: Kueue may admit fewer (partial admission).
     if (role.kind == RoleKind::kWorker && job.spec.elastic && job.spec.elastic->min_replicas < role.replicas) {
       set["minCount"] = job.spec.elastic->min_replicas;
@@ -138,6 +148,34 @@ Json WorkloadPodSets(const FleetJob& job, const JobWiring& wiring, const Operato
     sets.push_back(std::move(set));
   }
   return sets;
+}
+
+std::optional<Json> TopologyRequest(const Json& pod_template) {
+  const Json& annotations = ObjectMember(ObjectMember(pod_template, "metadata"), "annotations");
+  const auto value = [&](const char* key) { return MemberAs(annotations, key, AsString); };
+  Json request = {{"podIndexLabel", kIndexLabel}};
+  if (auto required = value(kRequiredTopologyAnnotation)) {
+    request["required"] = *required;
+  } else if (auto preferred = value(kPreferredTopologyAnnotation)) {
+    request["preferred"] = *preferred;
+  } else if (auto unconstrained = value(kUnconstrainedTopologyAnnotation)) {
+    // Go's strconv.ParseBool, which Kueue reads it with.
+    static const std::set<std::string> kTrue = {"1", "t", "T", "TRUE", "true", "True"};
+    request["unconstrained"] = kTrue.count(*unconstrained) > 0;
+  }
+  auto slice_topology = value(kSliceRequiredTopologyAnnotation);
+  const std::string slice_size = value(kSliceSizeAnnotation).value_or("");
+  int32_t size = 0;
+  const auto parsed = std::from_chars(slice_size.data(), slice_size.data() + slice_size.size(), size);
+  if (slice_topology && parsed.ec == std::errc() && parsed.ptr == slice_size.data() + slice_size.size() && size > 0) {
+    request["podSetSliceRequiredTopology"] = *slice_topology;
+    request["podSetSliceSize"] = size;
+  }
+  if (auto group = value(kPodSetGroupNameAnnotation); group && (request.contains("required") || request.contains("preferred"))) {
+    request["podSetGroupName"] = *group;
+  }
+  if (request.size() == 1) return std::nullopt;   // the rank label alone: nothing was asked
+  return request;
 }
 
 std::string PodSetsHash(const Json& pod_sets) {
@@ -317,6 +355,15 @@ Admission ReadAdmission(const Json& workload, const std::map<std::string, Json>&
         MergeStrings(ObjectMember(update, "annotations"), p.annotations);
       }
     }
+    if (a.contains("topologyAssignment")) {
+      p.topology_gated = true;
+      // Implicit TAS (the flavor names a Topology, the pod set asked none): Kueue's FromAssignment
+      // marks the pods unconstrained, which its ungater needs to find them.
+      const Json& request = ObjectMember(PodSetSpec(workload, p.name), "topologyRequest");
+      if (!request.contains("required") && !request.contains("preferred") && !request.contains("unconstrained")) {
+        p.annotations[kUnconstrainedTopologyAnnotation] = "true";
+      }
+    }
     p.labels[kPodSetLabel] = p.name;
     // Kueue's AssignQueueLabelsForPods (Beta, on by default).
     p.labels[kLocalQueueLabel] = StringMember(ObjectMember(workload, "spec"), "queueName");
@@ -348,6 +395,12 @@ Status ApplyAdmission(const Admission& admission, const std::string& pod_set, Js
     Json& tolerations = spec["tolerations"];
     if (!tolerations.is_array()) tolerations = Json::array();
     AppendTolerations(p.tolerations, tolerations);
+  }
+  if (p.topology_gated) {
+    Json& gates = spec["schedulingGates"];
+    if (!gates.is_array()) gates = Json::array();
+    const Json gate = {{"name", kTopologyGate}};
+    if (std::find(gates.begin(), gates.end(), gate) == gates.end()) gates.push_back(gate);
   }
   Json& meta = pod["metadata"];
   for (const auto& [key, value] : p.labels) meta["labels"][key] = value;

@@ -1262,13 +1262,14 @@ void Planner::CountPods() {
   status().heter_ready = heter_ready;
 }
 
-// Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason.
+// Pods the scheduler cannot place: after pendingTimeoutSeconds, a condition quoting its reason
+// (not a gated pod: no scheduler has tried to place it yet).
 void Planner::CheckPending(const RunPods& pods) {
   const seconds timeout(job().spec.run_policy.pending_timeout_seconds);
   std::string stuck;
   for (const PodSlot& slot : slots_) {   // in slot order: the same pod is quoted every time
     const ObservedPod* pod = pods.Find(slot);
-    if (!pod || pod->phase != PodPhase::kPending || !pod->pod_ip.empty()) continue;
+    if (!pod || pod->phase != PodPhase::kPending || !pod->pod_ip.empty() || pod->gated) continue;
     const std::optional<Time>& created = pod->created;
     if (!created) continue;
     if (now_ - *created < timeout) {
@@ -1305,6 +1306,8 @@ ObservedPod ObservedPod::Read(const Json& pod) {
     if (type == "Ready" && !ready_seen) {
       ready_seen = true;
       out.ready = value == "True";
+    } else if (type == "PodScheduled" && value == "False" && StringMember(c, "reason") == "SchedulingGated") {
+      out.gated = true;
     } else if (type == "PodScheduled" && value == "False") {
       out.unschedulable = StringMember(c, "reason") + ": " + StringMember(c, "message");
     } else if (type == kProgressConditionType && value == "False" && StringMember(c, "reason") == "Stalled" && !out.stalled) {

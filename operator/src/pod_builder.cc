@@ -436,6 +436,10 @@ Json BuildPodGroup(const FleetJob& job) {
   Json spec = {{"minMember", GangMinimum(job.spec)}};
   if (volcano && !job.spec.scheduling.queue.empty()) spec["queue"] = job.spec.scheduling.queue;
   if (!job.spec.scheduling.priority_class_name.empty()) spec["priorityClassName"] = job.spec.scheduling.priority_class_name;
+  if (const auto& topology = job.spec.scheduling.network_topology; volcano && topology) {
+    spec["networkTopology"] = {{"mode", topology->mode}};
+    if (topology->highest_tier_allowed) spec["networkTopology"]["highestTierAllowed"] = *topology->highest_tier_allowed;
+  }
   return {{"apiVersion", volcano ? "scheduling.volcano.sh/v1beta1" : "scheduling.x-k8s.io/v1alpha1"},
           {"kind", "PodGroup"},
           {"metadata", ChildMeta(job, PodGroupName(job.name))},

@@ -45,7 +45,8 @@ Json CollectiveSpec() {
                       {"template", PodTemplate("paddlepaddle/paddle:2.6.1-gpu-cuda12.0-cudnn8.9-trt8.6",
                                                {"python", "-m", "paddle.distributed.launch", "train.py"}, 4)}}},
           {"runPolicy", FullRunPolicy()},
-          {"scheduling", {{"gang", "Volcano"}, {"queue", "research"}, {"priorityClassName", "high"}}},
+          {"scheduling", {{"gang", "Volcano"}, {"queue", "research"}, {"priorityClassName", "high"},
+                          {"networkTopology", {{"mode", "soft"}, {"highestTierAllowed", 2}}}}},
           {"sidecar", FullSidecar()},
           {"managedBy", kFleetJobController}};
 }
@@ -269,6 +270,23 @@ TEST(NameListTest, ListsATablesNamesAsHelpTextsDo) {
                 Names<GangScheduler>().back().first.size(),
             gangs.size())
       << gangs;
+}
+
+// Volcano's network topology: read with its checks, and only with gang Volcano.
+TEST(FleetJobSpecTest, ANetworkTopologyIsVolcanosAndItsFieldsAreChecked) {
+  auto read = FleetJobSpec::FromJson(CollectiveSpec());
+  ASSERT_TRUE(read.ok()) << read.error();
+  ASSERT_TRUE(read->scheduling.network_topology.has_value());
+  EXPECT_EQ(read->scheduling.network_topology->mode, "soft");
+  EXPECT_EQ(read->scheduling.network_topology->highest_tier_allowed, 2);
+  Json spec = CollectiveSpec();
+  spec["scheduling"] = {{"gang", "SchedulerPlugins"}, {"networkTopology", {{"mode", "hard"}}}};
+  EXPECT_THAT(FleetJobSpec::FromJson(spec).error(),
+              HasSubstr("spec.scheduling.networkTopology: network topologies are Volcano's"));
+  spec["scheduling"] = {{"gang", "Volcano"}, {"networkTopology", {{"mode", "strict"}}}};
+  EXPECT_EQ(FleetJobSpec::FromJson(spec).error(), "spec.scheduling.networkTopology.mode: must be hard or soft, got \"strict\"");
+  spec["scheduling"] = {{"gang", "Volcano"}, {"networkTopology", {{"highestTierAllowed", -1}}}};
+  EXPECT_THAT(FleetJobSpec::FromJson(spec).error(), HasSubstr("spec.scheduling.networkTopology.highestTierAllowed: must be between 0"));
 }
 
 }  // namespace

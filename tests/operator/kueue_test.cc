@@ -500,5 +500,95 @@ TEST(KueueWorkloadTest, TheQuotaReleaseAppliesOnlyToAWorkloadStillEvicted) {
   EXPECT_EQ(kueue::ApplyStatusEdit(readmitted, release), readmitted);
 }
 
+
+// ---- topology-aware scheduling (design 4) ----
+
+constexpr char kBlockLabel[] = "cloud.example.com/block";
+
+// Kueue's TAS assignment of every pod of `pod_set` to one block (added to Admit's admission).
+void AssignTopology(World& world, const std::string& pod_set) {
+  for (Json& a : (*world.observed.kueue.workload)["status"]["admission"]["podSetAssignments"]) {
+    if (a["name"] != pod_set) continue;
+    a["topologyAssignment"] = {{"levels", {kBlockLabel}},
+                               {"slices", {{{"domainCount", 1}, {"valuesPerLevel", {{{"universal", "b1"}}}},
+                                            {"podCounts", {{"universal", 2}}}}}}};
+  }
+}
+
+TEST(KueueTest, ATemplatesTopologyAnnotationsAskTheirPodSetsTopologyByRank) {
+  World world(QueuedJob()
+                  .Set("/spec/worker/template/metadata/annotations",
+                       {{kueue::kRequiredTopologyAnnotation, kBlockLabel},
+                        {kueue::kSliceRequiredTopologyAnnotation, "kubernetes.io/hostname"},
+                        {kueue::kSliceSizeAnnotation, "2"}})
+                  .Obj());
+  const Action* create = FindAction(world.Step(), Verb::kCreate, ObjectKind::kKueueWorkload, kWorkload);
+  ASSERT_NE(create, nullptr);
+  EXPECT_EQ(create->object["spec"]["podSets"][0]["topologyRequest"],
+            (Json{{"required", kBlockLabel}, {"podIndexLabel", kIndexLabel},
+                  {"podSetSliceRequiredTopology", "kubernetes.io/hostname"}, {"podSetSliceSize", 2}}));
+
+  // Preferred and unconstrained as Kueue reads them; no annotation: no request.
+  EXPECT_EQ(kueue::TopologyRequest({{"metadata", {{"annotations", {{kueue::kPreferredTopologyAnnotation, kBlockLabel}}}}}}),
+            (Json{{"preferred", kBlockLabel}, {"podIndexLabel", kIndexLabel}}));
+  EXPECT_EQ(kueue::TopologyRequest({{"metadata", {{"annotations", {{kueue::kUnconstrainedTopologyAnnotation, "true"}}}}}}),
+            (Json{{"unconstrained", true}, {"podIndexLabel", kIndexLabel}}));
+  EXPECT_EQ(kueue::TopologyRequest({{"metadata", {{"annotations", {{"team", "search"}}}}}}), std::nullopt);
+  World plain(QueuedJob().Obj());
+  create = FindAction(plain.Step(), Verb::kCreate, ObjectKind::kKueueWorkload, kWorkload);
+  ASSERT_NE(create, nullptr);
+  EXPECT_FALSE(create->object["spec"]["podSets"][0].contains("topologyRequest"));
+}
+
+TEST(KueueTest, ATopologyAssignmentGatesThePodsForKueueToPlaceByRank) {
+  World world(QueuedJob().Set("/spec/worker/template/metadata/annotations", {{kueue::kRequiredTopologyAnnotation, kBlockLabel}}).Obj());
+  world.Step();
+  Admit(world);
+  AssignTopology(world, "worker");
+  world.Step();
+  ASSERT_EQ(world.pods.size(), 2u);
+  for (int rank = 0; rank < 2; ++rank) {
+    const Json& pod = world.Pod("wd-worker-" + std::to_string(rank));
+    EXPECT_EQ(pod["spec"]["schedulingGates"], (Json::array({{{"name", kueue::kTopologyGate}}}))) << pod.dump();
+    EXPECT_EQ(pod["metadata"]["labels"][kIndexLabel], std::to_string(rank)) << "the rank Kueue's ungater reads";
+    EXPECT_EQ(pod["metadata"]["annotations"][kueue::kRequiredTopologyAnnotation], kBlockLabel);
+    EXPECT_EQ(pod["metadata"]["annotations"][kueue::kWorkloadAnnotation], kWorkload);
+    EXPECT_EQ(pod["metadata"]["labels"][kueue::kPodSetLabel], "worker");
+    // The flavor's node label, and no topology one: Kueue's ungater adds the block's.
+    EXPECT_EQ(pod["spec"]["nodeSelector"], (Json{{kGpuNodeLabel, "a100"}}));
+  }
+
+  // Gated pods wait for Kueue, not for the scheduler: past the pending timeout they are no problem.
+  for (Json& pod : world.pods) {
+    pod["status"]["conditions"] = {{{"type", "PodScheduled"}, {"status", "False"}, {"reason", "SchedulingGated"},
+                                    {"message", "Scheduling is blocked due to non-empty scheduling gates"}}};
+  }
+  world.Advance(3600);
+  const ReconcilePlan& waiting = world.Step();
+  const Json unschedulable = Condition(waiting.status.ToJson(), "Unschedulable");
+  EXPECT_TRUE(unschedulable.is_null() || unschedulable["status"] == "False") << unschedulable.dump();
+}
+
+TEST(KueueTest, ImplicitTopologyMarksThePodsUnconstrainedAndNoAssignmentGatesNothing) {
+  // The flavor names a Topology and the job asked none: Kueue assigns one anyway.
+  World implicit(QueuedJob().Obj());
+  implicit.Step();
+  Admit(implicit);
+  AssignTopology(implicit, "worker");
+  implicit.Step();
+  ASSERT_FALSE(implicit.pods.empty());
+  for (const Json& pod : implicit.pods) {
+    EXPECT_EQ(pod["spec"]["schedulingGates"], (Json::array({{{"name", kueue::kTopologyGate}}})));
+    EXPECT_EQ(pod["metadata"]["annotations"][kueue::kUnconstrainedTopologyAnnotation], "true");
+  }
+  // No topologyAssignment: no gate, no annotation.
+  World plain = AdmittedWorld();
+  ASSERT_FALSE(plain.pods.empty());
+  for (const Json& pod : plain.pods) {
+    EXPECT_FALSE(pod["spec"].contains("schedulingGates")) << pod.dump();
+    EXPECT_FALSE(pod["metadata"]["annotations"].contains(kueue::kUnconstrainedTopologyAnnotation));
+  }
+}
+
 }  // namespace
 }  // namespace fleet::op::testing

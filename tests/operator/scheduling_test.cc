@@ -407,5 +407,34 @@ TEST(HostPortsTest, AJobThatCanNeverFitFails) {
   EXPECT_TRUE(world.pods.empty());
 }
 
+// ---- Volcano's network topology ----
+
+TEST(GangTest, VolcanoPodGroupCarriesTheNetworkTopology) {
+  World world(JobBuilder("wd")
+                  .Collective(4, 8)
+                  .Gang("Volcano", "research")
+                  .Set("/spec/scheduling/networkTopology", {{"mode", "hard"}, {"highestTierAllowed", 1}})
+                  .Obj());
+  const Action* pg = FindAction(world.Step(), Verb::kCreate, ObjectKind::kPodGroup, "wd");
+  ASSERT_NE(pg, nullptr);
+  EXPECT_EQ(pg->object["spec"]["networkTopology"], (Json{{"mode", "hard"}, {"highestTierAllowed", 1}}));
+  World plain(JobBuilder("wd").Collective(4, 8).Gang("Volcano", "research").Obj());
+  pg = FindAction(plain.Step(), Verb::kCreate, ObjectKind::kPodGroup, "wd");
+  ASSERT_NE(pg, nullptr);
+  EXPECT_FALSE(pg->object["spec"].contains("networkTopology"));
+}
+
+TEST(GangTest, ANetworkTopologyWithoutVolcanoFailsTheJobNamingTheField) {
+  World world(JobBuilder("wd")
+                  .Collective(4, 8)
+                  .Gang("SchedulerPlugins")
+                  .Set("/spec/scheduling/networkTopology", {{"mode", "soft"}})
+                  .Obj());
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status.phase, JobPhase::kFailed);
+  EXPECT_THAT(plan.status.message, HasSubstr("spec.scheduling.networkTopology"));
+  EXPECT_TRUE(world.pods.empty());
+}
+
 }  // namespace
 }  // namespace fleet::op::testing

@@ -224,5 +224,49 @@ TEST_F(KueueE2eTest, AnElasticJobRunsTheWorkersKueueAdmitted) {
   });
 }
 
+// Topology-aware scheduling (docs/operator.md, Kueue: Topology): a flavor over a Topology of racks and
+// hosts, four workers asking for one rack, two fitting a node (7 CPUs each, 16 a node). The
+// operator makes them gated; Kueue's ungater (the stand-in's) places rank r in the r-th slot of
+// the rack's nodes, so that NCCL's ring neighbours share a node.
+TEST_F(KueueE2eTest, TopologyAwareWorkersAreUngatedOntoTheirRacksNodesInRankOrder) {
+  constexpr const char* kRackLabel = "example.com/rack";
+  for (int i = 0; i < 4; ++i) {
+    const std::string node = "node-" + std::to_string(i);
+    const auto answer = api().Request("POST", "/fake/v1/nodes/" + node, {{"labels", {{kRackLabel, i < 2 ? "r1" : "r2"}}}});
+    ASSERT_EQ(answer.status, 200) << answer.raw;
+  }
+  const Json topology = {{"metadata", {{"name", "racks"}}},
+                         {"spec", {{"levels", {{{"nodeLabel", kRackLabel}}, {{"nodeLabel", "kubernetes.io/hostname"}}}}}}};
+  const Json flavor = {{"metadata", {{"name", "tas"}}}, {"spec", {{"topologyName", "racks"}}}};
+  for (const auto& [plural, object] : {std::pair{"topologies", topology}, std::pair{"resourceflavors", flavor}}) {
+    const auto answer = api().Create(KueuePath("", plural), object);
+    ASSERT_EQ(answer.status, 201) << answer.raw;
+  }
+  CreateClusterQueue("tas-pool", {"cpu", "memory"}, {{"tas", {{"cpu", "64"}, {"memory", "256Gi"}}}});
+  CreateLocalQueue("tas", "tas-pool");
+
+  JobBuilder job("ranked");
+  job.Collective(4)
+      .Label(kQueueLabel, "tas")
+      .Set("/spec/worker/template/metadata/annotations", {{"kueue.x-k8s.io/podset-required-topology", kRackLabel}})
+      .Set("/spec/worker/template/spec/containers/0/resources", {{"requests", {{"cpu", "7"}}}});
+  ASSERT_FALSE(CreateJob(job.Obj()).is_null());
+  const Json workload = WaitForWorkload("ranked", "admitted", [](const Json& w) { return IsConditionTrue(w, "Admitted"); });
+  ASSERT_FALSE(workload.is_null());
+  EXPECT_EQ(workload["spec"]["podSets"][0]["topologyRequest"],
+            (Json{{"required", kRackLabel}, {"podIndexLabel", "fleet.paddlepaddle.org/index"}}));
+
+  const std::vector<Json> pods = WaitForRunningPods("ranked", 4, 0);
+  ASSERT_EQ(pods.size(), 4u);
+  for (const Json& pod : pods) {
+    const int rank = std::stoi(pod["metadata"]["labels"].value("fleet.paddlepaddle.org/index", "-1"));
+    const std::string node = rank < 2 ? "node-0" : "node-1";   // rack r1's nodes, two ranks each, in order
+    EXPECT_EQ(pod["spec"].value("nodeName", ""), node) << NameOf(pod);
+    EXPECT_EQ(pod["spec"]["nodeSelector"].value("kubernetes.io/hostname", ""), node) << "set by Kueue's ungater";
+    EXPECT_FALSE(pod["spec"].contains("schedulingGates")) << pod["spec"].dump();
+  }
+  EXPECT_FALSE(WaitForPhase("ranked", "Running").is_null());
+}
+
 }  // namespace
 }  // namespace fleet::op::e2e

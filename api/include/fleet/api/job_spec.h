@@ -107,10 +107,19 @@ struct RunPolicy {
   int64_t pending_timeout_seconds = 600;   // a pod Pending this long gets a condition
 };
 
+// spec.scheduling.networkTopology: Volcano's network-topology-aware scheduling (Volcano 1.11+),
+// passed to the PodGroup's spec.networkTopology: the job's pods stay within HyperNodes of tier
+// highestTierAllowed or lower; hard: or wait, soft: as far as the scheduler can.
+struct NetworkTopology {
+  std::string mode = "hard";                  // hard | soft
+  std::optional<int> highest_tier_allowed;    // unset: Volcano's default
+};
+
 struct Scheduling {
   GangScheduler gang = GangScheduler::kNone;
   std::string queue;
   std::string priority_class_name;
+  std::optional<NetworkTopology> network_topology;
 };
 
 struct SidecarSpec {

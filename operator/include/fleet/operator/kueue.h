@@ -43,6 +43,16 @@ inline constexpr const char* kPodSetLabel = "kueue.x-k8s.io/podset";
 inline constexpr const char* kWorkloadAnnotation = "kueue.x-k8s.io/workload";
 inline constexpr const char* kLocalQueueLabel = "kueue.x-k8s.io/local-queue-name";
 inline constexpr const char* kClusterQueueLabel = "kueue.x-k8s.io/cluster-queue-name";
+// Topology-aware scheduling (design 4): a role's pod template asks with these annotations, its pod
+// set's topologyRequest carries them with the rank label, and pods of a pod set whose admission has
+// a topologyAssignment are made with the gate that Kueue's ungater lifts onto their rank's domain.
+inline constexpr const char* kRequiredTopologyAnnotation = "kueue.x-k8s.io/podset-required-topology";
+inline constexpr const char* kPreferredTopologyAnnotation = "kueue.x-k8s.io/podset-preferred-topology";
+inline constexpr const char* kUnconstrainedTopologyAnnotation = "kueue.x-k8s.io/podset-unconstrained-topology";
+inline constexpr const char* kSliceRequiredTopologyAnnotation = "kueue.x-k8s.io/podset-slice-required-topology";
+inline constexpr const char* kSliceSizeAnnotation = "kueue.x-k8s.io/podset-slice-size";
+inline constexpr const char* kPodSetGroupNameAnnotation = "kueue.x-k8s.io/podset-group-name";
+inline constexpr const char* kTopologyGate = "kueue.x-k8s.io/topology";
 
 // The LocalQueue the job's label names; "" when it is not queued in Kueue.
 std::string QueueName(const FleetJob& job);
@@ -78,7 +88,11 @@ struct KueueObserved {
 // The pod sets: one per role in spec order, named by the role, count = replicas (the workers of
 // an elastic job whose minimum is lower: minCount), template = the role's pod as BuildPod makes it
 // (sidecar included), less what differs per pod (name, index, env) and what is the pod's own.
+// A role whose template carries Kueue's topology annotations gets topologyRequest (Kueue's
+// jobframework NewPodSetTopologyRequest), its podIndexLabel the pods' rank label kIndexLabel.
 Json WorkloadPodSets(const FleetJob& job, const JobWiring& wiring, const OperatorSettings& settings);
+// The topologyRequest that a pod template's annotations ask for, or nullopt when they ask none.
+std::optional<Json> TopologyRequest(const Json& pod_template);
 std::string PodSetsHash(const Json& pod_sets);
 // The Workload of `job` queued in QueueName(job), with `pod_sets`; priority: the value of
 // PriorityClassOf(job) (nullopt when it names none); inactive while the job is suspended.
@@ -132,6 +146,7 @@ struct PodSetAdmission {
   Json tolerations = Json::array();
   std::map<std::string, std::string> labels;
   std::map<std::string, std::string> annotations;
+  bool topology_gated = false;   // the assignment has a topologyAssignment: pods carry kTopologyGate
 };
 struct Admission {
   std::string workload;
@@ -141,7 +156,8 @@ struct Admission {
   std::string conflict;                              // two sources want one node label differently
 };
 Admission ReadAdmission(const Json& workload, const std::map<std::string, Json>& flavors);
-// Adds the admission of the pod's pod set to `pod`; an error when the pod's own nodeSelector
+// Adds the admission of the pod's pod set to `pod` (with a topologyAssignment: the scheduling gate
+// kTopologyGate, and no topology node labels: Kueue's ungater adds its domain's); an error when the pod's own nodeSelector
 // wants another value of a node label the admission sets (Kueue: a permanent failure).
 Status ApplyAdmission(const Admission& admission, const std::string& pod_set, Json& pod);
 

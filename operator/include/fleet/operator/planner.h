@@ -94,6 +94,9 @@ struct ObservedPod {
   std::optional<int> exit_code;
   // Why the scheduler cannot place it: "<reason>: <message>" of its PodScheduled False condition.
   std::optional<std::string> unschedulable;
+  // Held back from the scheduler by a scheduling gate (PodScheduled False, SchedulingGated), e.g.
+  // Kueue's topology gate until its ungater places the pod: not the scheduler's failure to place it.
+  bool gated = false;
   // Its sidecar reports no training progress: the message of its Stalled progress condition.
   std::optional<std::string> stalled;
 
