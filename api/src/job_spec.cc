@@ -420,6 +420,9 @@ Status ParseMetadata(const Json& object, FleetJob& job) {
   for (const auto& [key, value] : ObjectMember(object["metadata"], "labels").items()) {
     if (value.is_string()) job.labels[key] = value.get<std::string>();
   }
+  for (const auto& [key, value] : ObjectMember(object["metadata"], "annotations").items()) {
+    if (value.is_string()) job.annotations[key] = value.get<std::string>();
+  }
   // Pod names are <job>-<role>-<index> and Service names <job>-<role>-<index> too: a DNS label.
   if (!IsDnsLabel(job.name, 40)) {
     return Error{"metadata.name: must be a DNS label (lower-case letters, digits, '-') of at most 40 characters, "

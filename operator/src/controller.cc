@@ -344,6 +344,7 @@ Observed Controller::ObserveChildren(const std::string& ns, const std::string& j
 std::vector<ProgressJob> Controller::ProgressTargets() const {
   std::vector<ProgressJob> targets;
   for (const auto& object : jobs_->cache().List()) {
+    if (ManagedElsewhere(*object)) continue;   // its pods (and status) are another cluster's
     const FleetJobStatus status = StatusOf(*object);
     if (status.phase != JobPhase::kRunning) continue;
     auto job = ParseFleetJob(*object);
@@ -582,7 +583,8 @@ void Controller::ObserveKueue(const FleetJobObject& object, const std::string& u
   k.served = kueue_served_;
   if (!k.served) return;
   // Also for a job whose spec turned invalid: its Workload must still finish.
-  if (auto workload = children_.at(ObjectKind::kKueueWorkload)->cache().Get(KeyOf(object.ns, kueue::WorkloadName(object.name, uid)))) {
+  const std::string workload_name = object.job ? kueue::JobWorkloadName(*object.job) : kueue::WorkloadName(object.name, uid);
+  if (auto workload = children_.at(ObjectKind::kKueueWorkload)->cache().Get(KeyOf(object.ns, workload_name))) {
     k.workload = *workload;
   }
   if (!object.job || kueue::QueueName(*object.job).empty()) return;
@@ -715,20 +717,22 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     return finish("success", {});
   }
   if (CacheIsBehind(key, *job_object)) return finish("requeue", {true, std::chrono::milliseconds(1000)});
-  // Another controller's job (spec.managedBy, e.g. MultiKueue's, which runs it on a worker cluster
-  // and mirrors its status here): nothing of it is this operator's to write.
-  if (const auto manager = ManagedElsewhere(*job_object)) {
+  // The job and its status are read once; the plan, its status write and its actions use these.
+  const FleetJobObject job = ReadFleetJob(*job_object);
+  const FleetJobStatus status = StatusOf(*job_object);
+  // Another controller's job (spec.managedBy): nothing of it is this operator's to write. But for
+  // a queued job that MultiKueue dispatches (it runs the job on a worker cluster and mirrors its
+  // status here), the operator plays the queue's part: the plan holds only its Workload, and
+  // neither the status nor events are written (PlanReconcile, QueueForWorkerCluster).
+  const bool dispatched = job.job && kueue::DispatchedByMultiKueue(*job.job);
+  if (const auto manager = ManagedElsewhere(*job_object); manager && !dispatched) {
     Forget(key);
     Log(LogLevel::kDebug, key, "managed by " + EscapeControl(*manager) + ": left alone");
     return finish("skipped", {});
   }
-
-  // The job and its status are read once; the plan, its status write and its actions use these.
-  const FleetJobObject job = ReadFleetJob(*job_object);
-  const FleetJobStatus status = StatusOf(*job_object);
   uint64_t epoch = 0;
   Observed observed = ObserveChildren(job.ns, job.name, &epoch);
-  if (job.job && job.job->spec.network == Network::kHostNetwork) observed.host_ports = AllocateHostPorts(key, *job.job, status);
+  if (job.job && !dispatched && job.job->spec.network == Network::kHostNetwork) observed.host_ports = AllocateHostPorts(key, *job.job, status);
   if (job.job && job.job->spec.scheduling.gang == GangScheduler::kKubernetes) {
     ObserveKubernetesGang(*job.job, observed);
   } else if (job.job && job.job->spec.scheduling.gang != GangScheduler::kNone) {
@@ -751,7 +755,7 @@ kube::ProcessResult Controller::Reconcile(const std::string& key) {
     std::lock_guard<std::mutex> lock(mu_);
     ReconciledLocked(key).wired = plan.wired;
   }
-  const bool status_changed = plan.status != status;
+  const bool status_changed = !dispatched && plan.status != status;
   if (status_changed) {
     ApiStatus written = WriteStatus(key, *job_object, plan.status);
     if (written.code() == Code::kConflict || written.code() == Code::kNotFound) {

@@ -112,6 +112,21 @@ int SpecCount(const Json& workload, const std::string& pod_set) {
 
 std::string QueueName(const FleetJob& job) { return Label(job, kQueueLabel); }
 
+bool DispatchedByMultiKueue(const FleetJob& job) {
+  return job.spec.managed_by == kMultiKueueController && !QueueName(job).empty();
+}
+
+std::string PrebuiltWorkloadName(const FleetJob& job) {
+  if (const std::string& label = Label(job, kPrebuiltWorkloadLabel); !label.empty()) return label;
+  auto annotation = job.annotations.find(kPrebuiltWorkloadLabel);
+  return annotation == job.annotations.end() ? "" : annotation->second;
+}
+
+std::string JobWorkloadName(const FleetJob& job) {
+  std::string prebuilt = PrebuiltWorkloadName(job);
+  return prebuilt.empty() ? WorkloadName(job.name, job.uid) : prebuilt;
+}
+
 std::string WorkloadName(const std::string& job, const std::string& uid) {
   const std::string hash = Sha1Hex(std::string(api::kKind) + "\n" + api::kGroup + "\n" + job + "\n" + uid);
   return "fleetjob-" + job + "-" + hash.substr(0, 5);
@@ -228,6 +243,27 @@ bool PodCountsChanged(const Json& workload, const FleetJob& job) {
     if (StringMember(sets[i], "name") != role.name || MemberAs(sets[i], "count", AsInt<int>) != role.replicas) return true;
   }
   return false;
+}
+
+std::optional<Json> AdoptedWorkload(const Json& workload, const FleetJob& job) {
+  Json adopted = workload;
+  Json& meta = adopted["metadata"];
+  Json& owners = meta["ownerReferences"];
+  if (!owners.is_array()) owners = Json::array();
+  const bool owned = std::any_of(owners.begin(), owners.end(), [&](const Json& o) {
+    return StringMember(o, "uid") == job.uid && MemberAs(o, "controller", AsBool).value_or(false);
+  });
+  if (!owned) owners.push_back(OwnerReference(job));
+  // The manager's labels come with MultiKueue's copy (its job-uid is the manager's job's).
+  meta["labels"][kJobUidLabel] = job.uid;
+  meta["labels"][kJobLabel] = job.name;
+  Json& finalizers = meta["finalizers"];
+  if (!finalizers.is_array()) finalizers = Json::array();
+  if (std::find(finalizers.begin(), finalizers.end(), kResourceInUseFinalizer) == finalizers.end()) {
+    finalizers.push_back(kResourceInUseFinalizer);
+  }
+  if (adopted == workload) return std::nullopt;
+  return adopted;
 }
 
 namespace {

@@ -179,7 +179,10 @@ class Planner {
   void CountPods();
   // Kueue (kueue.h): a job labelled kueue.x-k8s.io/queue-name runs only while its Workload is admitted.
   bool QueueAdmission(bool suspended);
+  void QueueForWorkerCluster();
   bool CreateWorkload(bool suspended);
+  bool WaitForPrebuiltWorkload();
+  bool AdoptPrebuiltWorkload();
   bool ResizeWorkload(const kueue::WorkloadState& state, bool suspended);
   bool HoldForQueue(const std::string& reason, const std::string& message);
   bool WaitForAdmission(const kueue::WorkloadState& state);
@@ -311,10 +314,20 @@ ReconcilePlan Planner::Run() {
     ReleaseWorkload("the FleetJob is being deleted");
     return plan_;
   }
-  Steps();
-  // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
-  // the pods that exist once it is carried out.
-  if (object_.job) CountPods();
+  if (object_.job && kueue::DispatchedByMultiKueue(*object_.job)) {
+    QueueForWorkerCluster();
+    // Only the Workload, whatever path the plan took (a job that cannot be wired fails, and
+    // a failed job's clean-up and TTL are the worker cluster's).
+    auto& actions = plan_.actions;
+    actions.erase(std::remove_if(actions.begin(), actions.end(),
+                                 [](const Action& a) { return a.kind != ObjectKind::kKueueWorkload; }),
+                  actions.end());
+  } else {
+    Steps();
+    // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
+    // the pods that exist once it is carried out.
+    if (object_.job) CountPods();
+  }
   plan_.wired = wired_;
   return std::move(plan_);
 }
@@ -584,10 +597,11 @@ bool Planner::QueueAdmission(bool suspended) {
     return true;
   }
   QueueStatus& q = Queue();
-  q.workload = kueue::WorkloadName(job().name, job().uid);
+  q.workload = kueue::JobWorkloadName(job());
   q.local_queue = queue;
   if (!Wiring()) return true;   // the job failed: it cannot be wired
-  if (!Workload()) return CreateWorkload(suspended);
+  const bool prebuilt = !kueue::PrebuiltWorkloadName(job()).empty();
+  if (!Workload()) return prebuilt ? WaitForPrebuiltWorkload() : CreateWorkload(suspended);
   const kueue::WorkloadState state = kueue::ReadWorkloadState(*Workload());
   if (state.deleting) {
     // Someone deletes the Workload: the job stops, and queues again with a new one once it is gone.
@@ -599,6 +613,7 @@ bool Planner::QueueAdmission(bool suspended) {
     FinishedJob();
     return true;
   }
+  if (prebuilt && AdoptPrebuiltWorkload()) return true;
   if (state.evicted && state.quota_reserved) return StopEvicted(state, suspended);
   if (ResizeWorkload(state, suspended)) return true;
   if (!suspended && kueue::DeactivatedElsewhere(*Workload())) {
@@ -618,6 +633,52 @@ bool Planner::QueueAdmission(bool suspended) {
 Json Planner::DesiredWorkload(bool suspended) {
   return kueue::BuildWorkload(*object_.job, kueue::WorkloadPodSets(*object_.job, *Wiring(), settings_),
                               observed_.kueue.priority, suspended);
+}
+
+// MultiKueue's manager cluster (docs/design/kueue.md 3): the job runs on a worker cluster, in the
+// copy MultiKueue makes there once the Workload is admitted here, and MultiKueue's adapter mirrors
+// the copy's status onto this job. The operator plays only the queue's part: the Workload, as for
+// any queued job (Kueue admits it, MultiKueue dispatches it), kept by its finalizer until
+// MultiKueue copies the worker's Finished onto it. Nothing else is this operator's: no pod,
+// Service or ConfigMap (they would run the job twice), and no status or event (the controller
+// writes neither for such a job: the adapter's status would be overwritten).
+void Planner::QueueForWorkerCluster() {
+  if (!observed_.kueue.served || !Wiring()) return;
+  if (!Workload()) {
+    if (kueue::PriorityClassOf(job()) && !observed_.kueue.priority) return RequeueAfter(seconds(30));
+    return Create(ObjectKind::kKueueWorkload, DesiredWorkload(false), "dispatched by MultiKueue from LocalQueue " + kueue::QueueName(job()));
+  }
+  const kueue::WorkloadState state = kueue::ReadWorkloadState(*Workload());
+  if (state.finished || state.deleting) return ReleaseWorkload("MultiKueue finished the job on its worker cluster");
+  if (state.quota_reserved || (kueue::PriorityClassOf(job()) && !observed_.kueue.priority)) return;
+  if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), DesiredWorkload(false))) {
+    UpdateWorkload(std::move(*updated), "the job's spec changed");
+  }
+}
+
+// MultiKueue's worker cluster: MultiKueue makes the Workload before the job's copy, which names it;
+// a copy seen first waits for it (the Workload informer does not tie it to the job before it is
+// adopted: the plan looks again).
+bool Planner::WaitForPrebuiltWorkload() {
+  RequeueAfter(seconds(5));
+  return HoldForQueue("WaitingForWorkload", std::string("waiting for Workload ") + Queue().workload + " (named by " +
+                                                kueue::kPrebuiltWorkloadLabel + ") to be created by MultiKueue");
+}
+
+// The prebuilt Workload becomes the job's (its owner, its labels, Kueue's finalizer), from then on
+// used as any queued job's. One whose pod sets do not match the job cannot admit it: Kueue's
+// ensurePrebuiltWorkloadInSync finishes it OutOfSync (FinishWorkload), and the job fails.
+bool Planner::AdoptPrebuiltWorkload() {
+  if (kueue::PodCountsChanged(*Workload(), *object_.job)) {
+    Fail(kueue::kOutOfSync, "the pod sets of Workload " + Queue().workload + " (made by MultiKueue) do not match the "
+                            "job's roles and replicas: MultiKueue's copy of the job and its Workload are out of sync");
+    FinishedJob();
+    return true;
+  }
+  if (auto adopted = kueue::AdoptedWorkload(*Workload(), job())) {
+    UpdateWorkload(std::move(*adopted), "the Workload MultiKueue made for this job");
+  }
+  return false;
 }
 
 bool Planner::CreateWorkload(bool suspended) {
@@ -651,7 +712,9 @@ bool Planner::ResizeWorkload(const kueue::WorkloadState& state, bool suspended) 
     UpdateWorkload(std::move(*toggled), suspended ? "suspended" : "resumed");
     return false;
   }
-  if (state.quota_reserved || (kueue::PriorityClassOf(job()) && !observed_.kueue.priority)) return false;
+  // A prebuilt Workload's spec is MultiKueue's copy of the manager's: never rewritten here.
+  if (state.quota_reserved || !kueue::PrebuiltWorkloadName(job()).empty()) return false;
+  if (kueue::PriorityClassOf(job()) && !observed_.kueue.priority) return false;
   if (auto updated = kueue::UpdatedWorkloadSpec(*Workload(), DesiredWorkload(suspended))) {
     UpdateWorkload(std::move(*updated), "the job's spec changed");
   }
@@ -799,6 +862,7 @@ void Planner::FinishWorkload() {
   const Condition* failed = status().Find(ConditionType::kFailed);
   const std::string reason = status().phase == JobPhase::kSucceeded ? "Succeeded"
                              : failed && failed->reason == kAdmissionConflict ? "FailedToStart"
+                             : failed && failed->reason == kueue::kOutOfSync  ? kueue::kOutOfSync
                                                                               : "Failed";
   const std::string message = status().message.empty() ? "the FleetJob " + reason : status().message;
   EditWorkloadStatus(kueue::StatusEdit({kueue::WorkloadConditionJson("Finished", true, reason, message, now_, state.generation)}, false),

@@ -590,5 +590,117 @@ TEST(KueueTest, ImplicitTopologyMarksThePodsUnconstrainedAndNoAssignmentGatesNot
   }
 }
 
+// ---- MultiKueue (docs/design/kueue.md 3) ----
+
+// On the manager cluster: the job names MultiKueue in spec.managedBy, and MultiKueue's adapter has
+// written the status of the job's copy on a worker.
+Json DispatchedJob() {
+  Json job = QueuedJob().Obj();
+  job["spec"]["managedBy"] = kueue::kMultiKueueController;
+  job["status"] = {{"phase", "Running"}, {"message", "running on worker-1"}, {"run", 3}};
+  return job;
+}
+
+TEST(MultiKueueTest, OnTheManagerADispatchedJobGetsItsWorkloadAndNothingElse) {
+  World world(DispatchedJob());
+  const FleetJobStatus mirrored = FleetJobStatus::FromJson(world.Status());
+  const ReconcilePlan& queued = world.Step();
+  ASSERT_EQ(queued.actions.size(), 1u) << Describe(queued);
+  EXPECT_EQ(queued.actions[0].verb, Verb::kCreate);
+  EXPECT_EQ(queued.actions[0].name, kWorkload) << "the same Workload as a job queued here";
+  EXPECT_EQ(Workload(world)["spec"]["queueName"], "team-a");
+  EXPECT_EQ(queued.status, mirrored) << "the status is MultiKueue's adapter's";
+  EXPECT_THAT(world.events, IsEmpty());
+
+  Admit(world);   // MultiKueue dispatches it: the job runs on a worker, not here
+  EXPECT_THAT(world.Step().actions, IsEmpty()) << Describe(world.plan);
+  EXPECT_THAT(world.PodNames(), IsEmpty());
+  EXPECT_EQ(world.plan.status, mirrored);
+
+  // MultiKueue copies the worker's Finished onto the Workload: its finalizer goes, nothing else.
+  SetConditions(world, {Cond("Finished", true, "Succeeded", "the FleetJob Succeeded")});
+  const ReconcilePlan& released = world.Step();
+  ASSERT_EQ(released.actions.size(), 1u) << Describe(released);
+  EXPECT_EQ(released.actions[0].verb, Verb::kUpdate);
+  EXPECT_TRUE(Workload(world)["metadata"]["finalizers"].empty());
+  EXPECT_EQ(released.status, mirrored);
+  EXPECT_THAT(world.Step().actions, IsEmpty());
+  EXPECT_THAT(world.events, IsEmpty());
+}
+
+TEST(MultiKueueTest, OnTheManagerAJobThatCannotBeWiredPlansNothingOfItsEnd) {
+  // Lists too long for fleetrun's env: a job queued here would fail, and its TTL delete it.
+  Json job = JobBuilder("big").Collective(7000).ProcessesPerPod(2).Label(kueue::kQueueLabel, "team-a").Obj();
+  job["spec"]["managedBy"] = kueue::kMultiKueueController;
+  job["spec"]["runPolicy"]["ttlSecondsAfterFinished"] = 0;
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0());
+  EXPECT_THAT(plan.actions, IsEmpty()) << "its end is the worker's: " << Describe(plan);
+}
+
+// On a worker cluster: MultiKueue's copy of the job names the Workload MultiKueue made for it,
+// which carries the manager's labels.
+constexpr char kPrebuilt[] = "fleetjob-wd-4f2a9";
+Json PrebuiltWorkload(int workers) {
+  return {{"apiVersion", kueue::kApiVersion}, {"kind", "Workload"},
+          {"metadata", {{"name", kPrebuilt}, {"namespace", kNamespace}, {"resourceVersion", "7"}, {"generation", 1},
+                        {"labels", {{kueue::kJobUidLabel, "uid-on-the-manager"}, {kJobLabel, "wd"},
+                                    {"kueue.x-k8s.io/multikueue-origin", "manager"}}}}},
+          {"spec", {{"queueName", "team-a"}, {"podSets", Json::array({{{"name", "worker"}, {"count", workers}, {"template", Json::object()}}})}}}};
+}
+JobBuilder CopiedJob() { return QueuedJob().Label(kueue::kPrebuiltWorkloadLabel, kPrebuilt); }
+
+TEST(MultiKueueTest, OnAWorkerThePrebuiltWorkloadIsAdoptedAndAdmitsTheJob) {
+  World world(CopiedJob().Obj());
+  world.observed.kueue.workload = PrebuiltWorkload(2);
+  const ReconcilePlan& adopted = world.Step();
+  EXPECT_EQ(Count(adopted, Verb::kCreate, ObjectKind::kKueueWorkload), 0) << Describe(adopted);
+  ASSERT_EQ(Count(adopted, Verb::kUpdate, ObjectKind::kKueueWorkload), 1) << Describe(adopted);
+  const Json& meta = Workload(world)["metadata"];
+  EXPECT_EQ(meta["name"], kPrebuilt);
+  EXPECT_EQ(meta["labels"][kueue::kJobUidLabel], kUid);
+  EXPECT_EQ(meta["ownerReferences"][0]["uid"], kUid);
+  EXPECT_EQ(meta["ownerReferences"][0]["controller"], true);
+  EXPECT_EQ(meta["finalizers"], Json::array({kueue::kResourceInUseFinalizer}));
+  EXPECT_EQ(Workload(world)["spec"], PrebuiltWorkload(2)["spec"]) << "its spec is MultiKueue's copy";
+  EXPECT_EQ(adopted.status.phase, JobPhase::kPending);
+  EXPECT_EQ(adopted.status.queue->workload, kPrebuilt);
+  EXPECT_THAT(world.PodNames(), IsEmpty());
+
+  Admit(world);
+  world.Settle();
+  EXPECT_EQ(world.plan.status.phase, JobPhase::kRunning);
+  EXPECT_EQ(world.Pod("wd-worker-0")["metadata"]["annotations"][kueue::kWorkloadAnnotation], kPrebuilt);
+  EXPECT_EQ(WorkloadCond(world, "PodsReady").value("status", ""), "True");
+}
+
+TEST(MultiKueueTest, OnAWorkerACopySeenBeforeItsWorkloadWaitsForIt) {
+  World world(CopiedJob().Obj());
+  const ReconcilePlan& waiting = world.Step();
+  EXPECT_THAT(waiting.actions, IsEmpty()) << "the Workload is MultiKueue's to make: " << Describe(waiting);
+  EXPECT_EQ(waiting.status.phase, JobPhase::kPending);
+  const Json admitted = Condition(waiting.status.ToJson(), "Admitted");
+  EXPECT_EQ(admitted.value("reason", ""), "WaitingForWorkload");
+  EXPECT_THAT(admitted.value("message", ""), HasSubstr(kPrebuilt));
+  EXPECT_TRUE(waiting.requeue_after.has_value()) << "nothing ties the Workload to the job before it is adopted";
+
+  world.observed.kueue.workload = PrebuiltWorkload(2);
+  EXPECT_EQ(Count(world.Step(), Verb::kUpdate, ObjectKind::kKueueWorkload), 1) << Describe(world.plan);
+}
+
+TEST(MultiKueueTest, OnAWorkerAPrebuiltWorkloadOutOfSyncIsFinishedAndTheJobFails) {
+  World world(CopiedJob().Obj());
+  world.observed.kueue.workload = PrebuiltWorkload(3);
+  (*world.observed.kueue.workload)["metadata"]["finalizers"] = Json::array({kueue::kResourceInUseFinalizer});
+  const ReconcilePlan& failed = world.Step();
+  EXPECT_EQ(failed.status.phase, JobPhase::kFailed);
+  const Json condition = Condition(failed.status.ToJson(), "Failed");
+  EXPECT_EQ(condition.value("reason", ""), kueue::kOutOfSync);
+  EXPECT_THAT(condition.value("message", ""), HasSubstr(kPrebuilt));
+  EXPECT_EQ(WorkloadCond(world, "Finished").value("reason", ""), kueue::kOutOfSync);
+  EXPECT_THAT(world.PodNames(), IsEmpty());
+  world.Step();
+  EXPECT_TRUE(Workload(world)["metadata"]["finalizers"].empty()) << "released once Finished";
+}
+
 }  // namespace
 }  // namespace fleet::op::testing

@@ -177,6 +177,8 @@ struct FleetJob {
   int64_t generation = 0;
   // metadata.labels (string values): a job labelled kueue.x-k8s.io/queue-name is queued in Kueue.
   std::map<std::string, std::string> labels;
+  // metadata.annotations (string values): MultiKueue may name a job's prebuilt Workload in one.
+  std::map<std::string, std::string> annotations;
   FleetJobSpec spec;
 };
 

@@ -54,8 +54,23 @@ inline constexpr const char* kSliceSizeAnnotation = "kueue.x-k8s.io/podset-slice
 inline constexpr const char* kPodSetGroupNameAnnotation = "kueue.x-k8s.io/podset-group-name";
 inline constexpr const char* kTopologyGate = "kueue.x-k8s.io/topology";
 
+// MultiKueue (docs/design/kueue.md 3). On the manager cluster a job names MultiKueue in
+// spec.managedBy; MultiKueue copies it to a worker cluster with the name of the Workload it made
+// there for the copy, in this label (or, when the name is long, an annotation of the same key).
+inline constexpr const char* kMultiKueueController = "kueue.x-k8s.io/multikueue";
+inline constexpr const char* kPrebuiltWorkloadLabel = "kueue.x-k8s.io/prebuilt-workload-name";
+// The reason of the Finished condition of a prebuilt Workload that does not match its job.
+inline constexpr const char* kOutOfSync = "OutOfSync";
+
 // The LocalQueue the job's label names; "" when it is not queued in Kueue.
 std::string QueueName(const FleetJob& job);
+// A queued job that MultiKueue dispatches to a worker cluster (spec.managedBy): here, on the
+// manager, the operator makes its Workload and nothing else.
+bool DispatchedByMultiKueue(const FleetJob& job);
+// The Workload MultiKueue made for this copy of a job (on a worker), or "": the operator makes one.
+std::string PrebuiltWorkloadName(const FleetJob& job);
+// The job's Workload: the prebuilt one, else WorkloadName(job.name, job.uid).
+std::string JobWorkloadName(const FleetJob& job);
 
 // Kueue's name for a job's Workload (jobframework GetWorkloadNameForOwnerWithGVK):
 // fleetjob-<job>-<the first 5 hex digits of sha1("FleetJob\nfleet.paddlepaddle.org\n<job>\n<uid>")>.
@@ -102,6 +117,9 @@ Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> pr
 std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired);
 // Whether the Workload's pod sets are other roles, or other counts, than the job's replicas.
 bool PodCountsChanged(const Json& workload, const FleetJob& job);
+// A prebuilt Workload made the job's (Kueue's EnsurePrebuiltWorkloadOwnership): the job its
+// controller owner, its job-uid and job-name labels, Kueue's finalizer; nullopt when it is already.
+std::optional<Json> AdoptedWorkload(const Json& workload, const FleetJob& job);
 // `workload` made inactive for a suspended job, or active again for a resumed one that the
 // operator deactivated (kSuspendedAnnotation); nullopt when it is as it should be.
 std::optional<Json> ActiveForSuspend(const Json& workload, bool suspended);
