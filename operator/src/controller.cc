@@ -74,12 +74,8 @@ constexpr auto kLookupTtl = std::chrono::seconds(60);
 // Whether the cluster serves Kueue's Workloads (kueue.x-k8s.io/v1beta2): the Workload informer
 // runs only then, and queued jobs fail without it.
 bool ServesKueueWorkloads(kube::Client& client) {
-  auto resources = client.GetPath("/apis/" + std::string(kueue::kApiVersion));
-  if (!resources.ok()) return false;
-  for (const Json& r : ArrayMember(*resources, "resources")) {
-    if (StringMember(r, "name") == "workloads") return true;
-  }
-  return false;
+  const auto resources = ServedResources(client, "/apis/" + std::string(kueue::kApiVersion));
+  return resources && resources->count("workloads") > 0;
 }
 
 // The gang's PodGroups: Volcano's, scheduler-plugins', or scheduling.k8s.io's in the version the

@@ -49,6 +49,17 @@ WorkloadApi ChooseWorkloadApi(const std::map<std::string, std::set<std::string>>
   return api;
 }
 
+std::optional<std::set<std::string>> ServedResources(kube::Client& api, const std::string& group_version_path) {
+  auto list = api.GetPath(group_version_path);
+  if (!list.ok()) return std::nullopt;
+  std::set<std::string> resources;
+  for (const nlohmann::json& resource : ArrayMember(*list, "resources")) {
+    const std::string& name = StringMember(resource, "name");
+    if (!name.empty() && name.find('/') == std::string::npos) resources.insert(name);   // not subresources
+  }
+  return resources;
+}
+
 WorkloadApi DiscoverWorkloadApi(kube::Client& client) {
   std::map<std::string, std::set<std::string>> served;
   auto group = client.GetPath(std::string(kGroupPath));
@@ -62,13 +73,8 @@ WorkloadApi DiscoverWorkloadApi(kube::Client& client) {
   for (const nlohmann::json& entry : ArrayMember(*group, "versions")) {
     const std::string& version = StringMember(entry, "version");
     if (version.empty()) continue;
-    auto list = client.GetPath(std::string(kGroupPath) + "/" + version);
-    if (!list.ok()) continue;   // listed but not answering: as good as not served
-    std::set<std::string>& resources = served[version];
-    for (const nlohmann::json& resource : ArrayMember(*list, "resources")) {
-      const std::string& name = StringMember(resource, "name");
-      if (!name.empty() && name.find('/') == std::string::npos) resources.insert(name);   // not subresources
-    }
+    // Listed but not answering: as good as not served.
+    if (auto resources = ServedResources(client, std::string(kGroupPath) + "/" + version)) served[version] = std::move(*resources);
   }
   return ChooseWorkloadApi(served);
 }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 
@@ -32,6 +33,10 @@ struct WorkloadApi {
 // serving both workloads and podgroups (v1beta1, else v1alpha3, else v1alpha2), else v1alpha1 if it
 // serves workloads, else none (`served` says what there is).
 WorkloadApi ChooseWorkloadApi(const std::map<std::string, std::set<std::string>>& resources_by_version);
+
+// The resources (not subresources) an API group version serves, from discovery ("/apis/<group>/<version>");
+// nullopt when the server does not answer for it (not served).
+std::optional<std::set<std::string>> ServedResources(kube::Client& api, const std::string& group_version_path);
 
 // Reads the API server's discovery (/apis/scheduling.k8s.io, then each served version) and
 // chooses. A discovery that fails reads as none served, with the error in `served`.
