@@ -24,6 +24,10 @@ namespace {
 
 using std::chrono::seconds;
 
+// How long after a pod's failure that would fail the job the verdict waits for an earlier failure,
+// not yet reported, to be the cause (HandleFailures).
+constexpr seconds kFailureSettle{5};
+
 // ---- reading pods: members by reference (fleet/base/json_read.h), not copies of sub-objects for
 // every pod at every reconcile ----
 
@@ -162,6 +166,12 @@ class Planner {
   void RewireOnNewReplicas();
   RunPods ClassifyPods();
   bool AllWorkersSucceeded(const RunPods& pods);
+  // A failed pod of this run, and whether its role's restartPolicy would restart it.
+  struct Failure {
+    const PodSlot* slot;
+    const ObservedPod* pod;
+    bool retryable;
+  };
   bool HandleFailures(const RunPods& pods);
   void ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods);
   bool TrackElasticMembers(const RunPods& pods);
@@ -996,7 +1006,7 @@ bool Planner::HandleFailures(const RunPods& pods) {
   }
   status().replaced_pods = still_there;
 
-  std::vector<const PodSlot*> retry;
+  std::vector<Failure> failures;
   for (const PodSlot& slot : slots_) {
     const ObservedPod* found = pods.Find(slot);
     if (!found || found->phase != PodPhase::kFailed) continue;
@@ -1015,25 +1025,41 @@ bool Planner::HandleFailures(const RunPods& pods) {
       CleanUp();
       return true;
     }
-    const bool evicted = pod.evicted;
-    const std::string what = "pod " + slot.name + (evicted ? " was evicted" :
-                             code ? " failed with exit code " + std::to_string(*code) : " failed");
     bool retryable = false;
     switch (slot.role->restart_policy) {
       case RestartPolicy::kNever: retryable = false; break;
       case RestartPolicy::kOnFailure: retryable = true; break;
       // Codes >= 128 are deaths by signal (OOM kill, preemption): worth another try.
-      case RestartPolicy::kExitCode: retryable = evicted || (code && *code >= 128); break;
+      case RestartPolicy::kExitCode: retryable = pod.evicted || (code && *code >= 128); break;
     }
-    if (!retryable) {
-      Fail("PodFailed", what + " and the " + slot.role->name + " restartPolicy does not restart it");
-      CleanUp();
+    failures.push_back({&slot, &pod, retryable});
+  }
+  if (failures.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
+  // The earliest failure is the cause, and decides for all: a rank's peers often fail only because
+  // it did (a killed trainer's peers see their connections reset and exit 1). At a tie (the times
+  // have whole seconds) a retryable one: a death by signal is the likelier cause.
+  std::stable_sort(failures.begin(), failures.end(), [](const Failure& a, const Failure& b) {
+    const Time never = Time::max();
+    return std::pair(a.pod->finished.value_or(never), !a.retryable) <
+           std::pair(b.pod->finished.value_or(never), !b.retryable);
+  });
+  const Failure& cause = failures.front();
+  const std::string first = "pod " + cause.slot->name + (cause.pod->evicted ? " was evicted" :
+                            cause.pod->exit_code ? " failed with exit code " + std::to_string(*cause.pod->exit_code)
+                                                 : " failed");
+  if (!cause.retryable) {
+    // Each pod reports its own end: an earlier failure elsewhere may not be seen yet. Failing a
+    // doomed job a few seconds later costs nothing; failing a job whose cause was worth a retry does.
+    if (cause.pod->finished && now_ < *cause.pod->finished + kFailureSettle) {
+      RequeueAfter(std::chrono::ceil<seconds>(*cause.pod->finished + kFailureSettle - now_));
       return true;
     }
-    retry.push_back(&slot);
+    Fail("PodFailed", first + " and the " + cause.slot->role->name + " restartPolicy does not restart it");
+    CleanUp();
+    return true;
   }
-  if (retry.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
-  const std::string first = "pod " + retry.front()->name + (pods.Find(*retry.front())->evicted ? " was evicted" : " failed");
+  std::vector<const PodSlot*> retry;
+  for (const Failure& failure : failures) retry.push_back(failure.slot);
   if (OutOfRestarts(first)) return true;
   switch (peers_.CostOfFailedPod()) {
     case FailedPodCost::kReplacePodInRun: {
@@ -1382,6 +1408,7 @@ ObservedPod ObservedPod::Read(const Json& pod) {
     const Json& state = ObjectMember(c, "state");
     if (!state.contains("terminated")) continue;
     out.exit_code = state["terminated"].value("exitCode", 0);
+    out.finished = ParseRfc3339(StringMember(state["terminated"], "finishedAt"));
     break;
   }
   return out;

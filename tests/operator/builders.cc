@@ -257,6 +257,11 @@ PodBuilder& PodBuilder::ExitCode(int code) {
   return *this;
 }
 
+PodBuilder& PodBuilder::FinishedAt(Time when) {
+  for (Json& c : pod_["status"]["containerStatuses"]) c["state"]["terminated"]["finishedAt"] = FormatRfc3339(when);
+  return *this;
+}
+
 PodBuilder& PodBuilder::Evicted() {
   Phase("Failed");
   pod_["status"]["reason"] = "Evicted";

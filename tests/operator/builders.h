@@ -96,6 +96,7 @@ class PodBuilder {
   PodBuilder& Ready(bool ready = true);        // the Ready condition
   PodBuilder& ExitCode(int code);              // the main container terminated with `code`
   PodBuilder& Failed(int code) { return Phase("Failed").ExitCode(code); }
+  PodBuilder& FinishedAt(Time when);           // its terminated main container's finishedAt (after ExitCode)
   PodBuilder& Succeeded() { return Phase("Succeeded").ExitCode(0); }
   PodBuilder& Evicted();                       // phase Failed, reason Evicted (no exit code)
   PodBuilder& Terminating(Time since);         // metadata.deletionTimestamp

@@ -90,6 +90,61 @@ TEST(RestartTest, EachRoleHasItsOwnPolicy) {
   EXPECT_THAT(Condition(plan.status.ToJson(), "Failed").value("message", ""), HasSubstr("server restartPolicy"));
 }
 
+// ---- the earliest failure is the cause ----
+
+// A killed trainer's peers see their connections reset and exit 1 a moment later. Under ExitCode
+// the kill (137) is worth a retry and the peers' exit 1 is not: the job restarts, whichever pod
+// the plan reads first (worker-0's exit 1 comes first in slot order).
+TEST(FailureCauseTest, APeersLaterFailureDoesNotOverruleTheCause) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
+  world.Advance(50);
+  world.Edit("wd-worker-2", [](PodBuilder& p) { p.Failed(137).FinishedAt(At(40)); });
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(1).FinishedAt(At(41)); });
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Restarting") << Describe(plan);
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Restarting").value("message", ""),
+              HasSubstr("pod wd-worker-2 failed with exit code 137"));
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
+}
+
+TEST(FailureCauseTest, AtATieTheRetryableFailureIsTheCause) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
+  world.Advance(50);
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(1).FinishedAt(At(40)); });
+  world.Edit("wd-worker-3", [](PodBuilder& p) { p.Failed(137).FinishedAt(At(40)); });
+  EXPECT_EQ(world.Step().status.ToJson()["phase"], "Restarting");
+}
+
+TEST(FailureCauseTest, AnEarlierRetryableFailureStillDecides) {
+  // The peer's exit 1 is seen first; the kill that caused it is reported a moment later.
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
+  world.Advance(41);
+  world.Edit("wd-worker-0", [](PodBuilder& p) { p.Failed(1).FinishedAt(At(41)); });
+  const ReconcilePlan& waiting = world.Step();
+  EXPECT_EQ(waiting.status.ToJson()["phase"], "Running") << Describe(waiting);
+  EXPECT_THAT(ActionNames(waiting, Verb::kDelete, ObjectKind::kPod), IsEmpty());
+  ASSERT_TRUE(waiting.requeue_after.has_value());
+  EXPECT_LE(*waiting.requeue_after, std::chrono::seconds(5));
+
+  world.Advance(2);
+  world.Edit("wd-worker-2", [](PodBuilder& p) { p.Failed(137).FinishedAt(At(40)); });
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Restarting") << Describe(plan);
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Restarting").value("message", ""), HasSubstr("wd-worker-2"));
+}
+
+TEST(FailureCauseTest, AFailureNothingExplainsFailsTheJobOnceItSettled) {
+  World world = RunningWorld(JobBuilder("wd").Ps(1, 4).RestartPolicy("worker", "ExitCode").Obj());
+  world.Advance(41);
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.Failed(1).FinishedAt(At(41)); });
+  ASSERT_EQ(world.Step().status.ToJson()["phase"], "Running");
+  world.Advance(5);
+  const ReconcilePlan& plan = world.Step();
+  EXPECT_EQ(plan.status.ToJson()["phase"], "Failed") << Describe(plan);
+  EXPECT_THAT(Condition(plan.status.ToJson(), "Failed").value("message", ""),
+              HasSubstr("pod wd-worker-1 failed with exit code 1 and the worker restartPolicy does not restart it"));
+}
+
 // ---- the next run ----
 
 TEST(RestartTest, NextRunWaitsUntilTheOldPodsAreGone) {

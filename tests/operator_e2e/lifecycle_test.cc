@@ -141,7 +141,8 @@ TEST_F(LifecycleE2eTest, EvictionRestartsTheJobUnderExitCodePolicy) {
   }, Seconds(5)));
 }
 
-// Under ExitCode an application error (exit code < 128) is not retried: the job fails at once.
+// Under ExitCode an application error (exit code < 128) is not retried: the job fails (once no
+// earlier failure elsewhere explains it: a few seconds).
 TEST_F(LifecycleE2eTest, ExitCodePolicyDoesNotRetryAnApplicationError) {
   StartOperator();
   ASSERT_FALSE(CreateJob(JobBuilder("ec").Collective(2).RestartPolicy("worker", "ExitCode").Obj()).is_null());

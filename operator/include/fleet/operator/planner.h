@@ -90,8 +90,10 @@ struct ObservedPod {
   std::string pod_ip;
   std::string host_ip;
   bool ready = false;                     // its first Ready condition is True
-  // The exit code of its first terminated main container (the training process).
+  // The exit code of its first terminated main container (the training process), and when it
+  // ended (its finishedAt, by the node's clock).
   std::optional<int> exit_code;
+  std::optional<Time> finished;
   // Why the scheduler cannot place it: "<reason>: <message>" of its PodScheduled False condition.
   std::optional<std::string> unschedulable;
   // Held back from the scheduler by a scheduling gate (PodScheduled False, SchedulingGated), e.g.
