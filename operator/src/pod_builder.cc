@@ -281,6 +281,9 @@ void ApplyNetwork(const FleetJob& job, const PodSlot& slot, Json& spec) {
 Json PodEnvOf(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run, const std::string& env_files) {
   Json env = wiring.PodEnv(slot, EndpointsConfigMapName(job.name));
   for (const auto& [name, value] : RunEnv(job, *slot.role, run)) env.push_back({{"name", name}, {"value", value}});
+  // The attempt, from the pod's run label: logs and metrics of each attempt are told apart.
+  env.push_back({{"name", kRunEnv},
+                 {"valueFrom", {{"fieldRef", {{"fieldPath", std::string("metadata.labels['") + kRunLabel + "']"}}}}}});
   env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
                  {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
   if (!env_files.empty()) {

@@ -442,6 +442,22 @@ TEST(PodCreationTest, SidecarAgentIsToldRanksSourcesAndStallWindow) {
   EXPECT_EQ(EnvEntry(rendered["spec"]["containers"][0], "FLEET_METRICS_ENDPOINT")["value"], "udp://127.0.0.1:9102");
 }
 
+TEST(PodCreationTest, EveryMainContainerIsToldItsRunByTheRunLabel) {
+  Json job = JobBuilder("wd").Ps(1, 2).Obj();
+  job["spec"]["worker"]["template"]["spec"]["containers"].push_back(
+      {{"name", "helper"}, {"image", "busybox"}});
+  const ReconcilePlan plan = PlanFor(job, Observed{}, T0(), OperatorSettings{});
+  const Action* pod = FindAction(plan, Verb::kCreate, ObjectKind::kPod, "wd-worker-1");
+  ASSERT_NE(pod, nullptr);
+  const Json rendered = pod->Object();
+  ASSERT_EQ(rendered["spec"]["containers"].size(), 2u);
+  for (const Json& container : rendered["spec"]["containers"]) {
+    EXPECT_EQ(EnvEntry(container, "FLEET_RUN")["valueFrom"]["fieldRef"]["fieldPath"],
+              "metadata.labels['fleet.paddlepaddle.org/run']") << container["name"];
+  }
+  EXPECT_EQ(rendered["metadata"]["labels"][kRunLabel], "0");
+}
+
 TEST(PodCreationTest, CollectivePodsRunningFleetrunCoverTheirRanks) {
   const ReconcilePlan plan =
       PlanFor(JobBuilder("wd").Collective(2, 4).ProcessesPerPod(4).Obj(), Observed{}, T0(), OperatorSettings{});

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <sstream>
+#include <string_view>
 #include <unordered_set>
 
 #include <gtest/gtest.h>
@@ -339,6 +340,12 @@ Result<std::string> FieldRef(const Json& pod, const std::string& path) {
   if (path == "status.hostIP") return status.value("hostIP", "");
   if (path == "metadata.name") return meta.value("name", "");
   if (path == "metadata.namespace") return meta.value("namespace", "");
+  // metadata.labels['KEY'], as the kubelet reads it ("" for a label the pod does not have).
+  constexpr std::string_view kLabels = "metadata.labels['";
+  if (path.rfind(kLabels, 0) == 0 && path.size() > kLabels.size() + 2 && path.compare(path.size() - 2, 2, "']") == 0) {
+    const std::string key = path.substr(kLabels.size(), path.size() - kLabels.size() - 2);
+    return meta.value("labels", Json::object()).value(key, "");
+  }
   return Error{"unsupported fieldRef " + path};
 }
 

@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <csignal>
 #include <map>
 #include <set>
 #include <string>
@@ -84,6 +86,50 @@ TEST_F(LifecycleE2eTest, FailuresRestartTheJobUntilBackoffLimit) {
     return true;
   }));
   EXPECT_TRUE(failed.value("status", Json::object()).value("restartCount", 0) == 2);
+}
+
+// The restart count and the backoff budget live in the job's status: an operator that is killed
+// and replaced, and a suspend and resume in between, neither reset them nor spend them. Every pod
+// carries its run as a label and in its env (FLEET_RUN), so each attempt's logs are told apart.
+TEST_F(LifecycleE2eTest, CountsSurviveAnOperatorRestartAndASuspend) {
+  OperatorProcess& first = StartOperator();
+  ASSERT_FALSE(CreateJob(JobBuilder("cs").Collective(2).RestartPolicy("worker", "OnFailure").BackoffLimit(2).Obj()).is_null());
+  WaitForRunningPods("cs", 2, 0);
+  PodAction("cs-worker-0", {{"action", "fail"}, {"exitCode", 1}});
+  WaitForRunningPods("cs", 2, 1);
+  ASSERT_FALSE(WaitForJob("cs", "to run again after one restart", [](const Json& j) {
+    const Json& st = j.value("status", Json::object());
+    return st.value("phase", "") == "Running" && st.value("restartCount", 0) == 1;
+  }).is_null());
+
+  first.Signal(SIGKILL);
+  ASSERT_TRUE(first.WaitExit(Seconds(10)).has_value());
+  StartOperator();
+  ASSERT_FALSE(PatchJob("cs", {{"spec", {{"runPolicy", {{"suspend", true}}}}}}).is_null());
+  ASSERT_FALSE(WaitForPhase("cs", "Suspended").is_null());
+  ASSERT_FALSE(PatchJob("cs", {{"spec", {{"runPolicy", {{"suspend", false}}}}}}).is_null());
+  const std::vector<Json> resumed = WaitForRunningPods("cs", 2, 2);
+  ASSERT_EQ(resumed.size(), 2u);
+  for (const Json& pod : resumed) {
+    const Json& env = pod["spec"]["containers"][0]["env"];
+    const auto run_env = std::find_if(env.begin(), env.end(), [](const Json& e) { return e.value("name", "") == "FLEET_RUN"; });
+    ASSERT_NE(run_env, env.end()) << NameOf(pod);
+    EXPECT_EQ((*run_env)["valueFrom"]["fieldRef"]["fieldPath"], "metadata.labels['fleet.paddlepaddle.org/run']");
+  }
+  const Json running = WaitForJob("cs", "to run after the resume", [](const Json& j) {
+    return j.value("status", Json::object()).value("phase", "") == "Running";
+  });
+  ASSERT_FALSE(running.is_null());
+  EXPECT_EQ(running["status"].value("restartCount", -1), 1) << "neither the new operator nor the resume reset it";
+
+  // One restart of the budget (backoffLimit 2) is left, and only one.
+  PodAction("cs-worker-1", {{"action", "fail"}, {"exitCode", 1}});
+  WaitForRunningPods("cs", 2, 3);
+  PodAction("cs-worker-1", {{"action", "fail"}, {"exitCode", 1}});
+  const Json failed = WaitForPhase("cs", "Failed");
+  ASSERT_FALSE(failed.is_null());
+  EXPECT_EQ(ConditionOf(failed["status"], "Failed").value("reason", ""), "BackoffLimitExceeded");
+  EXPECT_EQ(failed["status"].value("restartCount", -1), 2);
 }
 
 // Service mode replaces a failed pod alone; that is one restart, however the API answers.

@@ -21,6 +21,8 @@ inline constexpr const char* kJobLabel = "fleet.paddlepaddle.org/job-name";
 inline constexpr const char* kRoleLabel = "fleet.paddlepaddle.org/role";
 inline constexpr const char* kIndexLabel = "fleet.paddlepaddle.org/index";
 inline constexpr const char* kRunLabel = "fleet.paddlepaddle.org/run";
+// Every main container's env: the pod's run (from its run label, by the downward API).
+inline constexpr const char* kRunEnv = "FLEET_RUN";
 // The sidecar's Role says which replicas its pod names are of (the operator's ReplicaSignature).
 inline constexpr const char* kReplicasAnnotation = "fleet.paddlepaddle.org/replicas";
 // The endpoints ConfigMap says which run and which hosts its lists were computed for; the

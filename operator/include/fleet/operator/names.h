@@ -19,6 +19,7 @@ using api::kReplicasAnnotation;
 using api::kRoleLabel;
 using api::kRunAnnotation;
 using api::kRunLabel;
+using api::kRunEnv;
 // Where pods mount the endpoints ConfigMap (one file per key).
 inline constexpr const char* kEndpointsMountPath = "/etc/fleet/endpoints";
 // Lists too long for the env travel as those files (JobWiring::EnvFiles). The endpoints ConfigMap
