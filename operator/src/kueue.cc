@@ -9,6 +9,7 @@
 
 #include "fleet/base/hash.h"
 #include "fleet/base/json_read.h"
+#include "fleet/base/strings.h"
 #include "fleet/base/time.h"
 #include "fleet/operator/pod_builder.h"
 #include "fleet/operator/wiring.h"
@@ -112,6 +113,18 @@ int SpecCount(const Json& workload, const std::string& pod_set) {
 
 std::string QueueName(const FleetJob& job) { return Label(job, kQueueLabel); }
 
+Result<std::optional<int32_t>> MaxExecutionTimeSeconds(const FleetJob& job) {
+  const auto it = job.labels.find(kMaxExecTimeLabel);
+  if (it == job.labels.end()) return std::optional<int32_t>();
+  const std::string field = std::string("metadata.labels[\"") + kMaxExecTimeLabel + "\"]";
+  auto seconds = ParseNonNegativeInt(it->second, field);
+  if (!seconds.ok() || *seconds == 0) {
+    return Error{field + " is " + Quote(it->second) +
+                 ": it must be a whole number of seconds over 0 (Kueue's maximumExecutionTimeSeconds)"};
+  }
+  return std::optional<int32_t>(*seconds);
+}
+
 bool DispatchedByMultiKueue(const FleetJob& job) {
   return job.spec.managed_by == kMultiKueueController && !QueueName(job).empty();
 }
@@ -201,8 +214,14 @@ std::string PodSetsHash(const Json& pod_sets) {
 
 Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> priority, bool suspended) {
   Json annotations = {{kPodSetsHashAnnotation, PodSetsHash(pod_sets)}};
+  for (const auto& [key, value] : job.annotations) {
+    if (key.rfind(kProvReqAnnotationPrefix, 0) == 0) annotations[key] = value;
+  }
   if (suspended) annotations[kSuspendedAnnotation] = "true";
   Json spec = {{"queueName", QueueName(job)}, {"podSets", std::move(pod_sets)}, {"active", !suspended}};
+  if (const auto max_seconds = MaxExecutionTimeSeconds(job); max_seconds.ok() && *max_seconds) {
+    spec["maximumExecutionTimeSeconds"] = **max_seconds;
+  }
   if (const auto ref = PriorityClassOf(job); ref && priority) {
     spec["priorityClassRef"] = {{"group", ref->group}, {"kind", ref->kind}, {"name", ref->name}};
     spec["priority"] = *priority;
@@ -221,7 +240,7 @@ Json BuildWorkload(const FleetJob& job, Json pod_sets, std::optional<int32_t> pr
 std::optional<Json> UpdatedWorkloadSpec(const Json& workload, const Json& desired) {
   Json updated = workload;
   Json& spec = updated["spec"];
-  for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef"}) {
+  for (const char* key : {"podSets", "queueName", "priority", "priorityClassRef", "maximumExecutionTimeSeconds"}) {
     if (desired["spec"].contains(key)) spec[key] = desired["spec"][key];
     else spec.erase(key);
   }

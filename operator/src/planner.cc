@@ -606,6 +606,11 @@ bool Planner::QueueAdmission(bool suspended) {
     FinishedJob();
     return true;
   }
+  if (const auto max_seconds = kueue::MaxExecutionTimeSeconds(job()); !max_seconds.ok()) {
+    Fail("InvalidSpec", max_seconds.error());
+    FinishedJob();
+    return true;
+  }
   QueueStatus& q = Queue();
   q.workload = kueue::JobWorkloadName(job());
   q.local_queue = queue;

@@ -34,6 +34,11 @@ JobBuilder& JobBuilder::Label(const std::string& key, const std::string& value) 
   return *this;
 }
 
+JobBuilder& JobBuilder::Annotation(const std::string& key, const std::string& value) {
+  obj_["metadata"]["annotations"][key] = value;
+  return *this;
+}
+
 JobBuilder& JobBuilder::Namespace(const std::string& ns) {
   obj_["metadata"]["namespace"] = ns;
   return *this;

@@ -45,6 +45,7 @@ class JobBuilder {
 
   JobBuilder& Namespace(const std::string& ns);
   JobBuilder& Label(const std::string& key, const std::string& value);   // metadata.labels
+  JobBuilder& Annotation(const std::string& key, const std::string& value);   // metadata.annotations
   JobBuilder& Ps(int servers, int workers);                 // spec.server + spec.worker
   JobBuilder& Collective(int workers, int gpus_per_pod = 0);  // spec.worker only
   JobBuilder& Heter(const HeterStage& stage);               // appends to spec.heter

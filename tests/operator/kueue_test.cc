@@ -160,6 +160,34 @@ TEST(KueueTest, AQueuedJobCreatesItsWorkloadAndNothingElse) {
   EXPECT_FALSE(world.observed.endpoints || world.observed.service_account || world.observed.role);
 }
 
+// Kueue's jobframework copies these from the job: the maximum execution time (Kueue evicts and
+// deactivates the Workload past it) and a ProvisioningRequest's parameters.
+TEST(KueueTest, TheWorkloadCarriesTheMaximumExecutionTimeAndProvisioningParameters) {
+  World world(QueuedJob()
+                  .Label(kueue::kMaxExecTimeLabel, "3600")
+                  .Annotation("provreq.kueue.x-k8s.io/ValidUntilSeconds", "600")
+                  .Annotation("team.example.com/owner", "ml")
+                  .Obj());
+  const ReconcilePlan& plan = world.Step();
+  const Action* create = FindAction(plan, Verb::kCreate, ObjectKind::kKueueWorkload, kWorkload);
+  ASSERT_NE(create, nullptr) << Describe(plan);
+  EXPECT_EQ(create->object["spec"]["maximumExecutionTimeSeconds"], 3600);
+  const Json& annotations = create->object["metadata"]["annotations"];
+  EXPECT_EQ(annotations.value("provreq.kueue.x-k8s.io/ValidUntilSeconds", ""), "600");
+  EXPECT_FALSE(annotations.contains("team.example.com/owner")) << "only the ProvisioningRequest's are copied";
+}
+
+TEST(KueueTest, AMaximumExecutionTimeThatIsNotWholePositiveSecondsIsRefused) {
+  for (const char* bad : {"0", "-5", "1.5", "soon", "99999999999"}) {
+    World world(QueuedJob().Label(kueue::kMaxExecTimeLabel, bad).Obj());
+    const ReconcilePlan& plan = world.Step();
+    EXPECT_EQ(plan.status.ToJson()["phase"], "Failed") << bad;
+    EXPECT_EQ(Condition(plan.status.ToJson(), "Failed").value("reason", ""), "InvalidSpec") << bad;
+    EXPECT_THAT(plan.status.message, HasSubstr("metadata.labels[\"kueue.x-k8s.io/max-exec-time-seconds\"]")) << bad;
+    EXPECT_EQ(FindAction(plan, Verb::kCreate, ObjectKind::kKueueWorkload, kWorkload), nullptr) << bad;
+  }
+}
+
 TEST(KueueTest, AJobWithoutTheLabelHasNoWorkloadAndUnmarkedPods) {
   World world(JobBuilder("wd").Collective(2, 8).Obj());
   world.observed.kueue.served = false;   // as on a cluster without Kueue: it makes no difference

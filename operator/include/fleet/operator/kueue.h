@@ -30,6 +30,11 @@ inline constexpr const char* kApiVersion = "kueue.x-k8s.io/v1beta2";
 // On the FleetJob: the LocalQueue (in its namespace) that admits it, and its WorkloadPriorityClass.
 inline constexpr const char* kQueueLabel = "kueue.x-k8s.io/queue-name";
 inline constexpr const char* kPriorityClassLabel = "kueue.x-k8s.io/priority-class";
+// On the FleetJob, copied to its Workload as Kueue's jobframework copies them: the most seconds
+// the job may run admitted (spec.maximumExecutionTimeSeconds: Kueue then evicts and deactivates
+// it), and the parameters of a ProvisioningRequest admission check (annotations by prefix).
+inline constexpr const char* kMaxExecTimeLabel = "kueue.x-k8s.io/max-exec-time-seconds";
+inline constexpr const char* kProvReqAnnotationPrefix = "provreq.kueue.x-k8s.io/";
 // On the Workload: its job's uid (Kueue's preemption messages name the preemptor by it), the
 // finalizer that keeps it while its quota is in use, and the hash of its pod sets as built.
 inline constexpr const char* kJobUidLabel = "kueue.x-k8s.io/job-uid";
@@ -64,6 +69,9 @@ inline constexpr const char* kOutOfSync = "OutOfSync";
 
 // The LocalQueue the job's label names; "" when it is not queued in Kueue.
 std::string QueueName(const FleetJob& job);
+// The job's kMaxExecTimeLabel: nullopt without it; an error naming the label unless it is a whole
+// number of seconds in 1..2^31-1 (Kueue's webhook refuses such a job).
+Result<std::optional<int32_t>> MaxExecutionTimeSeconds(const FleetJob& job);
 // A queued job that MultiKueue dispatches to a worker cluster (spec.managedBy): here, on the
 // manager, the operator makes its Workload and nothing else.
 bool DispatchedByMultiKueue(const FleetJob& job);
