@@ -1025,7 +1025,7 @@ std::string DescribeFailure(const std::string& pod_name, const ObservedPod& pod,
   if (pod.evicted) return "pod " + pod_name + " was evicted";
   std::string what = "pod " + pod_name + (pod.exit_code ? " failed with exit code " + std::to_string(*pod.exit_code) : " failed");
   const std::string& reason = !pod.termination_reason.empty() ? pod.termination_reason : pod.pod_reason;
-  if (!reason.empty() && reason != "Error") what += " (" + reason + ")";
+  if (!reason.empty() && reason != "Error" && reason != "Completed") what += " (" + reason + ")";   // those say nothing more
   return what;
 }
 

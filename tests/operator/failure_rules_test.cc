@@ -298,6 +298,30 @@ TEST(FailureRuleSpecTest, LogPatternsMakeTheMainContainersFallBackToLogs) {
   EXPECT_FALSE(world.Pod("wd-server-0")["spec"]["containers"][0].contains("terminationMessagePolicy"));
 }
 
+// The pod cache keeps a termination message's tail (where the log's last lines are), bounded.
+TEST(FailureRuleSpecTest, ATerminationMessageIsKeptToItsLast4KiB) {
+  PodBuilder builder = PodFor(JobBuilder("wd").Ps(1, 4).Obj(), "worker", 0);
+  Terminate(builder, 1, "Error", std::string(10000, 'x') + "\nCUDA out of memory\n");
+  const Json pod = builder.Obj();
+  const ObservedPod read = ObservedPod::Read(pod);
+  EXPECT_EQ(read.termination_message.size(), ObservedPod::kMaxTerminationMessage);
+  EXPECT_THAT(read.termination_message, ::testing::EndsWith("x\nCUDA out of memory\n"));
+  const Json trimmed = ObservedPod::Trim(pod);
+  EXPECT_EQ(trimmed["status"]["containerStatuses"][0]["state"]["terminated"]["message"], read.termination_message);
+  EXPECT_EQ(ObservedPod::Read(trimmed).termination_message, read.termination_message);
+}
+
+// Of several main containers, the one that failed is read, whichever order they ended in.
+TEST(FailureRuleSpecTest, TheFailingContainerIsTheOneThatExitedNonZero) {
+  Json pod = PodFor(JobBuilder("wd").Ps(1, 4).Obj(), "worker", 0).Failed(0).Obj();
+  pod["status"]["containerStatuses"].push_back(
+      {{"name", "second"}, {"state", {{"terminated", {{"exitCode", 3}, {"reason", "OOMKilled"}, {"message", "oom"}}}}}});
+  const ObservedPod read = ObservedPod::Read(pod);
+  EXPECT_EQ(read.exit_code, 3);
+  EXPECT_EQ(read.termination_reason, "OOMKilled");
+  EXPECT_EQ(read.termination_message, "oom");
+}
+
 TEST(FailureRuleSpecTest, InvalidRulesAreRefusedNamingTheField) {
   const std::vector<std::pair<std::string, std::string>> cases = {
       {R"([{"action": "FailJob", "onLogPattern": "(unclosed"}])", "spec.runPolicy.failureRules[0].onLogPattern"},
