@@ -1,13 +1,17 @@
 #include "fleet/api/job_spec.h"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdint>
 #include <initializer_list>
 #include <optional>
 #include <set>
 
+#include <re2/re2.h>
+
 #include "fleet/api/log_pattern.h"
 #include "fleet/api/names.h"
+#include "fleet/api/user_regex.h"
 #include "fleet/base/json_read.h"
 #include "fleet/base/dns.h"
 #include "fleet/base/strings.h"
@@ -355,6 +359,20 @@ const NameTable<CleanPodPolicy>& Names<CleanPodPolicy>() {
   return names;
 }
 template <>
+const NameTable<FailureAction>& Names<FailureAction>() {
+  static const NameTable<FailureAction> names = {{"FailJob", FailureAction::kFailJob},
+                                                 {"RestartJob", FailureAction::kRestartJob},
+                                                 {"RestartPod", FailureAction::kRestartPod},
+                                                 {"Ignore", FailureAction::kIgnore}};
+  return names;
+}
+template <>
+const NameTable<StallAction>& Names<StallAction>() {
+  static const NameTable<StallAction> names = {
+      {"None", StallAction::kNone}, {"RestartJob", StallAction::kRestartJob}, {"FailJob", StallAction::kFailJob}};
+  return names;
+}
+template <>
 const NameTable<GangScheduler>& Names<GangScheduler>() {
   static const NameTable<GangScheduler> names = {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
                                                  {"SchedulerPlugins", GangScheduler::kSchedulerPlugins},
@@ -379,6 +397,111 @@ int FleetJobSpec::TotalPods() const {
   return total;
 }
 
+std::string FailureRule::Describe() const {
+  const std::string path = "spec.runPolicy.failureRules[" + std::to_string(index) + "]";
+  return name.empty() ? path : "rule \"" + name + "\" (" + path + ")";   // names have no quotes (ParseFailureRule)
+}
+
+std::optional<std::string> FailureRule::MatchingLine(std::string_view log) const {
+  if (!log_regex) return std::nullopt;
+  while (!log.empty()) {
+    const size_t end = std::min(log.find('\n'), log.size());
+    const std::string_view line = log.substr(0, end);
+    if (re2::RE2::PartialMatch(line, *log_regex)) return std::string(line);
+    log.remove_prefix(std::min(end + 1, log.size()));
+  }
+  return std::nullopt;
+}
+
+namespace {
+
+// onExitCodes: {operator: In | NotIn, values: [...]}.
+Status ParseExitCodes(const Json& json, const std::string& path, FailureRule& rule) {
+  if (!json.is_object()) return Error{path + ": must be an object with operator and values"};
+  FieldReader r(json, path);
+  std::string op = "In";
+  r.String("operator", op);
+  if (!r.error().empty()) return Error{r.error()};
+  if (op != "In" && op != "NotIn") return Error{path + ".operator: must be one of In, NotIn, got " + Quote(op)};
+  rule.exit_codes_in = op == "In";
+  const Json* values = r.Has("values") ? &r.Get("values") : nullptr;
+  if (!values || !values->is_array() || values->empty() || values->size() > 255) {
+    return Error{path + ".values: must be a list of 1 to 255 exit codes"};
+  }
+  for (const Json& v : *values) {
+    if (!v.is_number_integer() || v.get<int64_t>() < 0 || v.get<int64_t>() > 255) {
+      return Error{path + ".values: exit codes are integers 0..255, got " + v.dump()};
+    }
+    const int code = v.get<int>();
+    if (code == 0 && *rule.exit_codes_in) {
+      return Error{path + ".values: 0 is no failure (a container that exited 0 succeeded); remove it"};
+    }
+    rule.exit_codes.push_back(code);
+  }
+  return OkStatus();
+}
+
+// One of spec.runPolicy.failureRules: at least one criterion, and a pattern RE2 compiles.
+Result<FailureRule> ParseFailureRule(const Json& json, int index) {
+  FailureRule rule;
+  rule.index = index;
+  const std::string path = "spec.runPolicy.failureRules[" + std::to_string(index) + "]";
+  if (!json.is_object()) return Error{path + ": must be an object with an action and criteria"};
+  FieldReader r(json, path);
+  r.String("name", rule.name);
+  const bool name_ok = std::all_of(rule.name.begin(), rule.name.end(), [](char c) {
+    return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_' || c == '.';
+  });
+  if (!name_ok || rule.name.size() > 63) {
+    return Error{r.Path("name") + ": at most 63 letters, digits, '-', '_' and '.', got " + Quote(rule.name)};
+  }
+  if (!r.Has("action")) return Error{path + ".action: is required (" + NameList<FailureAction>() + ")"};
+  r.Enum("action", Names<FailureAction>(), rule.action);
+  r.Strings("roles", 16, rule.roles);
+  r.Strings("onReasons", 16, rule.reasons);
+  r.String("onLogPattern", rule.log_pattern);
+  if (!r.error().empty()) return Error{r.error()};
+  if (r.Has("onExitCodes")) FLEET_RETURN_IF_ERROR(ParseExitCodes(r.Get("onExitCodes"), r.Path("onExitCodes"), rule));
+  if (!rule.log_pattern.empty()) {
+    auto regex = CompileUserRegex(rule.log_pattern);
+    if (!regex) return Error{r.Path("onLogPattern") + ": not a valid regular expression: " + regex.error()};
+    rule.log_regex = *regex;
+  }
+  if (!rule.exit_codes_in && rule.reasons.empty() && rule.log_pattern.empty()) {
+    return Error{path + ": needs at least one of onExitCodes, onReasons, onLogPattern (a rule matching every "
+                 "failure is a role's restartPolicy)"};
+  }
+  return rule;
+}
+
+Status ParseFailureRules(const FieldReader& rp, RunPolicy& p) {
+  if (!rp.Has("failureRules")) return OkStatus();
+  const Json& rules = rp.Get("failureRules");
+  if (!rules.is_array() || rules.size() > 32) return Error{rp.Path("failureRules") + ": must be a list of at most 32 rules"};
+  for (size_t i = 0; i < rules.size(); ++i) {
+    FLEET_ASSIGN_OR_RETURN(auto rule, ParseFailureRule(rules[i], static_cast<int>(i)));
+    p.failure_rules.push_back(std::move(rule));
+  }
+  return OkStatus();
+}
+
+// A rule's roles are the job's.
+Status CheckFailureRuleRoles(const FleetJobSpec& s) {
+  for (const FailureRule& rule : s.run_policy.failure_rules) {
+    for (size_t i = 0; i < rule.roles.size(); ++i) {
+      const bool known = std::any_of(s.roles.begin(), s.roles.end(), [&](const RoleSpec& r) { return r.name == rule.roles[i]; });
+      if (known) continue;
+      std::vector<std::string> names;
+      for (const RoleSpec& r : s.roles) names.push_back(r.name);
+      return Error{"spec.runPolicy.failureRules[" + std::to_string(rule.index) + "].roles[" + std::to_string(i) +
+                   "]: the job has no role " + Quote(rule.roles[i]) + " (its roles: " + JoinStrings(names, ", ") + ")"};
+    }
+  }
+  return OkStatus();
+}
+
+}  // namespace
+
 Result<RunPolicy> ParseRunPolicy(const Json& spec) {
   RunPolicy p;
   if (!spec.is_object() || !spec.contains("runPolicy")) return p;
@@ -398,6 +521,7 @@ Result<RunPolicy> ParseRunPolicy(const Json& spec) {
   rp.Bool("suspend", p.suspend);
   rp.Int("pendingTimeoutSeconds", 1, int64_t{1} << 40, p.pending_timeout_seconds);
   if (!rp.error().empty()) return Error{rp.error()};
+  FLEET_RETURN_IF_ERROR(ParseFailureRules(rp, p));
   return p;
 }
 
@@ -566,6 +690,7 @@ Status ParseSidecar(const Json& spec, FleetJobSpec& s) {
   sd.Strings("logFiles", 16, s.sidecar.log_files);
   sd.Strings("patterns", 16, s.sidecar.patterns);
   sd.Int("stallWindowSeconds", 0, 7 * 24 * 3600, s.sidecar.stall_window_seconds);
+  sd.Enum("stallAction", Names<StallAction>(), s.sidecar.stall_action);
   // Checked with the grammar the sidecar compiles them with, so that a pattern it would refuse
   // fails the job with a message instead of crash-looping every pod's sidecar.
   for (const std::string& pattern : s.sidecar.patterns) {
@@ -603,6 +728,7 @@ Result<FleetJobSpec> FleetJobSpec::FromJson(const Json& spec) {
   FLEET_RETURN_IF_ERROR(ResolveMode(mode, s));
   if (s.port + s.processes_per_pod - 1 > 65535) return Error{"spec.port: port + processesPerPod runs past 65535"};
   FLEET_ASSIGN_OR_RETURN(s.run_policy, ParseRunPolicy(spec));
+  FLEET_RETURN_IF_ERROR(CheckFailureRuleRoles(s));
   FLEET_RETURN_IF_ERROR(ParseScheduling(spec, s));
   FLEET_RETURN_IF_ERROR(ParseSidecar(spec, s));
   if (r.Has("elastic")) {
@@ -626,11 +752,22 @@ Json RoleToJson(const RoleSpec& role) {
   return out;
 }
 
+Json FailureRuleToJson(const FailureRule& rule) {
+  Json out = {{"action", NameOf(rule.action)}};
+  if (!rule.name.empty()) out["name"] = rule.name;
+  if (!rule.roles.empty()) out["roles"] = rule.roles;
+  if (rule.exit_codes_in) out["onExitCodes"] = {{"operator", *rule.exit_codes_in ? "In" : "NotIn"}, {"values", rule.exit_codes}};
+  if (!rule.reasons.empty()) out["onReasons"] = rule.reasons;
+  if (!rule.log_pattern.empty()) out["onLogPattern"] = rule.log_pattern;
+  return out;
+}
+
 Json RunPolicyToJson(const RunPolicy& p) {
   Json out = {{"backoffLimit", p.backoff_limit}, {"cleanPodPolicy", NameOf(p.clean_pod_policy)},
               {"suspend", p.suspend}, {"pendingTimeoutSeconds", p.pending_timeout_seconds}};
   if (p.active_deadline_seconds) out["activeDeadlineSeconds"] = *p.active_deadline_seconds;
   if (p.ttl_seconds_after_finished) out["ttlSecondsAfterFinished"] = *p.ttl_seconds_after_finished;
+  for (const FailureRule& rule : p.failure_rules) out["failureRules"].push_back(FailureRuleToJson(rule));
   return out;
 }
 
@@ -650,7 +787,7 @@ Json SchedulingToJson(const Scheduling& sc) {
 
 Json SidecarToJson(const SidecarSpec& sd) {
   Json out = {{"metricsPort", sd.metrics_port}, {"logFiles", sd.log_files}, {"patterns", sd.patterns},
-              {"stallWindowSeconds", sd.stall_window_seconds}};
+              {"stallWindowSeconds", sd.stall_window_seconds}, {"stallAction", NameOf(sd.stall_action)}};
   if (!sd.image.empty()) out["image"] = sd.image;   // unset: the operator's --sidecar-image
   if (!sd.resources.is_null()) out["resources"] = sd.resources;
   return out;

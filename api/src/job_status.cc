@@ -77,6 +77,7 @@ constexpr const char* kRuntime = "runtime";
 constexpr const char* kLauncher = "launcher";
 constexpr const char* kRun = "run";
 constexpr const char* kRestartCount = "restartCount";
+constexpr const char* kIgnoredFailures = "ignoredFailures";
 constexpr const char* kHostPortBase = "hostPortBase";
 constexpr const char* kStartTime = "startTime";
 constexpr const char* kCompletionTime = "completionTime";
@@ -320,6 +321,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kLauncher, s.launcher, AsString);
   r.Read(key::kRun, s.run, AsInt<int>);
   r.Read(key::kRestartCount, s.restart_count, AsInt<int>);
+  r.Read(key::kIgnoredFailures, s.ignored_failures, AsInt<int>);
   r.Read(key::kHostPortBase, s.host_port_base, AsInt<int>);
   r.Read(key::kStartTime, s.start_time, AsTime);
   r.Read(key::kCompletionTime, s.completion_time, AsTime);
@@ -364,6 +366,7 @@ Json FleetJobStatus::ToJson() const {
   if (!launcher.empty()) out[key::kLauncher] = launcher;
   out[key::kRun] = run;
   out[key::kRestartCount] = restart_count;
+  if (ignored_failures > 0) out[key::kIgnoredFailures] = ignored_failures;
   if (host_port_base) out[key::kHostPortBase] = *host_port_base;
   if (start_time) out[key::kStartTime] = FormatRfc3339(*start_time);
   if (completion_time) out[key::kCompletionTime] = FormatRfc3339(*completion_time);

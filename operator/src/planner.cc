@@ -28,6 +28,11 @@ using std::chrono::seconds;
 // not yet reported, to be the cause (HandleFailures).
 constexpr seconds kFailureSettle{5};
 
+using api::FailureAction;
+using api::FailureRule;
+using api::kStalledReason;
+using api::StallAction;
+
 // ---- reading pods: members by reference (fleet/base/json_read.h), not copies of sub-objects for
 // every pod at every reconcile ----
 
@@ -166,13 +171,22 @@ class Planner {
   void RewireOnNewReplicas();
   RunPods ClassifyPods();
   bool AllWorkersSucceeded(const RunPods& pods);
-  // A failed pod of this run, and whether its role's restartPolicy would restart it.
+  // A failure of this run (a failed pod, or a running one whose sidecar reports it stalled) and
+  // its verdict: what to do (action), how messages name it and why (text: the pod, what a rule
+  // matched, the rule), and when the job fails, its Failed condition's reason and message.
   struct Failure {
     const PodSlot* slot;
     const ObservedPod* pod;
-    bool retryable;
+    bool stalled;
+    FailureAction action;
+    std::string text;
+    std::string reason;
+    std::string fail_message;
   };
+  std::optional<Failure> Judge(const PodSlot& slot, const ObservedPod& pod, bool stalled) const;
+  bool CollectFailures(const RunPods& pods, const std::set<std::string>& being_replaced, std::vector<Failure>& failures);
   bool HandleFailures(const RunPods& pods);
+  bool RestartAfter(const Failure& cause, const std::vector<const PodSlot*>& failed, const RunPods& pods);
   void ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods);
   bool TrackElasticMembers(const RunPods& pods);
   Hosts CollectHosts(const RunPods& pods) const;
@@ -269,7 +283,8 @@ class Planner {
   void ResolveWithoutPods(const std::string& reason);
   // Fails the job when it has used up backoffLimit; `what` says what happened.
   bool OutOfRestarts(const std::string& what);
-  void Restart(const std::string& why, bool whole_job);
+  void Restart(const std::string& why, bool whole_job, bool counted = true);
+  std::string CountRestart(bool counted);
   void CleanUp();
   void FinishedJob();
   void Delete(ObjectKind kind, const std::string& name, const std::string& why) {
@@ -985,19 +1000,131 @@ bool Planner::OutOfRestarts(const std::string& what) {
   return true;
 }
 
+// Counts a restart: against backoffLimit, or (a failure a rule ignores) in status.ignoredFailures.
+// Returns how messages say so.
+std::string Planner::CountRestart(bool counted) {
+  if (!counted) {
+    return "(ignored failure " + std::to_string(++status().ignored_failures) + ", not counted against backoffLimit)";
+  }
+  return "(restart " + std::to_string(++status().restart_count) + " of at most " +
+         std::to_string(job().spec.run_policy.backoff_limit) + ")";
+}
+
 // A restart of the whole job: every pod of this run goes, the next run is wired afresh (new
 // addresses mean new lists). Service-mode jobs replace only failed pods (DNS names are stable).
-void Planner::Restart(const std::string& why, bool whole_job) {
-  const int restarts = ++status().restart_count;
+void Planner::Restart(const std::string& why, bool whole_job, bool counted) {
+  const std::string count = CountRestart(counted);
   if (whole_job) {
     NewRun();
     DeletePods([](const ObservedPod&) { return true; }, "whole-job restart");
   }
-  const std::string message = why + " (restart " + std::to_string(restarts) + " of at most " +
-                              std::to_string(job().spec.run_policy.backoff_limit) + ")";
+  const std::string message = why + " " + count;
   SetCondition(ConditionType::kRestarting, true, "Restarting", message);
   SetCondition(ConditionType::kRunning, false, "Restarting", message);
   SetPhase(JobPhase::kRestarting, message);
+}
+
+// What failure rules and messages say a failure was: "pod wd-worker-2 failed with exit code 1".
+std::string DescribeFailure(const std::string& pod_name, const ObservedPod& pod, bool stalled) {
+  if (stalled) return "pod " + pod_name + " reports no training progress (" + pod.stalled.value_or("") + ")";
+  if (pod.evicted) return "pod " + pod_name + " was evicted";
+  std::string what = "pod " + pod_name + (pod.exit_code ? " failed with exit code " + std::to_string(*pod.exit_code) : " failed");
+  const std::string& reason = !pod.termination_reason.empty() ? pod.termination_reason : pod.pod_reason;
+  if (!reason.empty() && reason != "Error" && reason != "Completed") what += " (" + reason + ")";   // those say nothing more
+  return what;
+}
+
+// What `rule` matched in a failure of a pod of `role` ("log line \"...\""; "" when only the exit
+// code or a reason the description names did), or nullopt when it does not match.
+// Reasons `described` (DescribeFailure's) already names are not repeated.
+std::optional<std::string> MatchRule(const FailureRule& rule, const std::string& role, const ObservedPod& pod,
+                                     bool stalled, const std::string& described) {
+  if (!rule.roles.empty() && std::find(rule.roles.begin(), rule.roles.end(), role) == rule.roles.end()) return std::nullopt;
+  std::vector<std::string> matched;
+  if (rule.exit_codes_in) {
+    const bool failed = !stalled && pod.exit_code && *pod.exit_code != 0;
+    const bool listed = failed && std::count(rule.exit_codes.begin(), rule.exit_codes.end(), *pod.exit_code) > 0;
+    if (!failed || listed != *rule.exit_codes_in) return std::nullopt;
+  }
+  if (!rule.reasons.empty()) {
+    const std::string reasons[] = {pod.termination_reason, pod.pod_reason, pod.disruption_reason,
+                                   stalled ? kStalledReason : ""};
+    const auto it = std::find_if(std::begin(reasons), std::end(reasons), [&](const std::string& reason) {
+      return !reason.empty() && std::count(rule.reasons.begin(), rule.reasons.end(), reason) > 0;
+    });
+    if (it == std::end(reasons)) return std::nullopt;
+    if (!stalled && described.find("(" + *it + ")") == std::string::npos) matched.push_back("reason " + *it);
+  }
+  if (rule.log_regex) {
+    if (stalled) return std::nullopt;
+    const std::optional<std::string> line = rule.MatchingLine(pod.termination_message);
+    if (!line) return std::nullopt;
+    matched.push_back("log line " + Quote(line->size() > 200 ? line->substr(0, 200) + "..." : *line) + " matched");
+  }
+  return JoinStrings(matched, ", ");
+}
+
+// A failure's verdict: the first failure rule that matches it; else, for a stall, the sidecar's
+// stallAction (None: no failure at all), for a failed pod its role's restartPolicy.
+std::optional<Planner::Failure> Planner::Judge(const PodSlot& slot, const ObservedPod& pod, bool stalled) const {
+  Failure f{&slot, &pod, stalled, FailureAction::kFailJob, DescribeFailure(slot.name, pod, stalled), "PodFailed", ""};
+  for (const FailureRule& rule : job().spec.run_policy.failure_rules) {
+    const std::optional<std::string> matched = MatchRule(rule, slot.role->name, pod, stalled, f.text);
+    if (!matched) continue;
+    f.action = rule.action;
+    f.text = rule.Describe() + ": " + f.text + (matched->empty() ? "" : ", " + *matched);
+    f.reason = "FailureRule";
+    f.fail_message = f.text;
+    return f;
+  }
+  if (stalled) {
+    const StallAction action = job().spec.sidecar.stall_action;
+    if (action == StallAction::kNone) return std::nullopt;
+    f.action = action == StallAction::kFailJob ? FailureAction::kFailJob : FailureAction::kRestartJob;
+    f.text += ", and spec.sidecar.stallAction is " + std::string(NameOf(action));
+    f.reason = kStalledReason;
+    f.fail_message = f.text;
+    return f;
+  }
+  bool retryable = false;
+  switch (slot.role->restart_policy) {
+    case RestartPolicy::kNever: retryable = false; break;
+    case RestartPolicy::kOnFailure: retryable = true; break;
+    // Codes >= 128 are deaths by signal (OOM kill, preemption): worth another try.
+    case RestartPolicy::kExitCode: retryable = pod.evicted || (pod.exit_code && *pod.exit_code >= 128); break;
+  }
+  f.action = retryable ? FailureAction::kRestartJob : FailureAction::kFailJob;
+  f.fail_message = f.text + " and the " + slot.role->name + " restartPolicy does not restart it";
+  return f;
+}
+
+// This run's failures: its failed pods, and its running pods reported stalled, each judged.
+// Returns true when the plan ends here (an elastic launcher gave up: the job failed).
+bool Planner::CollectFailures(const RunPods& pods, const std::set<std::string>& being_replaced,
+                              std::vector<Failure>& failures) {
+  for (const PodSlot& slot : slots_) {
+    const ObservedPod* found = pods.Find(slot);
+    if (!found) continue;
+    const ObservedPod& pod = *found;
+    const bool stalled = pod.phase == PodPhase::kRunning && pod.stalled;
+    if (pod.phase != PodPhase::kFailed && !stalled) continue;
+    if (being_replaced.count(pod.uid)) {
+      Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
+      continue;
+    }
+    const std::optional<int>& code = pod.exit_code;
+    if (!stalled && code && code == peers_.GaveUpExitCode()) {
+      // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
+      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) +
+                                      ": its launcher had fewer than " +
+                                      std::to_string(job().spec.elastic->min_replicas) +
+                                      " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
+      CleanUp();
+      return true;
+    }
+    if (auto failure = Judge(slot, pod, stalled)) failures.push_back(std::move(*failure));
+  }
+  return false;
 }
 
 // Returns true when the plan is complete (the job failed or is restarting).
@@ -1012,76 +1139,58 @@ bool Planner::HandleFailures(const RunPods& pods) {
   status().replaced_pods = still_there;
 
   std::vector<Failure> failures;
-  for (const PodSlot& slot : slots_) {
-    const ObservedPod* found = pods.Find(slot);
-    if (!found || found->phase != PodPhase::kFailed) continue;
-    const ObservedPod& pod = *found;
-    if (still_there.count(pod.uid)) {
-      Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
-      continue;
-    }
-    const std::optional<int>& code = pod.exit_code;
-    if (code && code == peers_.GaveUpExitCode()) {
-      // Its launcher gave up waiting for the minimum; so will every other member: no retry helps.
-      Fail("ElasticBelowMinimum", "pod " + slot.name + " exited with code " + std::to_string(*code) +
-                                      ": its launcher had fewer than " +
-                                      std::to_string(job().spec.elastic->min_replicas) +
-                                      " workers (spec.elastic.minReplicas) for spec.elastic.timeoutSeconds");
-      CleanUp();
-      return true;
-    }
-    bool retryable = false;
-    switch (slot.role->restart_policy) {
-      case RestartPolicy::kNever: retryable = false; break;
-      case RestartPolicy::kOnFailure: retryable = true; break;
-      // Codes >= 128 are deaths by signal (OOM kill, preemption): worth another try.
-      case RestartPolicy::kExitCode: retryable = pod.evicted || (code && *code >= 128); break;
-    }
-    failures.push_back({&slot, &pod, retryable});
-  }
+  if (CollectFailures(pods, still_there, failures)) return true;
   if (failures.empty()) return !still_there.empty() && status().phase == JobPhase::kRestarting;
   // The earliest failure is the cause, and decides for all: a rank's peers often fail only because
   // it did (a killed trainer's peers see their connections reset and exit 1). At a tie (the times
-  // have whole seconds) a retryable one: a death by signal is the likelier cause.
+  // have whole seconds) one worth a retry: a death by signal is the likelier cause. A stall (its
+  // pod still runs) comes after every failed pod.
   std::stable_sort(failures.begin(), failures.end(), [](const Failure& a, const Failure& b) {
     const Time never = Time::max();
-    return std::pair(a.pod->finished.value_or(never), !a.retryable) <
-           std::pair(b.pod->finished.value_or(never), !b.retryable);
+    const auto key = [&](const Failure& f) {
+      return std::pair(f.stalled ? never : f.pod->finished.value_or(never), f.action == FailureAction::kFailJob);
+    };
+    return key(a) < key(b);
   });
   const Failure& cause = failures.front();
-  const std::string first = "pod " + cause.slot->name + (cause.pod->evicted ? " was evicted" :
-                            cause.pod->exit_code ? " failed with exit code " + std::to_string(*cause.pod->exit_code)
-                                                 : " failed");
-  if (!cause.retryable) {
+  if (cause.action == FailureAction::kFailJob) {
     // Each pod reports its own end: an earlier failure elsewhere may not be seen yet. Failing a
     // doomed job a few seconds later costs nothing; failing a job whose cause was worth a retry does.
-    if (cause.pod->finished && now_ < *cause.pod->finished + kFailureSettle) {
+    if (!cause.stalled && cause.pod->finished && now_ < *cause.pod->finished + kFailureSettle) {
       RequeueAfter(std::chrono::ceil<seconds>(*cause.pod->finished + kFailureSettle - now_));
       return true;
     }
-    Fail("PodFailed", first + " and the " + cause.slot->role->name + " restartPolicy does not restart it");
+    Fail(cause.reason, cause.fail_message);
     CleanUp();
     return true;
   }
-  std::vector<const PodSlot*> retry;
-  for (const Failure& failure : failures) retry.push_back(failure.slot);
-  if (OutOfRestarts(first)) return true;
-  switch (peers_.CostOfFailedPod()) {
-    case FailedPodCost::kReplacePodInRun: {
-      ReplaceFailedPodsAlone(retry, pods);
-      const int restarts = ++status().restart_count;
-      Event("Warning", "ReplacingPod", first + "; replacing it alone, the other workers re-rendezvous without it (restart " +
-                                           std::to_string(restarts) + " of at most " +
-                                           std::to_string(job().spec.run_policy.backoff_limit) + ")");
+  std::vector<const PodSlot*> failed;
+  for (const Failure& failure : failures) failed.push_back(failure.slot);
+  return RestartAfter(cause, failed, pods);
+}
+
+// A cause worth a retry: the job restarts as its kind of restart does (RestartPod: the failed pods
+// alone, in the same run), counted against backoffLimit unless a rule ignores the failure.
+// Returns true when the plan is complete.
+bool Planner::RestartAfter(const Failure& cause, const std::vector<const PodSlot*>& failed, const RunPods& pods) {
+  const bool counted = cause.action != FailureAction::kIgnore;
+  if (counted && OutOfRestarts(cause.text)) return true;
+  if (!counted) Event("Warning", "FailureIgnored", cause.text + "; restarting without counting it against backoffLimit");
+  FailedPodCost cost = peers_.CostOfFailedPod();
+  if (cause.action == FailureAction::kRestartPod && cost == FailedPodCost::kNewRun) cost = FailedPodCost::kReplacePod;
+  switch (cost) {
+    case FailedPodCost::kReplacePodInRun:
+      ReplaceFailedPodsAlone(failed, pods);
+      Event("Warning", "ReplacingPod", cause.text + "; replacing it alone, the other workers re-rendezvous without it " +
+                                           CountRestart(counted));
       return false;   // the job goes on
-    }
     case FailedPodCost::kReplacePod:
-      ReplaceFailedPodsAlone(retry, pods);
-      Restart(first + "; replacing it (its DNS name is kept, the other pods keep running)", false);
+      ReplaceFailedPodsAlone(failed, pods);
+      Restart(cause.text + "; replacing it (its DNS name is kept, the other pods keep running)", false, counted);
       return true;
     case FailedPodCost::kNewRun: break;
   }
-  Restart(first + "; restarting the whole job, since a new pod means new addresses for every peer", true);
+  Restart(cause.text + "; restarting the whole job, since a new pod means new addresses for every peer", true, counted);
   return true;
 }
 
@@ -1379,6 +1488,35 @@ void Planner::CheckPending(const RunPods& pods) {
   Raise(ConditionType::kUnschedulable, "Warning", "PodPending", stuck);
 }
 
+// The state.terminated of a pod's failing main container: the first that exited non-zero, else
+// the first that terminated; null when none has.
+const Json* FailingContainer(const Json& status) {
+  const Json* first = nullptr;
+  for (const Json& c : ArrayMember(status, "containerStatuses")) {
+    const Json& terminated = ObjectMember(ObjectMember(c, "state"), "terminated");
+    if (terminated.empty()) continue;
+    if (MemberAs(terminated, "exitCode", AsInt<int>).value_or(0) != 0) return &terminated;
+    if (!first) first = &terminated;
+  }
+  return first;
+}
+
+// A termination message's tail, where a log's last lines are: at most kMaxTerminationMessage bytes.
+std::string MessageTail(const std::string& message) {
+  const size_t keep = ObservedPod::kMaxTerminationMessage;
+  return message.size() <= keep ? message : message.substr(message.size() - keep);
+}
+
+// A container status's state.terminated.message cut to what Read keeps (the cache holds no more).
+void BoundTerminationMessage(Json& container) {
+  auto state = container.find("state");
+  if (state == container.end() || !state->is_object()) return;
+  auto terminated = state->find("terminated");
+  if (terminated == state->end() || !terminated->is_object()) return;
+  auto message = terminated->find("message");
+  if (message != terminated->end() && message->is_string()) *message = MessageTail(message->get<std::string>());
+}
+
 }  // namespace
 
 ObservedPod ObservedPod::Read(const Json& pod) {
@@ -1391,7 +1529,8 @@ ObservedPod ObservedPod::Read(const Json& pod) {
   out.terminating = meta.contains("deletionTimestamp");
   const Json& status = ObjectMember(pod, "status");
   out.phase = ReadPodPhase(MemberAs(status, "phase", AsString).value_or("Pending"));
-  out.evicted = StringMember(status, "reason") == "Evicted";
+  out.pod_reason = StringMember(status, "reason");
+  out.evicted = out.pod_reason == "Evicted";
   out.pod_ip = StringMember(status, "podIP");
   out.host_ip = StringMember(status, "hostIP");
   bool ready_seen = false;
@@ -1407,14 +1546,16 @@ ObservedPod ObservedPod::Read(const Json& pod) {
       out.unschedulable = StringMember(c, "reason") + ": " + StringMember(c, "message");
     } else if (type == kProgressConditionType && value == "False" && StringMember(c, "reason") == "Stalled" && !out.stalled) {
       out.stalled = StringMember(c, "message");
+    } else if (type == "DisruptionTarget" && value == "True") {
+      out.disruption_reason = StringMember(c, "reason");
     }
   }
-  for (const Json& c : ArrayMember(status, "containerStatuses")) {
-    const Json& state = ObjectMember(c, "state");
-    if (!state.contains("terminated")) continue;
-    out.exit_code = state["terminated"].value("exitCode", 0);
-    out.finished = ParseRfc3339(StringMember(state["terminated"], "finishedAt"));
-    break;
+  const Json* failing = FailingContainer(status);
+  if (failing) {
+    out.exit_code = MemberAs(*failing, "exitCode", AsInt<int>).value_or(0);
+    out.finished = ParseRfc3339(StringMember(*failing, "finishedAt"));
+    out.termination_reason = StringMember(*failing, "reason");
+    out.termination_message = MessageTail(StringMember(*failing, "message"));
   }
   return out;
 }
@@ -1437,7 +1578,11 @@ Json ObservedPod::Trim(const Json& pod) {
   const Json& status = ObjectMember(pod, "status");
   Json trimmed_status = keep(status, {"phase", "reason", "podIP", "hostIP", "conditions"});
   Json containers = Json::array();
-  for (const Json& c : ArrayMember(status, "containerStatuses")) containers.push_back(keep(c, {"name", "state"}));
+  for (const Json& c : ArrayMember(status, "containerStatuses")) {
+    Json kept = keep(c, {"name", "state"});
+    BoundTerminationMessage(kept);
+    containers.push_back(std::move(kept));
+  }
   if (!containers.empty()) trimmed_status["containerStatuses"] = std::move(containers);
   if (pod.contains("status")) out["status"] = std::move(trimmed_status);
   return out;

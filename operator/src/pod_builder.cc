@@ -1,5 +1,6 @@
 #include "fleet/operator/pod_builder.h"
 
+#include <algorithm>
 #include <optional>
 
 #include "env_loader_source.h"
@@ -322,6 +323,22 @@ void WireContainers(const FleetJob& job, const PodSlot& slot, const JobWiring& w
   }
 }
 
+// A failure rule with onLogPattern reads a failed container's log tail from its termination
+// message: the kubelet writes it there under FallbackToLogsOnError (the last 80 lines, at most
+// 2 KiB) when the container exits non-zero and wrote no termination message file. The role's main
+// containers that choose no policy get that one.
+void FallBackToLogs(const FleetJob& job, const RoleSpec& role, Json& containers) {
+  const auto& rules = job.spec.run_policy.failure_rules;
+  const bool reads_logs = std::any_of(rules.begin(), rules.end(), [&](const api::FailureRule& rule) {
+    return !rule.log_pattern.empty() &&
+           (rule.roles.empty() || std::find(rule.roles.begin(), rule.roles.end(), role.name) != rule.roles.end());
+  });
+  if (!reads_logs) return;
+  for (Json& c : containers) {
+    if (!c.contains("terminationMessagePolicy")) c["terminationMessagePolicy"] = "FallbackToLogsOnError";
+  }
+}
+
 // The template's volumes and the job's: the endpoint lists, the launcher's logs, the env loader.
 Json PodVolumes(const FleetJob& job, const RoleSpec& role, const Json& spec, bool env_files) {
   Json volumes = spec.value("volumes", Json::array());
@@ -351,6 +368,7 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
 
   const std::string env_files = wiring.EnvFiles(slot);
   WireContainers(job, slot, wiring, PodEnvOf(job, slot, wiring, run, env_files), !env_files.empty(), spec["containers"]);
+  FallBackToLogs(job, role, spec["containers"]);
   Json volumes = PodVolumes(job, role, spec, !env_files.empty());
   // Least privilege: unless the template brings its own service account, the pod runs as the
   // job's sidecar account without an automounted token, and only the sidecar container gets one.

@@ -25,7 +25,11 @@ Json PodTemplate(const std::string& image, const Json& command, int gpus = 0) {
 
 Json FullRunPolicy() {
   return {{"backoffLimit", 5}, {"activeDeadlineSeconds", 86400}, {"ttlSecondsAfterFinished", 3600},
-          {"cleanPodPolicy", "All"}, {"suspend", true}, {"pendingTimeoutSeconds", 900}};
+          {"cleanPodPolicy", "All"}, {"suspend", true}, {"pendingTimeoutSeconds", 900},
+          {"failureRules", Json::parse(R"([
+             {"name": "bad-dataset", "action": "FailJob", "roles": ["worker"],
+              "onExitCodes": {"operator": "NotIn", "values": [137, 143]}, "onLogPattern": "corrupt record"},
+             {"action": "Ignore", "onReasons": ["PreemptionByScheduler", "Evicted"]}])")}};
 }
 
 Json FullSidecar() {
@@ -34,7 +38,8 @@ Json FullSidecar() {
           {"metricsPort", 9200},
           {"logFiles", {"/var/log/train/rank0.log"}},
           {"patterns", {R"(iter (?P<step>\d+) .*loss=(?P<loss>[0-9.e+-]+))"}},
-          {"stallWindowSeconds", 300}};
+          {"stallWindowSeconds", 300},
+          {"stallAction", "RestartJob"}};
 }
 
 // Collective training under Paddle's launcher, one process per GPU, gang-scheduled by Volcano.
@@ -236,7 +241,9 @@ TEST(FleetJobSpecTest, TheCrdsEnumsAreTheApisNames) {
       {p["heter"]["items"]["properties"]["restartPolicy"], NamesOf<RestartPolicy>()},
       {p["heter"]["items"]["properties"]["device"], NamesOf<DeviceKind>()},
       {p["runPolicy"]["properties"]["cleanPodPolicy"], NamesOf<CleanPodPolicy>()},
-      {p["scheduling"]["properties"]["gang"], NamesOf<GangScheduler>()}};
+      {p["scheduling"]["properties"]["gang"], NamesOf<GangScheduler>()},
+      {p["runPolicy"]["properties"]["failureRules"]["items"]["properties"]["action"], NamesOf<FailureAction>()},
+      {p["sidecar"]["properties"]["stallAction"], NamesOf<StallAction>()}};
   for (const auto& [property, names] : enums) {
     EXPECT_EQ(property.value("enum", Json()), Json(names)) << property.dump();
   }

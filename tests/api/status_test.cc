@@ -29,6 +29,7 @@ FleetJobStatus EveryFieldSet() {
   s.runtime = "fleet";
   s.run = 7;
   s.restart_count = 2;
+  s.ignored_failures = 4;
   s.host_port_base = 20040;
   s.start_time = At(1);
   s.completion_time = At(9);
@@ -87,6 +88,7 @@ TEST(FleetJobStatusTest, EveryFieldIsWrittenUnderTheCrdsNames) {
       {"runtime", "fleet"},
       {"run", 7},
       {"restartCount", 2},
+      {"ignoredFailures", 4},
       {"hostPortBase", 20040},
       {"startTime", t1},
       {"completionTime", t9},

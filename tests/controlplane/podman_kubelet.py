@@ -401,6 +401,7 @@ class Container:
         self.gen = 0                # which run of the container events belong to
         self.probes = []
         self.tailer = None
+        self.log_path = None        # the current run's k8s-file log
         self.next_start = 0.0       # monotonic time of the next (re)start, back-off included
         self.done = False           # will not run again (completed init, finished main)
         self.exit_code = None
@@ -417,6 +418,32 @@ class Container:
         if self.cid and ("running" in self.state or "terminated" in self.state):
             st["containerID"] = "podman://" + self.cid
         return st
+
+
+def k8s_file_entries(data, partial=""):
+    """The (epoch, text) entries of whole lines of podman's k8s-file log format ("<time> <stream>
+    <P|F> <text>": P marks a line split into several), and the partial line left pending."""
+    entries = []
+    for raw in data.decode("utf-8", "replace").splitlines():
+        ts, _, rest = raw.partition(" ")
+        _stream, _, rest = rest.partition(" ")
+        tag, _, text = rest.partition(" ")
+        if tag == "P":
+            partial += text
+            continue
+        entries.append((_epoch(ts), partial + text + "\n"))
+        partial = ""
+    return entries, partial
+
+
+def log_texts(path):
+    """The lines of a container run's k8s-file log, read to its end (a log not there: none)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except FileNotFoundError:
+        return []
+    return [text for _t, text in k8s_file_entries(data[:data.rfind(b"\n") + 1])[0]]
 
 
 class LogTailer(threading.Thread):
@@ -440,16 +467,7 @@ class LogTailer(threading.Thread):
             if chunk:
                 end = chunk.rfind(b"\n") + 1
                 pos += end
-                entries = []
-                for raw in chunk[:end].decode("utf-8", "replace").splitlines():
-                    ts, _, rest = raw.partition(" ")
-                    _stream, _, rest = rest.partition(" ")
-                    tag, _, text = rest.partition(" ")
-                    if tag == "P":
-                        partial += text
-                        continue
-                    entries.append((_epoch(ts), partial + text + "\n"))
-                    partial = ""
+                entries, partial = k8s_file_entries(chunk[:end], partial)
                 if entries:
                     with self.store.lock:
                         self.store.logs.setdefault(self.key, []).extend(entries)
@@ -554,6 +572,10 @@ class PodWorker(threading.Thread):
             reason = "OOMKilled" if oom else ("Completed" if code == 0 else "Error")
             c.state = {"terminated": {"exitCode": code, "reason": reason, "startedAt": started,
                                       "finishedAt": finished, "containerID": "podman://" + c.cid}}
+            # The log file, not the tailer's store: the tailer may not have read the last lines yet.
+            message = self.kubelet.termination_message(c.spec, code, log_texts(c.log_path) if c.log_path else [])
+            if message:
+                c.state["terminated"]["message"] = message
             c.exit_code, c.ready, c.started = code, False, False
             self._stop_probes(c)
             if c.tailer:
@@ -712,6 +734,7 @@ class PodWorker(threading.Thread):
                *args)
         inspect = pm.json("container", "inspect", c.podman_name)[0]
         c.cid, c.image_id = inspect["Id"], "sha256:" + inspect["Image"]
+        c.log_path = log_path
         c.tailer = LogTailer(self.store, (self.ns, self.name, c.name), log_path)
         c.tailer.start()
         pm.run("start", c.podman_name)

@@ -958,6 +958,29 @@ class TestKubelet(ServerTestCase):
         self.assertEqual(p["status"].get("phase"), "Pending", "no node is free of job a")
         self.assertNotIn("nodeName", p["spec"])
 
+    def test_fail_reports_the_log_tail_as_the_kubelet(self):
+        """FallbackToLogsOnError: a non-zero exit puts the log's last 80 lines (their last 2 KiB)
+        in the message; a written termination message wins; no policy or exit 0: no message."""
+        fallback = [{"name": "main", "image": "busybox:1.36", "terminationMessagePolicy": "FallbackToLogsOnError"}]
+        for n in ("tail", "long", "plain", "ok", "written"):
+            self.api.ok("POST", self.pods(), pod_body(n) if n == "plain" else pod_body(n, containers=fallback))
+            self.running(n)
+
+        def message(p):
+            return p["status"]["containerStatuses"][0]["state"]["terminated"].get("message")
+        log = "".join("line %d\n" % i for i in range(100))
+        p = self.pod_action("tail", action="fail", exitCode=1, reason="Error", log=log)
+        self.assertEqual(message(p), "".join("line %d\n" % i for i in range(20, 100)))
+        self.assertEqual(self.api.req("GET", self.pods("tail") + "/log?tailLines=1")[1], b"line 99\n")
+        p = self.pod_action("long", action="fail", exitCode=137, reason="OOMKilled", log="x" * 3000 + "\nCUDA out of memory")
+        self.assertEqual(len(message(p).encode()), 2048)
+        self.assertTrue(message(p).endswith("xx\nCUDA out of memory\n"))
+        self.assertEqual(p["status"]["containerStatuses"][0]["state"]["terminated"]["reason"], "OOMKilled")
+        self.assertIsNone(message(self.pod_action("plain", action="fail", exitCode=1, log="boom")))
+        self.assertIsNone(message(self.pod_action("ok", action="succeed", log="done")))
+        p = self.pod_action("written", action="fail", exitCode=2, log="boom", terminationMessage="bad shard 7")
+        self.assertEqual(message(p), "bad shard 7")
+
     def test_gang_scheduler_pods_stay_pending(self):
         self.api.ok("POST", self.pods(), pod_body("g", schedulerName="volcano"))
         self.api.ok("POST", self.pods(), pod_body("ref"))

@@ -119,5 +119,29 @@ class AtomicWriterTest(unittest.TestCase):
         self.assertAlmostEqual(pk._epoch("2026-11-26T08:00:01.5+01:00"), pk._epoch("2026-11-26T07:00:01Z") + 0.5)
 
 
+
+class TerminationMessageTest(unittest.TestCase):
+    """FallbackToLogsOnError from podman's k8s-file log, as the kubelet reads the log's tail."""
+
+    def test_k8s_file_lines_join_partials(self):
+        data = (b"2026-01-01T00:00:00.1+00:00 stdout P abc\n2026-01-01T00:00:00.2+00:00 stdout F def\n"
+                b"2026-01-01T00:00:01.0+00:00 stderr F NCCL error\n2026-01-01T00:00:02.0+00:00 stdout F cut")
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "main-1.log")
+            with open(path, "wb") as f:
+                f.write(data)
+            self.assertEqual(pk.log_texts(path), ["abcdef\n", "NCCL error\n"])
+            self.assertEqual(pk.log_texts(os.path.join(d, "none.log")), [])
+
+    def test_message_is_the_tail_only_under_the_policy_and_a_failure(self):
+        from fakeapi.kubelet import Kubelet
+        fallback = {"name": "main", "terminationMessagePolicy": "FallbackToLogsOnError"}
+        lines = ["line %d\n" % i for i in range(100)]
+        self.assertEqual(Kubelet.termination_message(fallback, 1, lines), "".join(lines[20:]))
+        self.assertEqual(len(Kubelet.termination_message(fallback, 1, ["y" * 5000 + "\n"])), 2048)
+        self.assertEqual(Kubelet.termination_message(fallback, 0, lines), "")
+        self.assertEqual(Kubelet.termination_message({"name": "main"}, 1, lines), "")
+        self.assertEqual(Kubelet.termination_message(fallback, 1, lines, "written"), "written")
+
 if __name__ == "__main__":
     unittest.main()

@@ -449,15 +449,40 @@ class Kubelet:
             self._recompute_ready(p)
         return self._update(pod, end)
 
+    # FallbackToLogsOnError as the kubelet reads the log: its last 80 lines, of those the last 2 KiB.
+    LOG_TAIL_LINES, LOG_TAIL_BYTES = 80, 2048
+
+    @classmethod
+    def termination_message(cls, container, code, log_lines, written=""):
+        """A terminated container's state.terminated.message: what it wrote to its
+        terminationMessagePath (`written`); without that, under terminationMessagePolicy
+        FallbackToLogsOnError and a non-zero exit code, its log's tail (log_lines: texts ending in
+        a newline); else none ("")."""
+        if written or code == 0 or container.get("terminationMessagePolicy") != "FallbackToLogsOnError":
+            return written
+        tail = "".join(log_lines[-cls.LOG_TAIL_LINES:]).encode()
+        return tail[-cls.LOG_TAIL_BYTES:].decode("utf-8", "replace")
+
     def _ended_status(self, p, c, prev, code, cname, body, now):
         """Container c's status once terminated: exit code `code` if the action names it (or no
-        container), else 0."""
+        container), else 0. A main container the action names first writes body["log"] (text) to its
+        log; its message is body["terminationMessage"] (what it wrote to its terminationMessagePath)
+        or, per its terminationMessagePolicy, its log's tail, as the kubelet's."""
         restarts = prev.get("restartCount", 0)
         running = prev.get("state", {}).get("running")
-        my = code if (cname is None or cname == c["name"]) else 0
+        named = cname is None or cname == c["name"]
+        my = code if named else 0
         t = {"exitCode": my, "reason": "Completed" if my == 0 else body.get("reason", "Error"),
              "startedAt": (running or {}).get("startedAt", now), "finishedAt": now,
              "containerID": self._container_id(p["metadata"]["uid"], c["name"], restarts)}
+        key = (p["metadata"]["namespace"], p["metadata"]["name"], c["name"])
+        if named and body.get("log") and c in (p["spec"].get("containers") or []):
+            self.store.logs.setdefault(key, []).extend(
+                (time.time(), line + "\n") for line in str(body["log"]).splitlines())
+        lines = [text for _t, text in self.store.logs.get(key, [])]
+        message = self.termination_message(c, my, lines, body.get("terminationMessage", "") if named else "")
+        if message:
+            t["message"] = message
         return self._cstatus(p, c, {"terminated": t}, False, restarts, prev.get("lastState"), started=False)
 
     def _act_restart(self, pod, body, cname, now):

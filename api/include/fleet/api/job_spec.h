@@ -14,6 +14,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <map>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -25,6 +26,10 @@
 #include "fleet/api/launcher.h"
 #include "fleet/base/result.h"
 #include "fleet/runtime/topology.h"
+
+namespace re2 {
+class RE2;
+}  // namespace re2
 
 namespace fleet::api {
 
@@ -41,6 +46,13 @@ enum class RoleKind { kServer, kWorker, kHeter };
 // FleetJob's own runtime: the operator gives server pods a `fleet-ps-server` container from the
 // sidecar image, and trainers use the fleet_runtime client library (kFleet).
 enum class Runtime { kPaddle, kFleet };
+// What a failure rule (or spec.sidecar.stallAction) does with the failure that caused a job's
+// failures: fail the job, restart it as its kind of restart does (counted against backoffLimit),
+// replace only the failed pods in the same run (counted), or restart as RestartJob uncounted.
+enum class FailureAction { kFailJob, kRestartJob, kRestartPod, kIgnore };
+// spec.sidecar.stallAction: what a rank the sidecar reports stalled does besides the job's
+// Stalled condition (kNone: nothing more).
+enum class StallAction { kNone, kRestartJob, kFailJob };
 
 // How the spec spells each of its enums (and the runtime's JobMode and DeviceKind, and Launcher),
 // as the CRD lists them: the one table that reading, writing, fleetctl and the tests use.
@@ -58,6 +70,8 @@ template <> const NameTable<RestartPolicy>& Names<RestartPolicy>();
 template <> const NameTable<DeviceKind>& Names<DeviceKind>();
 template <> const NameTable<CleanPodPolicy>& Names<CleanPodPolicy>();
 template <> const NameTable<GangScheduler>& Names<GangScheduler>();
+template <> const NameTable<FailureAction>& Names<FailureAction>();
+template <> const NameTable<StallAction>& Names<StallAction>();
 // The name of `value` in Names<E>().
 template <typename E>
 std::string_view NameOf(E value) {
@@ -98,6 +112,33 @@ struct RoleSpec {
   bool launcher_detected = false;          // read from the template's command line
 };
 
+// The reason a failure has when a pod's sidecar reports its rank stalled (it is still running).
+inline constexpr const char* kStalledReason = "Stalled";
+
+// spec.runPolicy.failureRules[i]: which failures it matches (its criteria, ANDed) and what then.
+struct FailureRule {
+  int index = 0;                      // its place in the list
+  std::string name;                   // optional
+  FailureAction action = FailureAction::kFailJob;
+  std::vector<std::string> roles;     // empty: every role
+  // onExitCodes: the failing main container's exit code In (or NotIn) the values. A container that
+  // exited 0 did not fail: In may not list 0, and NotIn never matches it (as Kubernetes Jobs'
+  // podFailurePolicy); a pod without an exit code (evicted before it ran) matches neither.
+  std::optional<bool> exit_codes_in;  // nullopt: no onExitCodes
+  std::vector<int> exit_codes;
+  // onReasons: the container's state.terminated.reason, the pod's status.reason, its
+  // DisruptionTarget condition's reason, or kStalledReason.
+  std::vector<std::string> reasons;
+  std::string log_pattern;            // onLogPattern ("": none)
+  std::shared_ptr<const re2::RE2> log_regex;   // compiled once, when the spec is read
+
+  // How messages name it: `rule "bad-dataset" (spec.runPolicy.failureRules[0])`.
+  std::string Describe() const;
+  // The first line of `log` (a terminated container's message) that onLogPattern matches; nullopt
+  // when none does or the rule has no pattern.
+  std::optional<std::string> MatchingLine(std::string_view log) const;
+};
+
 struct RunPolicy {
   int backoff_limit = 3;
   std::optional<int64_t> active_deadline_seconds;
@@ -105,6 +146,7 @@ struct RunPolicy {
   CleanPodPolicy clean_pod_policy = CleanPodPolicy::kRunning;
   bool suspend = false;
   int64_t pending_timeout_seconds = 600;   // a pod Pending this long gets a condition
+  std::vector<FailureRule> failure_rules;  // in order: the first that matches a failure decides
 };
 
 // spec.scheduling.networkTopology: Volcano's network-topology-aware scheduling (Volcano 1.11+),
@@ -129,6 +171,7 @@ struct SidecarSpec {
   std::vector<std::string> log_files;  // trainer logs to follow (in a volume both containers mount)
   std::vector<std::string> patterns;   // extra step-log regexes with named groups (log_pattern.h)
   int64_t stall_window_seconds = 600;  // trainers: no step for this long is a stall (0 = off)
+  StallAction stall_action = StallAction::kNone;   // a stall's default action (failure rules may override)
 };
 
 // spec.elastic: a collective job whose workers may vary between min and max. Pods run fleetrun

@@ -126,6 +126,7 @@ struct FleetJobStatus {
   // The pods' generation: a new run after a whole-job restart, a resume or a change of replicas.
   int run = 0;
   int restart_count = 0;                        // failure restarts, counted against backoffLimit
+  int ignored_failures = 0;                     // failures a failure rule's Ignore restarted uncounted
   std::optional<int> host_port_base;            // HostNetwork: the job's block of host ports
   std::optional<Time> start_time;               // activeDeadlineSeconds counts from here
   std::optional<Time> completion_time;

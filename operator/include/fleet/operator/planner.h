@@ -80,6 +80,7 @@ enum class PodPhase { kPending, kRunning, kSucceeded, kFailed, kOther };
 // handler), so that a plan over 10,000 pods does no JSON lookups and a cached pod costs ~200
 // bytes instead of its JSON.
 struct ObservedPod {
+  static constexpr size_t kMaxTerminationMessage = 4096;
   std::string name;
   std::string uid;
   std::string run;                        // the run label ("" when absent)
@@ -90,10 +91,19 @@ struct ObservedPod {
   std::string pod_ip;
   std::string host_ip;
   bool ready = false;                     // its first Ready condition is True
-  // The exit code of its first terminated main container (the training process), and when it
-  // ended (its finishedAt, by the node's clock).
+  // The exit code of its failing main container (the training process: the first terminated with
+  // a non-zero code, else the first terminated), and when it ended (its finishedAt, by the node's
+  // clock).
   std::optional<int> exit_code;
   std::optional<Time> finished;
+  // What failure rules read (spec.runPolicy.failureRules): that container's state.terminated
+  // reason (OOMKilled, Error, ...) and message (its log's tail under FallbackToLogsOnError: the last
+  // kMaxTerminationMessage bytes), the pod's status.reason (Evicted, DeadlineExceeded, ...) and its
+  // DisruptionTarget condition's reason (PreemptionByScheduler, ...). Empty when absent.
+  std::string termination_reason;
+  std::string termination_message;
+  std::string pod_reason;
+  std::string disruption_reason;
   // Why the scheduler cannot place it: "<reason>: <message>" of its PodScheduled False condition.
   std::optional<std::string> unschedulable;
   // Held back from the scheduler by a scheduling gate (PodScheduled False, SchedulingGated), e.g.
