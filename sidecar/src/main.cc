@@ -108,6 +108,7 @@ std::vector<fleet::httpd::Route> Routes(fleet::sidecar::Gate* gate, fleet::sidec
                   registry, [agent](std::string* out) { agent->metrics().AppendExposition(out); })};
   }
   if (agent) routes.push_back(agent->StatusRoute());
+  if (auto checkpoint = agent ? agent->CheckpointRoute() : std::nullopt) routes.push_back(std::move(*checkpoint));
   return routes;
 }
 
