@@ -13,6 +13,7 @@
 #include <future>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -117,7 +118,7 @@ TEST_F(CheckpointerTest, AnEarlierRequestsDoneFileIsNotThisOnesAnswer) {
 }
 
 TEST_F(CheckpointerTest, AMalformedDoneFileIsInvalidNeverACrash) {
-  for (const std::string done : {"twelve", "-5", "1.5", "12 13", "99999999999999999999", "9007199254740993",
+  for (const std::string& done : std::vector<std::string>{"twelve", "-5", "1.5", "12 13", "99999999999999999999", "9007199254740993",
                                  std::string(100, '7'), std::string("12\0", 3)}) {
     SCOPED_TRACE(Json(done).dump(-1, ' ', false, Json::error_handler_t::replace));
     Checkpointer checkpointer = Make(std::chrono::seconds(30));
