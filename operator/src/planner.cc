@@ -373,7 +373,7 @@ void Planner::Steps() {
 }
 
 // status.checkpoint: the newest checkpoint a pod's sidecar reported (its Checkpoint condition),
-// with an event when it is new. Read from every pod, terminating ones included: a pod is deleted
+// with an event when its step is new. Read from every pod, terminating ones included: a pod is deleted
 // right after its preStop hook, and the informer sees its status update before the delete.
 void Planner::RecordCheckpoint() {
   const auto key = [](int64_t step, Time time, const std::string& pod) { return std::make_tuple(time, step, pod); };
@@ -382,9 +382,12 @@ void Planner::RecordCheckpoint() {
     if (!pod.checkpoint) continue;
     const Time time = WholeSeconds(pod.checkpoint->time);
     if (recorded && key(pod.checkpoint->step, time, pod.name) <= key(recorded->step, recorded->time, recorded->pod)) continue;
+    // Every rank of a data-parallel job may answer with the same step: one event per step.
+    if (!recorded || recorded->step != pod.checkpoint->step) {
+      Event("Normal", "CheckpointSaved", "pod " + pod.name + " saved a checkpoint at step " +
+                                             std::to_string(pod.checkpoint->step) + " before it stopped");
+    }
     recorded = CheckpointStatus{pod.checkpoint->step, pod.name, time};
-    Event("Normal", "CheckpointSaved", "pod " + pod.name + " saved a checkpoint at step " +
-                                           std::to_string(pod.checkpoint->step) + " before it stopped");
   }
 }
 

@@ -170,6 +170,17 @@ TEST(CheckpointStatusTest, TheNewestSavedCheckpointIsRecordedOnceWithAnEvent) {
   EXPECT_EQ(EventsNamed(world, "CheckpointSaved"), 2);
 }
 
+TEST(CheckpointStatusTest, EveryRankAnsweringWithTheSameStepIsOneEvent) {
+  World world = RunningWorld(JobBuilder("wd").Collective(2).Set("/spec/checkpoint", CheckpointSpec()).Obj());
+  ReportCheckpoint(world, "wd-worker-0", 700, At(30));
+  world.Step();
+  ReportCheckpoint(world, "wd-worker-1", 700, At(31));
+  world.Step();
+  EXPECT_EQ(world.Status()["checkpoint"],
+            (Json{{"step", 700}, {"pod", "wd-worker-1"}, {"time", FormatRfc3339(At(31))}}));
+  EXPECT_EQ(EventsNamed(world, "CheckpointSaved"), 1);
+}
+
 TEST(CheckpointStatusTest, AMalformedMessageIsNoCheckpoint) {
   World world = RunningWorld(JobBuilder("wd").Collective(2).Obj());
   world.Edit("wd-worker-0", [](PodBuilder& p) {
