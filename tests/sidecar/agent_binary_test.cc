@@ -274,6 +274,7 @@ TEST_F(GatedAgentTest, ACheckpointRequestWaitsForTheTrainerAndRecordsItsStepOnTh
   ASSERT_EQ(::mkdir((dir_.path() + "/run").c_str(), 0755), 0);
   auto sidecar = Start(GateArgs("worker", {"--main-process=off", "--checkpoint-dir=" + dir, "--checkpoint-timeout=20s"}));
   EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
+  EXPECT_NE(sidecar->Stderr().find("/metrics, /status and /checkpoint on 127.0.0.1:0"), std::string::npos);
   auto trainer = [&](const std::string& done) {
     return std::thread([dir, done] {
       if (!Eventually([&] { return ::access((dir + "/request").c_str(), F_OK) == 0; })) return;
