@@ -85,6 +85,7 @@ COPY build/runtime/python/fleet_runtime*.so /src/build/runtime/python/
 COPY build/runtime/python/sitecustomize.py /src/build/runtime/python/sitecustomize.py
 COPY examples /src/examples
 COPY sdk/python/fleet_metrics.py /src/sdk/python/fleet_metrics.py
+COPY sdk/python/fleet_checkpoint.py /src/sdk/python/fleet_checkpoint.py
 
 FROM build-${BUILD} AS build
 
@@ -156,6 +157,8 @@ RUN echo /opt/fleetjob/python > /usr/lib/python3/dist-packages/fleetjob.pth
 COPY --from=build /src/examples /opt/fleetjob/examples
 # The push API's Python helper (docs/sidecar.md): the examples report every step through it.
 COPY --from=build /src/sdk/python/fleet_metrics.py /opt/fleetjob/python/fleet_metrics.py
+# Checkpoint before stop's Python helper (docs/sidecar.md): examples/elastic/train.py uses it.
+COPY --from=build /src/sdk/python/fleet_checkpoint.py /opt/fleetjob/python/fleet_checkpoint.py
 ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 HOME=/home/fleet PYTHONPATH=/opt/fleetjob/python
 WORKDIR /home/fleet
 USER 65532:65532

@@ -703,6 +703,16 @@ Status ParseSidecar(const Json& spec, FleetJobSpec& s) {
   return OkStatus();
 }
 
+Status ParseCheckpoint(const Json& spec, FleetJobSpec& s) {
+  if (!spec.contains("checkpoint") || spec["checkpoint"].is_null()) return OkStatus();
+  if (!spec["checkpoint"].is_object()) return Error{"spec.checkpoint: must be an object with beforeStop and timeoutSeconds"};
+  FieldReader cp(spec["checkpoint"], "spec.checkpoint");
+  cp.Bool("beforeStop", s.checkpoint.before_stop);
+  cp.Int("timeoutSeconds", 1, 3600, s.checkpoint.timeout_seconds);
+  if (!cp.error().empty()) return Error{cp.error()};
+  return OkStatus();
+}
+
 // A pod listens on spec.port .. port+processesPerPod-1 (Paddle), port+processesPerPod (server 0's
 // gloo HTTP store) and the sidecar's metrics port (HostNetwork allocates all of them instead).
 Status CheckPorts(const FleetJobSpec& s) {
@@ -731,6 +741,7 @@ Result<FleetJobSpec> FleetJobSpec::FromJson(const Json& spec) {
   FLEET_RETURN_IF_ERROR(CheckFailureRuleRoles(s));
   FLEET_RETURN_IF_ERROR(ParseScheduling(spec, s));
   FLEET_RETURN_IF_ERROR(ParseSidecar(spec, s));
+  FLEET_RETURN_IF_ERROR(ParseCheckpoint(spec, s));
   if (r.Has("elastic")) {
     FLEET_ASSIGN_OR_RETURN(s.elastic, ParseElastic(r.Get("elastic"), s));
   }
@@ -806,7 +817,8 @@ Json FleetJobSpec::ToJson() const {
               {"totalSteps", total_steps},
               {"runPolicy", RunPolicyToJson(run_policy)},
               {"scheduling", SchedulingToJson(scheduling)},
-              {"sidecar", SidecarToJson(sidecar)}};
+              {"sidecar", SidecarToJson(sidecar)},
+              {"checkpoint", {{"beforeStop", checkpoint.before_stop}, {"timeoutSeconds", checkpoint.timeout_seconds}}}};
   if (paddle_version) out["paddleVersion"] = paddle_version->ToString();
   if (!managed_by.empty()) out["managedBy"] = managed_by;
   for (const RoleSpec& role : roles) {

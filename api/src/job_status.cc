@@ -100,6 +100,9 @@ constexpr const char* kAdmittedCounts = "admittedCounts";
 constexpr const char* kEvictions = "evictions";
 constexpr const char* kLastEviction = "lastEviction";
 constexpr const char* kTime = "time";
+constexpr const char* kCheckpoint = "checkpoint";
+constexpr const char* kStep = "step";
+constexpr const char* kPod = "pod";
 
 constexpr const char* kType = "type";
 constexpr const char* kStatus = "status";
@@ -228,6 +231,17 @@ Json QueueStatus::ToJson() const {
   return out;
 }
 
+std::optional<CheckpointStatus> CheckpointStatus::FromJson(const Json& v) {
+  if (!v.is_object()) return std::nullopt;
+  const auto step = MemberAs(v, key::kStep, AsInt<int64_t>);
+  if (!step) return std::nullopt;
+  return CheckpointStatus{*step, StringOr(v, key::kPod), ParseRfc3339(StringOr(v, key::kTime)).value_or(Time{})};
+}
+
+Json CheckpointStatus::ToJson() const {
+  return {{key::kStep, step}, {key::kPod, pod}, {key::kTime, FormatRfc3339(time)}};
+}
+
 namespace {
 
 // Reads status members into typed fields; each member read is erased from `unread`, so that what
@@ -332,6 +346,7 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kProgress, s.progress, AsProgress);
   r.Read(key::kElastic, s.elastic, AsElasticStatus);
   r.Read(key::kQueue, s.queue, QueueStatus::FromJson);
+  r.Read(key::kCheckpoint, s.checkpoint, CheckpointStatus::FromJson);
   const auto conditions = json.find(key::kConditions);
   if (conditions != json.end() && conditions->is_array()) {
     for (const Json& c : *conditions) {
@@ -388,6 +403,7 @@ Json FleetJobStatus::ToJson() const {
     out[key::kElastic] = std::move(e);
   }
   if (queue) out[key::kQueue] = queue->ToJson();
+  if (checkpoint) out[key::kCheckpoint] = checkpoint->ToJson();
   return out;
 }
 

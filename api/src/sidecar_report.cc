@@ -24,6 +24,8 @@ constexpr const char* kStalled = "stalled";
 constexpr const char* kPeers = "peers";
 constexpr const char* kCondition = "condition";
 constexpr const char* kConditionError = "conditionError";
+constexpr const char* kCheckpoint = "checkpoint";
+constexpr const char* kResult = "result";
 
 constexpr const char* kRank = "rank";
 constexpr const char* kStep = "step";
@@ -134,6 +136,13 @@ std::optional<SidecarReport::Condition> ReadCondition(const Json& v) {
                                   MemberAs(v, key::kMessage, AsText).value_or("")};
 }
 
+std::optional<SidecarReport::Checkpoint> ReadCheckpoint(const Json& v) {
+  const auto result = MemberAs(v, key::kResult, AsText);
+  if (!result) return std::nullopt;
+  return SidecarReport::Checkpoint{*result, MemberAs(v, key::kStep, AsCount),
+                                   MemberAs(v, key::kMessage, AsText).value_or("")};
+}
+
 Json RankJson(const SidecarReport::Rank& r) {
   Json out = {{key::kRank, r.rank}, {key::kStep, r.step}, {key::kSteps, r.steps}, {key::kIdleSeconds, r.idle_seconds}};
   if (r.epoch) out[key::kEpoch] = *r.epoch;
@@ -175,6 +184,7 @@ Result<SidecarReport> SidecarReport::FromJson(const Json& json) {
   }
   if (const Json* condition = ObjectMember(json, key::kCondition)) report.condition = ReadCondition(*condition);
   report.condition_error = MemberAs(json, key::kConditionError, AsText).value_or("");
+  if (const Json* checkpoint = ObjectMember(json, key::kCheckpoint)) report.checkpoint = ReadCheckpoint(*checkpoint);
   return report;
 }
 
@@ -197,6 +207,10 @@ Json SidecarReport::ToJson() const {
                             {key::kMessage, condition->message}};
   }
   if (!condition_error.empty()) out[key::kConditionError] = condition_error;
+  if (checkpoint) {
+    out[key::kCheckpoint] = {{key::kResult, checkpoint->result}, {key::kMessage, checkpoint->message}};
+    if (checkpoint->step) out[key::kCheckpoint][key::kStep] = *checkpoint->step;
+  }
   return out;
 }
 

@@ -11,6 +11,10 @@ PADDLE_TRAINERS_NUM and PADDLE_TRAINER_ENDPOINTS. What it does so that the train
     0's state is then broadcast, so that all ranks hold the same state even if they saw different
     files (an old generation's rank 0 may still have been saving); with no checkpoint it starts at
     step 0 from rank 0's random weights;
+  - in a FleetJob with spec.checkpoint.beforeStop, a pod told to stop (suspend, preemption,
+    eviction, scale-in) asks first (sdk/python/fleet_checkpoint.py): rank 0 saves a checkpoint at
+    once and answers with its step, the other ranks answer at once (rank 0's checkpoint is the
+    job's), and the resumed run logs the step FLEET_CHECKPOINT_STEP names;
   - the data is one deterministic stream (sample i comes from seed 1000000 + i) read GLOBAL_BATCH
     samples per step, whatever the number of ranks; rank r of n takes every n-th sample of the
     step's batch from the r-th. The gradient sums are all-reduced and divided by GLOBAL_BATCH, so
@@ -90,6 +94,23 @@ def save(directory, state):
         os.remove(os.path.join(directory, old))
 
 
+def stop_requests():
+    """fleet_checkpoint (sdk/python) when the pod may be asked to checkpoint before it stops (the
+    operator sets FLEET_CHECKPOINT_DIR: spec.checkpoint.beforeStop), else None. On the tools image's
+    PYTHONPATH, and in sdk/python of a checkout."""
+    if not os.environ.get("FLEET_CHECKPOINT_DIR"):
+        return None
+    try:
+        import fleet_checkpoint
+    except ImportError:
+        sys.path.append(os.path.join(HERE, "..", "..", "sdk", "python"))
+        try:
+            import fleet_checkpoint
+        except ImportError:
+            return None
+    return fleet_checkpoint
+
+
 # ----------------------------------------------------------------------------- training
 def main():
     fx.exit_on_sigterm()
@@ -119,6 +140,9 @@ def main():
         fx.log(f"rank {rank}: resumed from step {start} (data position {position}) with {size} ranks")
     else:
         fx.log(f"rank {rank}: no checkpoint; starting at step 0")
+    stops = stop_requests()
+    if stops and stops.resume_step() is not None:
+        fx.log(f"rank {rank}: the job's last checkpoint before stop was step {stops.resume_step()}")
 
     truth = fx.true_params()
     progress = fx.PaddleStepLog(rank, steps, log_every)
@@ -135,10 +159,13 @@ def main():
         progress.step(step, buf[-1] / GLOBAL_BATCH)
         if step_seconds:
             time.sleep(step_seconds)
-        if directory and rank == 0 and step % every == 0:
+        asked = bool(directory and stops and stops.requested())
+        if directory and rank == 0 and (step % every == 0 or asked):
             save(directory, {"step": step, "data_position": position, "params": list(params),
                              "momentum": list(velocity), "world_size": size})
-            fx.log(f"rank 0: checkpoint saved at step {step}")
+            fx.log(f"rank 0: checkpoint saved at step {step}" + (" (asked before the pod stops)" if asked else ""))
+        if asked:
+            stops.saved(step)
 
     fx.finish(comm, collective, params, truth, precision=".9g")
 

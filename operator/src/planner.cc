@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "fleet/api/checkpoint.h"
 #include "fleet/base/hash.h"
 #include "fleet/base/json_read.h"
 #include "fleet/base/strings.h"
@@ -287,6 +288,7 @@ class Planner {
   std::string CountRestart(bool counted);
   void CleanUp();
   void FinishedJob();
+  void RecordCheckpoint();
   void Delete(ObjectKind kind, const std::string& name, const std::string& why) {
     if (!deleted_.insert({kind, name}).second) return;  // one delete per object and plan
     plan_.actions.push_back({Verb::kDelete, kind, name, nullptr, why});
@@ -348,6 +350,7 @@ ReconcilePlan Planner::Run() {
                                  [](const Action& a) { return a.kind != ObjectKind::kKueueWorkload; }),
                   actions.end());
   } else {
+    RecordCheckpoint();
     Steps();
     // Whatever path the plan took (running, suspended, failed, finished), the counts are those of
     // the pods that exist once it is carried out.
@@ -382,6 +385,25 @@ void Planner::Steps() {
   CreateMissingPods(pods);
   PublishEndpoints(hosts);
   Summarize(pods, hosts);
+}
+
+// status.checkpoint: the newest checkpoint a pod's sidecar reported (its Checkpoint condition),
+// with an event when its step is new. Read from every pod, terminating ones included: a pod is deleted
+// right after its preStop hook, and the informer sees its status update before the delete.
+void Planner::RecordCheckpoint() {
+  const auto key = [](int64_t step, Time time, const std::string& pod) { return std::make_tuple(time, step, pod); };
+  std::optional<CheckpointStatus>& recorded = status().checkpoint;
+  for (const ObservedPod& pod : observed_.pods) {
+    if (!pod.checkpoint) continue;
+    const Time time = WholeSeconds(pod.checkpoint->time);
+    if (recorded && key(pod.checkpoint->step, time, pod.name) <= key(recorded->step, recorded->time, recorded->pod)) continue;
+    // Every rank of a data-parallel job may answer with the same step: one event per step.
+    if (!recorded || recorded->step != pod.checkpoint->step) {
+      Event("Normal", "CheckpointSaved", "pod " + pod.name + " saved a checkpoint at step " +
+                                             std::to_string(pod.checkpoint->step) + " before it stopped");
+    }
+    recorded = CheckpointStatus{pod.checkpoint->step, pod.name, time};
+  }
 }
 
 // ---- ending a job ----
@@ -1327,7 +1349,12 @@ void Planner::CreateMissingPods(const RunPods& pods) {
   std::shared_ptr<const PodRecipe> recipe;
   for (const PodSlot& slot : slots_) {
     if (pods.Occupied(slot)) continue;
-    if (!recipe) recipe = std::make_shared<const PodRecipe>(PodRecipe{wired_->job, wired_->wiring, status().run, settings_, admission_});
+    if (!recipe) {
+      const std::optional<int64_t> resume_step =
+          status().checkpoint ? std::optional<int64_t>(status().checkpoint->step) : std::nullopt;
+      recipe = std::make_shared<const PodRecipe>(
+          PodRecipe{wired_->job, wired_->wiring, status().run, settings_, admission_, resume_step});
+    }
     plan_.actions.push_back({Verb::kCreate, ObjectKind::kPod, slot.name, nullptr, "missing", recipe, slot.ordinal});
   }
 }
@@ -1548,6 +1575,10 @@ ObservedPod ObservedPod::Read(const Json& pod) {
       out.stalled = StringMember(c, "message");
     } else if (type == "DisruptionTarget" && value == "True") {
       out.disruption_reason = StringMember(c, "reason");
+    } else if (type == kCheckpointConditionType && value == "True" && StringMember(c, "reason") == api::kCheckpointSaved) {
+      const auto step = api::CheckpointStepOf(StringMember(c, "message"));
+      const auto time = ParseRfc3339(StringMember(c, "lastTransitionTime"));
+      if (step && time) out.checkpoint = ObservedPod::Checkpoint{*step, *time};
     }
   }
   const Json* failing = FailingContainer(status);
@@ -1598,7 +1629,7 @@ bool WiredJob::For(const FleetJob& other, int port_base, const std::string& doma
 Json Action::Object() const {
   if (!recipe) return object;
   const PodSlot& slot = recipe->wiring->slots().at(static_cast<size_t>(ordinal));
-  Json pod = BuildPod(*recipe->job, slot, *recipe->wiring, recipe->run, recipe->settings);
+  Json pod = BuildPod(*recipe->job, slot, *recipe->wiring, recipe->run, recipe->settings, recipe->resume_step);
   // A conflict fails the job before any pod is made (StartAdmitted): none is left here.
   if (recipe->admission) (void)kueue::ApplyAdmission(*recipe->admission, slot.role->name, pod);
   return pod;

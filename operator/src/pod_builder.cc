@@ -15,6 +15,9 @@ constexpr const char* kEndpointsVolume = "fleet-endpoints";
 constexpr const char* kEnvLoaderVolume = "fleet-env-loader";
 constexpr const char* kLauncherLogVolume = "fleet-launcher-logs";
 constexpr const char* kServiceAccountMount = "/var/run/secrets/kubernetes.io/serviceaccount";
+constexpr const char* kCheckpointVolume = "fleet-run";
+// The grace period beyond the checkpoint's timeout: for the trainer's and the sidecar's SIGTERM.
+constexpr int64_t kGraceAfterCheckpoint = 10;
 
 // Injected containers carry requests and limits: namespaces with a ResourceQuota reject pods
 // whose containers have none.
@@ -352,10 +355,50 @@ Json PodVolumes(const FleetJob& job, const RoleSpec& role, const Json& spec, boo
   return volumes;
 }
 
+// Env entries first in every main container: the container's own entries come after them (and win).
+void PrependEnv(const std::vector<std::pair<std::string, std::string>>& entries, Json& containers) {
+  for (Json& c : containers) {
+    Json env = Json::array();
+    for (const auto& [name, value] : entries) env.push_back({{"name", name}, {"value", value}});
+    for (Json& e : c["env"]) env.push_back(std::move(e));
+    c["env"] = std::move(env);
+  }
+}
+
+// spec.checkpoint.beforeStop: the sidecar asks the trainer through files in a volume they share;
+// each main container's preStop hook (unless it has its own) asks the sidecar, and the kubelet
+// waits for it within the grace period, raised to cover the wait.
+void ApplyCheckpointBeforeStop(const FleetJob& job, int sidecar_port, Json& spec, Json& sidecar) {
+  const CheckpointSpec& checkpoint = job.spec.checkpoint;
+  const Json mount = {{"name", kCheckpointVolume}, {"mountPath", kCheckpointMountPath}};
+  spec["volumes"].push_back({{"name", kCheckpointVolume}, {"emptyDir", Json::object()}});
+  sidecar["args"].push_back("--checkpoint-dir=" + std::string(kCheckpointDir));
+  sidecar["args"].push_back("--checkpoint-timeout=" + std::to_string(checkpoint.timeout_seconds) + "s");
+  sidecar["volumeMounts"].push_back(mount);
+  Json& containers = spec["containers"];
+  PrependEnv({{"FLEET_CHECKPOINT_DIR", kCheckpointDir}}, containers);
+  for (Json& c : containers) {
+    c["volumeMounts"].push_back(mount);
+    Json& lifecycle = c["lifecycle"];
+    if (!lifecycle.is_object()) lifecycle = Json::object();
+    if (lifecycle.contains("preStop")) continue;   // the template's own hook: kept, not replaced
+    lifecycle["preStop"] = {{"httpGet", {{"path", "/checkpoint?reason=preStop"}, {"port", sidecar_port}}}};
+  }
+  const int64_t grace = checkpoint.timeout_seconds + kGraceAfterCheckpoint;
+  // Kubernetes' default grace period is 30 s.
+  if (MemberAs(spec, "terminationGracePeriodSeconds", AsInt64).value_or(30) < grace) {
+    spec["terminationGracePeriodSeconds"] = grace;
+  }
+}
+
 }  // namespace
 
+bool CheckpointsBeforeStop(const FleetJob& job, const OperatorSettings& settings) {
+  return job.spec.checkpoint.before_stop && settings.native_sidecar;
+}
+
 Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
-              const OperatorSettings& settings) {
+              const OperatorSettings& settings, std::optional<int64_t> resume_step) {
   const RoleSpec& role = *slot.role;
   Json spec = role.template_.value("spec", Json::object());
   Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", PodMetadata(job, slot, run, spec)}};
@@ -382,6 +425,8 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json init = spec.value("initContainers", Json::array());
   Json sidecar = SidecarContainer(job, slot, wiring.SidecarPort(slot), run, settings, own_token);
   MountLogFileVolumes(job.spec.sidecar.log_files, spec["containers"], sidecar);
+  if (CheckpointsBeforeStop(job, settings)) ApplyCheckpointBeforeStop(job, wiring.SidecarPort(slot), spec, sidecar);
+  if (resume_step) PrependEnv({{"FLEET_CHECKPOINT_STEP", std::to_string(*resume_step)}}, spec["containers"]);
   init.insert(init.begin(), std::move(sidecar));
   spec["initContainers"] = std::move(init);
   pod["spec"] = std::move(spec);

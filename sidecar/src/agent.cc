@@ -20,6 +20,8 @@
 #include <prometheus/gauge.h>
 #include <prometheus/registry.h>
 
+#include "fleet/api/checkpoint.h"
+#include "fleet/api/names.h"
 #include "fleet/api/sidecar_report.h"
 #include "fleet/base/strings.h"
 #include "fleet/sidecar/log_tailer.h"
@@ -133,6 +135,21 @@ std::string JoinRanks(const std::vector<RankProgress>& ranks) {
   return out;
 }
 
+// Writes a checkpoint's outcome into the pod's Checkpoint condition (with no client: nowhere), at
+// once and in the request's thread: the trainer is stopped right after the answer, and the sidecar
+// with it. True only for a saved step, which the operator records (status.checkpoint).
+Checkpointer::Record RecordCheckpoint(std::shared_ptr<kube::Client> client, const PodIdentity& id,
+                                      const ConditionWriterConfig& writer, const Logger& log) {
+  if (!client) return nullptr;
+  return [client = std::move(client), id, retries = writer.conflict_retries, log](const CheckpointOutcome& outcome) {
+    const PodCondition condition{outcome.result == api::kCheckpointSaved, outcome.result, outcome.message};
+    const std::string error = WritePodCondition(*client, id.ns, id.pod, api::kCheckpointConditionType, condition, retries);
+    log(error.empty() ? "pod condition Checkpoint=" + std::string(condition.status ? "True" : "False") + " (" +
+                            outcome.result + ")"
+                      : "cannot record the checkpoint in the pod's condition: " + error);
+  };
+}
+
 }  // namespace
 
 std::string FormatSeconds(double seconds) {
@@ -234,6 +251,11 @@ Agent::Agent(AgentConfig config, Logger log, std::shared_ptr<prometheus::Registr
   if (MainProcessWatcher::Enabled(mode, config_.proc)) {
     watcher_ = std::make_unique<MainProcessWatcher>(config_.proc, config_.options.main_process_match, ::getpid());
     main_observed_ = true;
+  }
+  if (!config_.options.checkpoint_dir.empty()) {
+    checkpointer_ = std::make_unique<Checkpointer>(
+        CheckpointOptions{config_.options.checkpoint_dir, config_.options.checkpoint_timeout},
+        log_, RecordCheckpoint(config_.options.pod_condition ? client : nullptr, id, config_.condition, log_));
   }
   if (client && config_.options.pod_condition) {
     ConditionWriterConfig c = config_.condition;
@@ -726,6 +748,9 @@ httpd::Route Agent::StatusRoute() {
               for (const RankProgress& p : stalled_) report.stalled.push_back(p.rank);
               report.peers = {static_cast<int>(servers_.size()), unreachable_};
             }
+            if (checkpointer_) {
+              if (auto last = checkpointer_->last()) report.checkpoint = {last->result, last->step, last->message};
+            }
             if (writer_) {
               if (auto written = writer_->written()) {
                 report.condition = {written->status, written->reason, written->message};
@@ -737,6 +762,11 @@ httpd::Route Agent::StatusRoute() {
             return httpd::Response{200, "application/json",
                                    report.ToJson().dump(2, ' ', false, Json::error_handler_t::replace) + "\n"};
           }};
+}
+
+std::optional<httpd::Route> Agent::CheckpointRoute() {
+  if (!checkpointer_) return std::nullopt;
+  return checkpointer_->Route();
 }
 
 }  // namespace fleet::sidecar

@@ -19,17 +19,22 @@ std::string Describe(const PodCondition& c) {
 }  // namespace
 
 std::optional<Json> ConditionPatch(const Json& pod, const PodCondition& condition, const std::string& now) {
+  return ConditionPatch(pod, kProgressConditionType, condition, now);
+}
+
+std::optional<Json> ConditionPatch(const Json& pod, const std::string& type, const PodCondition& condition,
+                                   const std::string& now) {
   Json conditions = Json::array();
   if (pod.is_object() && pod.contains("status") && pod["status"].is_object()) {
     const Json& status = pod["status"];
     if (status.contains("conditions") && status["conditions"].is_array()) conditions = status["conditions"];
   }
   const std::string status = condition.status ? "True" : "False";
-  Json ours = {{"type", kProgressConditionType}, {"status", status},       {"reason", condition.reason},
+  Json ours = {{"type", type}, {"status", status},       {"reason", condition.reason},
                {"message", condition.message},   {"lastTransitionTime", now}, {"lastProbeTime", nullptr}};
   bool found = false;
   for (Json& c : conditions) {
-    if (!c.is_object() || c.value("type", "") != kProgressConditionType) continue;
+    if (!c.is_object() || c.value("type", "") != type) continue;
     found = true;
     if (c.value("status", "") == status && c.value("reason", "") == condition.reason &&
         c.value("message", "") == condition.message) {
@@ -108,20 +113,26 @@ std::string ConditionWriter::last_error() const {
   return last_error_;
 }
 
-std::string ConditionWriter::Write(const PodCondition& condition) {
+std::string WritePodCondition(kube::Client& client, const std::string& ns, const std::string& name,
+                              const std::string& type, const PodCondition& condition, int conflict_retries) {
   const kube::Resource pods = kube::Resource::Pods();
-  for (int attempt = 0; attempt <= config_.conflict_retries; ++attempt) {
-    kube::StatusOr<Json> pod = client_->Get(pods, config_.ns, config_.pod);
-    if (!pod.ok()) return "cannot read pod " + config_.ns + "/" + config_.pod + ": " + pod.status().ToString();
-    const auto patch = ConditionPatch(*pod, condition, FormatRfc3339(std::chrono::system_clock::now()));
+  for (int attempt = 0; attempt <= conflict_retries; ++attempt) {
+    kube::StatusOr<Json> pod = client.Get(pods, ns, name);
+    if (!pod.ok()) return "cannot read pod " + ns + "/" + name + ": " + pod.status().ToString();
+    const auto patch = ConditionPatch(*pod, type, condition, FormatRfc3339(std::chrono::system_clock::now()));
     if (!patch) return "";
-    kube::StatusOr<Json> patched = client_->MergePatch(pods, config_.ns, config_.pod, *patch, "status");
+    kube::StatusOr<Json> patched = client.MergePatch(pods, ns, name, *patch, "status");
     if (patched.ok()) return "";
     if (patched.status().code() != kube::Code::kConflict) {
-      return "cannot patch the status of pod " + config_.ns + "/" + config_.pod + ": " + patched.status().ToString();
+      return "cannot patch the status of pod " + ns + "/" + name + ": " + patched.status().ToString();
     }
   }
-  return "the status of pod " + config_.ns + "/" + config_.pod + " kept changing (conflicts)";
+  return "the status of pod " + ns + "/" + name + " kept changing (conflicts)";
+}
+
+std::string ConditionWriter::Write(const PodCondition& condition) {
+  return WritePodCondition(*client_, config_.ns, config_.pod, kProgressConditionType, condition,
+                           config_.conflict_retries);
 }
 
 void ConditionWriter::Loop() {

@@ -108,6 +108,7 @@ std::vector<fleet::httpd::Route> Routes(fleet::sidecar::Gate* gate, fleet::sidec
                   registry, [agent](std::string* out) { agent->metrics().AppendExposition(out); })};
   }
   if (agent) routes.push_back(agent->StatusRoute());
+  if (auto checkpoint = agent ? agent->CheckpointRoute() : std::nullopt) routes.push_back(std::move(*checkpoint));
   return routes;
 }
 
@@ -216,8 +217,11 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
     log(server.error());
     return 1;
   }
-  log("serving /startup, /readyz, /healthz, /metrics" + std::string(agent ? " and /status" : "") + " on " +
-      options.listen + PortNote(options.listen, (*server)->port()));
+  const std::string agent_paths = !agent                                ? ""
+                                  : agent_options.checkpoint_dir.empty() ? " and /status"
+                                                                         : ", /status and /checkpoint";
+  log("serving /startup, /readyz, /healthz, /metrics" + agent_paths + " on " + options.listen +
+      PortNote(options.listen, (*server)->port()));
   std::unique_ptr<fleet::httpd::HttpServer> report_server;
   if (agent) {
     auto started = StartAgent(*agent, agent_options, log);

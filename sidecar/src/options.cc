@@ -210,6 +210,21 @@ void AddAgentInputFlags(CLI::App& app, AgentOptions& a) {
       ->group(kAgentGroup);
 }
 
+// Checkpoint before stop: where the trainer is asked and how long it is waited for.
+void AddCheckpointFlags(CLI::App& app, AgentOptions& a) {
+  app.add_option("--checkpoint-dir", a.checkpoint_dir,
+                 "serve GET /checkpoint: write DIR/request, wait for the trainer's DIR/done (its step)")
+      ->type_name("DIR")
+      ->check(CLI::Validator(
+          [](std::string& path) {
+            return !path.empty() && path.front() == '/' ? std::string() : "expected an absolute path, got " + Quote(path);
+          },
+          ""))
+      ->group(kAgentGroup);
+  AddDuration(app, "--checkpoint-timeout", a.checkpoint_timeout, "how long GET /checkpoint waits for DIR/done")
+      ->group(kAgentGroup);
+}
+
 // How the sidecar serves HTTP and talks to the API server; the gate's timeouts.
 void AddOtherFlags(CLI::App& app, Flags& flags) {
   GateOptions& o = flags.cl.gate;
@@ -266,7 +281,9 @@ HTTP (on --listen):
             be observed) and no rank is stalled; else 503 saying why
   /healthz  200 while the process works
   /metrics  Prometheus metrics (fleet_training_*, fleet_sidecar_*)
-  /status   the agent's state as JSON)");
+  /status   the agent's state as JSON
+  /checkpoint  (with --checkpoint-dir) ask the trainer for a checkpoint and wait for it: the
+            trainer container's preStop hook)");
   app->footer(R"(Durations: 500ms, 2s, 5m.
 
 Exit status: 0 after SIGTERM/SIGINT or, with --exit-when-ready, once the gate is open; 1 when the
@@ -277,6 +294,7 @@ cluster config cannot be loaded or an address cannot be served; 2 for bad flags.
   AddIdentityFlags(*app, flags);
   AddStepLogFlags(*app, flags.cl.agent);
   AddAgentInputFlags(*app, flags.cl.agent);
+  AddCheckpointFlags(*app, flags.cl.agent);
   AddOtherFlags(*app, flags);
   return app;
 }

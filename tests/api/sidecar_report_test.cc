@@ -35,7 +35,8 @@ const Json& FullAnswer() {
     "peers": {"total": 2, "unreachable": ["10.0.0.7:6170 (connection refused)"]},
     "condition": {"type": "fleet.paddlepaddle.org/TrainingProgress", "status": "False", "reason": "Stalled",
                   "message": "rank 3 (pod j-worker-1) has reported no step for 10m5s"},
-    "conditionError": "pods \"j-worker-1\" is forbidden"
+    "conditionError": "pods \"j-worker-1\" is forbidden",
+    "checkpoint": {"result": "Saved", "step": 1200, "message": "step 1200 saved by the trainer in 3s"}
   })json");
   return answer;
 }
@@ -110,7 +111,7 @@ TEST(SidecarReportTest, TheKeysItWritesAreTheKeysItReads) {
   ASSERT_EQ(Read(answer).ToJson(), answer);
   std::vector<Json::json_pointer> keys;
   CollectKeys(answer, Json::json_pointer(), keys);
-  EXPECT_EQ(keys.size(), 9u + 3 + 9 + 2 + 4);
+  EXPECT_EQ(keys.size(), 10u + 3 + 9 + 2 + 4 + 3);
   for (const Json::json_pointer& key : keys) {
     Json without = answer;
     without[key.parent_pointer()].erase(key.back());

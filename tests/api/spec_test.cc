@@ -53,6 +53,7 @@ Json CollectiveSpec() {
           {"scheduling", {{"gang", "Volcano"}, {"queue", "research"}, {"priorityClassName", "high"},
                           {"networkTopology", {{"mode", "soft"}, {"highestTierAllowed", 2}}}}},
           {"sidecar", FullSidecar()},
+          {"checkpoint", {{"beforeStop", true}, {"timeoutSeconds", 120}}},
           {"managedBy", kFleetJobController}};
 }
 
@@ -69,7 +70,8 @@ Json HeterSpec() {
                       {"template", PodTemplate("trainer:1-xpu", script)}}}},
           {"runPolicy", FullRunPolicy()},
           {"scheduling", {{"gang", "SchedulerPlugins"}, {"priorityClassName", "batch"}}},
-          {"sidecar", FullSidecar()}};
+          {"sidecar", FullSidecar()},
+          {"checkpoint", {{"beforeStop", false}, {"timeoutSeconds", 30}}}};
 }
 
 // An elastic collective job under fleetrun, its workers between 2 and 4.
@@ -82,7 +84,8 @@ Json ElasticJobSpec() {
                        {"timeoutSeconds", 300}}},
           {"runPolicy", FullRunPolicy()},
           {"scheduling", {{"gang", "None"}}},
-          {"sidecar", FullSidecar()}};
+          {"sidecar", FullSidecar()},
+          {"checkpoint", {{"beforeStop", true}, {"timeoutSeconds", 30}}}};
 }
 
 // Parameter servers served by FleetJob's runtime: the server template names the operator's container.
@@ -96,7 +99,8 @@ Json FleetRuntimeSpec() {
                       {"template", PodTemplate("trainer:3", {"python", "train.py"})}}},
           {"runPolicy", FullRunPolicy()},
           {"scheduling", {{"gang", "None"}}},
-          {"sidecar", FullSidecar()}};
+          {"sidecar", FullSidecar()},
+          {"checkpoint", {{"beforeStop", false}, {"timeoutSeconds", 3600}}}};
 }
 
 std::vector<Json> FullSpecs() { return {CollectiveSpec(), HeterSpec(), ElasticJobSpec(), FleetRuntimeSpec()}; }

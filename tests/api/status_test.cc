@@ -49,6 +49,7 @@ FleetJobStatus EveryFieldSet() {
   q.admitted_counts["worker"] = 4;
   q.evictions = 1;
   q.last_eviction = QueueStatus::Eviction{"Preempted", "Preempted to accommodate a workload", At(6)};
+  s.checkpoint = CheckpointStatus{1200, "wd-worker-0", At(8)};
   return s;
 }
 
@@ -104,7 +105,8 @@ TEST(FleetJobStatusTest, EveryFieldIsWrittenUnderTheCrdsNames) {
                  {"flavors", {{"worker", {{"cpu", "default"}, {"nvidia.com/gpu", "a100"}}}}},
                  {"admittedCounts", {{"worker", 4}}}, {"evictions", 1},
                  {"lastEviction", {{"reason", "Preempted"}, {"message", "Preempted to accommodate a workload"},
-                                   {"time", FormatRfc3339(At(6))}}}}}};
+                                   {"time", FormatRfc3339(At(6))}}}}},
+      {"checkpoint", {{"step", 1200}, {"pod", "wd-worker-0"}, {"time", FormatRfc3339(At(8))}}}};
   EXPECT_EQ(EveryFieldSet().ToJson(), expected);
 }
 
@@ -278,13 +280,13 @@ TEST(FleetJobStatusTest, WhatANewerOperatorWroteSurvivesARoundTrip) {
   const Json future_condition = {{"type", "Checkpointed"}, {"status", "True"}, {"lastTransitionTime", FormatRfc3339(At(2))},
                                  {"observedGeneration", 4}};
   Json written = EveryFieldSet().ToJson();
-  written["checkpoint"] = {{"step", 1200}, {"path", "/ckpt/1200"}};
+  written["snapshot"] = {{"step", 1200}, {"path", "/ckpt/1200"}};
   written["conditions"].push_back(future_condition);
   FleetJobStatus s = FleetJobStatus::FromJson(written);
   EXPECT_EQ(s.conditions.size(), 3u);
   s.SetCondition(ConditionType::kStalled, ConditionStatus::kFalse, "Progressing", "", At(10));
   const Json back = s.ToJson();
-  EXPECT_EQ(back["checkpoint"], written["checkpoint"]);
+  EXPECT_EQ(back["snapshot"], written["snapshot"]);
   EXPECT_EQ(back["conditions"].size(), 4u);
   EXPECT_EQ(back["conditions"][3], future_condition);
 }

@@ -235,7 +235,8 @@ class TestDockerfile(unittest.TestCase):
         for c in prebuilt.all("COPY"):
             src, dest = c.words()
             self.assertFalse(src.startswith(("/", "--")), c)
-            self.assertTrue(src in ("examples", "sdk/python/fleet_metrics.py") or src.startswith("build/"), c)
+            self.assertTrue(src in ("examples", "sdk/python/fleet_metrics.py", "sdk/python/fleet_checkpoint.py")
+                            or src.startswith("build/"), c)
             path = os.path.join(workdir, src)
             self.assertTrue(dest == path or (dest.endswith("/") and os.path.dirname(path) + "/" == dest), c)
             provided.add(path)

@@ -236,6 +236,51 @@ class ElasticInContainersTest(OperatorInContainers):
         self.assertTrue(any(m.startswith("lost-worker-1 left: 2 worker(s) running") for m in changes), changes)
         c.kubectl("delete", "fleetjob", "lost", "--wait=true", timeout=120)
 
+    def test_a_suspended_job_checkpoints_before_its_pods_stop_and_the_resumed_run_starts_there(self):
+        """spec.checkpoint.beforeStop: suspending the job deletes its pods; the kubelet runs each
+        trainer's preStop hook (GET /checkpoint on its sidecar) before SIGTERM, rank 0 saves a
+        checkpoint at once (no periodic ones: CHECKPOINT_EVERY is out of reach) and answers with its
+        step within the grace period; the operator records it in status.checkpoint with an event,
+        and the resumed run's pods get FLEET_CHECKPOINT_STEP and resume from that very step."""
+        c = self.cluster
+        checkpoints = self.checkpoint_dir("asked")
+        job = elastic_job("asked", 2, self.etcd, steps=100000, checkpoints=checkpoints)
+        env = job["spec"]["worker"]["template"]["spec"]["containers"][0]["env"]
+        next(e for e in env if e["name"] == "FLEET_EXAMPLE_CHECKPOINT_EVERY")["value"] = "1000000"
+        job["spec"]["checkpoint"] = {"beforeStop": True, "timeoutSeconds": 25}
+        c.apply(job)
+        names = ["asked-worker-0", "asked-worker-1"]
+        pods = self.wait_generation("asked", names)
+        self.assertEqual(pods["asked-worker-0"]["spec"]["terminationGracePeriodSeconds"], 35)   # 25 + 10
+        wait_for("asked: training past step 20", lambda: (self.job("asked")["status"].get("progress") or {}).get(
+            "step", 0) > 20, timeout=60)
+        self.assertEqual(glob.glob(os.path.join(checkpoints, "ckpt-*.json")), [], "no periodic checkpoint")
+
+        t0 = time.monotonic()
+        c.kubectl("patch", "fleetjob", "asked", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":true}}}')
+        status = wait_for("asked: status.checkpoint", lambda: (lambda st: st if st.get("checkpoint") else None)(
+            self.job("asked")["status"]), timeout=60)
+        saved = status["checkpoint"]["step"]
+        t_saved = time.monotonic() - t0
+        self.assertEqual(sorted(glob.glob(os.path.join(checkpoints, "ckpt-*.json"))),
+                         [os.path.join(checkpoints, "ckpt-%08d.json" % saved)], "rank 0 saved the step it reported")
+        self.assertIn(status["checkpoint"]["pod"], names)
+        wait_for("asked: suspended, its pods gone", lambda: self.job("asked")["status"].get("phase") == "Suspended"
+                 and not self.workers("asked"), timeout=60)
+        self.assertTrue(any("step %d" % saved in m for m in self.events("asked", "CheckpointSaved")),
+                        self.events("asked", "CheckpointSaved"))
+
+        c.kubectl("patch", "fleetjob", "asked", "--type=merge", "-p", '{"spec":{"runPolicy":{"suspend":false}}}')
+        pods = self.wait_generation("asked", names)
+        for n in names:
+            env = {e["name"]: e.get("value") for e in pods[n]["spec"]["containers"][0]["env"]}
+            self.assertEqual(env.get("FLEET_CHECKPOINT_STEP"), str(saved), n)
+        hosts = {pods[n]["status"]["podIP"] for n in names}
+        resumed = {n: wait_for("%s resumed" % n, lambda n=n: self.resumed_step(n, hosts), timeout=60) for n in names}
+        self.assertEqual(set(resumed.values()), {saved}, resumed)
+        print("\nasked: suspended -> checkpoint of step %d recorded in %.1f s; resumed there" % (saved, t_saved))
+        c.kubectl("delete", "fleetjob", "asked", "--wait=true", timeout=120)
+
     # ---- pods that run Paddle 2.3+'s launcher's command line ---------------------------------
     # spec.launcher PaddleLaunch: the operator gives the pods what `python -m paddle.distributed.launch`
     # reads (a master on pod 0, PADDLE_NNODES, PADDLE_RANK, PADDLE_JOB_ID; elastic: an etcd master

@@ -31,12 +31,13 @@ far as podman 4.3 lets a test do it on one machine:
   from the containers' log files (``previous=true`` from the run before a restart);
 - ``restartPolicy`` (Always, OnFailure, Never) is honoured with the kubelet's crash-loop back-off;
   once all main containers are done the sidecars are stopped and the pod is Succeeded or Failed;
-- deletion stops main containers with SIGTERM, SIGKILL after the grace period, then the
-  sidecars, and removes the pod; a forced deletion kills at once.
+- deletion runs the main containers' ``preStop`` hooks (httpGet, exec, sleep) and waits for
+  them, then stops the main containers with SIGTERM, SIGKILL after what is left of the grace
+  period (at least 2 s), then the sidecars, and removes the pod; a forced deletion kills at once.
 
 Not done: image pulls (no registry is reachable: a missing image keeps the container waiting
 with ErrImageNeverPull or ImagePullBackOff until it is loaded), cluster DNS (pods reach each other
-by IP), Services, ephemeral containers, lifecycle hooks, gRPC probes, resize, user namespaces.
+by IP), Services, ephemeral containers, postStart hooks, gRPC probes, resize, user namespaces.
 
 Every podman object it makes carries the label ``io.fleetjob.kubelet=<id>`` with its process id,
 and ``stop()`` removes them; objects left by a kubelet process that died are removed when the next
@@ -341,6 +342,33 @@ def _port(port, container):
         if p.get("name") == port:
             return int(p["containerPort"])
     raise ValueError("no port named %r" % (port,))
+
+
+def pre_stop_hooks(ctrs, host, podman, deadline, failed):
+    """Runs each container's lifecycle.preStop hook (httpGet, exec or sleep; ``ctrs`` have ``spec``,
+    ``name`` and ``podman_name``), all at once, until each returns or ``deadline`` (time.monotonic(),
+    the end of the grace period) passes, as the kubelet does before SIGTERM. A hook that failed or
+    is still running at the deadline is reported to ``failed(c)`` (the kubelet's FailedPreStopHook
+    event); either only ends the wait for it."""
+    ok = {}
+
+    def run(c, hook):
+        left = max(0.0, deadline - time.monotonic())
+        if "sleep" in hook:
+            time.sleep(min(left, float(hook["sleep"].get("seconds", 0))))
+            ok[c.name] = True
+        else:
+            ok[c.name] = probe_once(dict(hook, timeoutSeconds=left), host, c.spec, podman, c.podman_name)
+    threads = []
+    for c in ctrs:
+        hook = (c.spec.get("lifecycle") or {}).get("preStop")
+        if isinstance(hook, dict) and hook:
+            threads.append((c, threading.Thread(target=run, args=(c, hook), name="prestop-%s" % c.name, daemon=True)))
+            threads[-1][1].start()
+    for c, t in threads:
+        t.join(max(0.0, deadline - time.monotonic()))
+        if t.is_alive() or not ok.get(c.name):
+            failed(c)
 
 
 class ProbeLoop(threading.Thread):
@@ -815,8 +843,13 @@ class PodWorker(threading.Thread):
             c.done = True
             self._stop_probes(c)
         if mains:
-            self.kubelet.podman.run("stop", "-t", str(grace), *[c.podman_name for c in mains], check=False,
-                                    timeout=grace + 60)
+            pre_stop_hooks(mains, self.pod_ip or "127.0.0.1", self.kubelet.podman, t0 + grace,
+                           lambda c: self.kubelet.log("pod %s/%s container %s: the preStop hook failed "
+                                                      "(FailedPreStopHook)" % (self.ns, self.name, c.name)))
+            # What the hooks took comes off the grace period (at least 2 s are left, as the kubelet does).
+            left = max(2, int(grace - (time.monotonic() - t0)))
+            self.kubelet.podman.run("stop", "-t", str(left), *[c.podman_name for c in mains], check=False,
+                                    timeout=left + 60)
             self._collect_exits(mains, time.monotonic() + 10)
         left = max(2, int(grace - (time.monotonic() - t0)))
         self._stop_sidecars(left)

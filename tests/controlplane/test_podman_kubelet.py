@@ -5,8 +5,12 @@ tests in tests/containers run the rest).
 Run (ctest does):  /usr/bin/python3 -m unittest -v test_podman_kubelet
 """
 
+import http.server
 import os
 import tempfile
+import threading
+import time
+import types
 import unittest
 
 import podman_kubelet as pk
@@ -142,6 +146,75 @@ class TerminationMessageTest(unittest.TestCase):
         self.assertEqual(Kubelet.termination_message(fallback, 0, lines), "")
         self.assertEqual(Kubelet.termination_message({"name": "main"}, 1, lines), "")
         self.assertEqual(Kubelet.termination_message(fallback, 1, lines, "written"), "written")
+
+
+class PreStopHookTest(unittest.TestCase):
+    """lifecycle.preStop before SIGTERM, within the grace period (pre_stop_hooks)."""
+
+    def setUp(self):
+        self.paths, self.release, self.answered = [], threading.Event(), threading.Event()
+        test = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                test.paths.append(self.path)
+                test.release.wait(30)
+                self.send_response(200)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                test.answered.set()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.failed = []
+
+    def tearDown(self):
+        self.release.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+    def ctr(self, name, hook=None):
+        spec = {"name": name}
+        if hook is not None:
+            spec["lifecycle"] = {"preStop": hook}
+        return types.SimpleNamespace(name=name, spec=spec, podman_name="pod-" + name)
+
+    def http_hook(self):
+        return {"httpGet": {"path": "/checkpoint?reason=preStop", "port": self.server.server_address[1]}}
+
+    def test_the_http_hook_is_waited_for(self):
+        threading.Timer(0.2, self.release.set).start()
+        pk.pre_stop_hooks([self.ctr("main", self.http_hook()), self.ctr("other")], "127.0.0.1", None,
+                          time.monotonic() + 30, self.failed.append)
+        self.assertEqual(self.paths, ["/checkpoint?reason=preStop"])
+        self.assertTrue(self.answered.is_set(), "returned only after the hook's answer")
+        self.assertEqual(self.failed, [])
+
+    def test_the_grace_period_bounds_a_hook_that_does_not_answer(self):
+        main = self.ctr("main", self.http_hook())
+        pk.pre_stop_hooks([main], "127.0.0.1", None, time.monotonic() + 0.5, self.failed.append)
+        self.assertFalse(self.answered.is_set(), "the hook was still waiting")
+        self.assertEqual(self.failed, [main])
+        # A sleep hook longer than the grace period is cut short too (this returns).
+        pk.pre_stop_hooks([self.ctr("main", {"sleep": {"seconds": 3600}})], "127.0.0.1", None,
+                          time.monotonic() + 0.2, lambda c: None)
+
+    def test_an_exec_hook_runs_in_its_container(self):
+        calls = []
+
+        class Podman:
+            def run(self, *args, check=True, timeout=None):
+                calls.append(args)
+                return types.SimpleNamespace(returncode=1 if "fail" in args else 0)
+
+        ok, bad = self.ctr("main", {"exec": {"command": ["/bin/save"]}}), self.ctr("side", {"exec": {"command": ["fail"]}})
+        pk.pre_stop_hooks([ok, bad], "127.0.0.1", Podman(), time.monotonic() + 30, self.failed.append)
+        self.assertEqual(sorted(calls), [("exec", "pod-main", "/bin/save"), ("exec", "pod-side", "fail")])
+        self.assertEqual(self.failed, [bad])
+
 
 if __name__ == "__main__":
     unittest.main()

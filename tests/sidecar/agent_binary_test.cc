@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -15,11 +16,13 @@
 #include <cmath>
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstring>
 #include <sstream>
 #include <fstream>
 #include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
@@ -152,14 +155,14 @@ class GatedAgentTest : public AgentTest {
             {"metadata", {{"name", "j-endpoints"}, {"annotations", {{"fleet.paddlepaddle.org/run", std::to_string(run)}}}}},
             {"data", data}});
   }
-  // The pod's TrainingProgress condition ({} when absent).
-  Json Condition(const std::string& pod) {
+  // The pod's TrainingProgress condition, or another `type` ({} when absent).
+  Json Condition(const std::string& pod, const std::string& type = kCondition) {
     HttpConnection http(fake_.url());
     auto r = http.Send("GET", "/api/v1/namespaces/default/pods/" + pod);
     if (!r || r->status != 200) return Json::object();
     const Json object = Json::parse(r->body);
     for (const Json& c : object["status"].value("conditions", Json::array())) {
-      if (c.value("type", "") == kCondition) return c;
+      if (c.value("type", "") == type) return c;
     }
     return Json::object();
   }
@@ -257,6 +260,56 @@ TEST_F(GatedAgentTest, AfterTheGateItFollowsTheLogsDetectsStallsAndSaysSoOnThePo
                 (method == "PATCH" && path == "/api/v1/namespaces/default/pods/j-worker-0/status"))
         << r.dump();
   }
+  ASSERT_TRUE(sidecar->Signal(SIGTERM));
+  EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
+}
+
+// The trainer's preStop hook: GET /checkpoint asks through the request file, waits for the
+// trainer's done file, answers with its step, and records it on the pod and in /status; a
+// malformed answer is recorded as Invalid (the condition False), and the sidecar keeps serving.
+TEST_F(GatedAgentTest, ACheckpointRequestWaitsForTheTrainerAndRecordsItsStepOnThePod) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  const std::string dir = dir_.path() + "/run/checkpoint";
+  ASSERT_EQ(::mkdir((dir_.path() + "/run").c_str(), 0755), 0);
+  auto sidecar = Start(GateArgs("worker", {"--main-process=off", "--checkpoint-dir=" + dir, "--checkpoint-timeout=20s"}));
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
+  EXPECT_NE(sidecar->Stderr().find("/metrics, /status and /checkpoint on 127.0.0.1:0"), std::string::npos);
+  auto trainer = [&](const std::string& done) {
+    return std::thread([dir, done] {
+      if (!Eventually([&] { return ::access((dir + "/request").c_str(), F_OK) == 0; })) return;
+      { std::ofstream(dir + "/done.tmp") << done; }
+      std::rename((dir + "/done.tmp").c_str(), (dir + "/done").c_str());
+    });
+  };
+
+  std::thread saves = trainer("1200\n");
+  auto answer = sidecar->Get("/checkpoint?reason=preStop");
+  saves.join();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 200) << answer->body;
+  const Json outcome = Json::parse(answer->body);
+  EXPECT_EQ(outcome["result"], "Saved");
+  EXPECT_EQ(outcome["step"], 1200);
+  // Written before the answer: the pod is deleted right after its hook returns.
+  const Json condition = Condition("j-worker-0", "fleet.paddlepaddle.org/Checkpoint");
+  EXPECT_EQ(condition.value("status", ""), "True") << condition.dump();
+  EXPECT_EQ(condition.value("reason", ""), "Saved");
+  EXPECT_EQ(condition.value("message", "").rfind("step 1200 saved by the trainer", 0), 0u) << condition.dump();
+  EXPECT_TRUE(Says(*sidecar, "/status", 200, "\"step\": 1200"));
+  EXPECT_NE(sidecar->Stderr().find("checkpoint Saved: step 1200"), std::string::npos);
+
+  std::thread garbles = trainer("twelve hundred");
+  answer = sidecar->Get("/checkpoint");
+  garbles.join();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(answer->status, 200);
+  EXPECT_EQ(Json::parse(answer->body)["result"], "Invalid");
+  const Json invalid = Condition("j-worker-0", "fleet.paddlepaddle.org/Checkpoint");
+  EXPECT_EQ(invalid.value("status", ""), "False") << invalid.dump();
+  EXPECT_EQ(invalid.value("reason", ""), "Invalid");
+  EXPECT_NE(invalid.value("message", "").find("'twelve hundred', not a step"), std::string::npos) << invalid.dump();
+  EXPECT_TRUE(Says(*sidecar, "/healthz", 200, "ok"));
   ASSERT_TRUE(sidecar->Signal(SIGTERM));
   EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
 }

@@ -184,6 +184,14 @@ struct ElasticSpec {
   int64_t timeout_seconds = 600;     // below min_replicas this long fails the job (PADDLE_ELASTIC_TIMEOUT)
 };
 
+// spec.checkpoint: before a pod stops (its deletion: suspend, preemption, eviction, scale-in, a
+// node drain), the trainer's preStop hook asks the sidecar, which asks the trainer to checkpoint
+// and waits for it up to timeoutSeconds (docs/operator.md, "Checkpoint before stop").
+struct CheckpointSpec {
+  bool before_stop = false;
+  int64_t timeout_seconds = 30;
+};
+
 struct FleetJobSpec {
   JobMode mode = JobMode::kCollective;
   Runtime runtime = Runtime::kPaddle;
@@ -199,6 +207,7 @@ struct FleetJobSpec {
   Scheduling scheduling;
   SidecarSpec sidecar;
   std::optional<ElasticSpec> elastic;
+  CheckpointSpec checkpoint;
   std::optional<Launcher> launcher;              // spec.launcher; nullopt: Auto (each role's command)
   std::optional<PaddleVersion> paddle_version;   // spec.paddleVersion, else read from Paddle's image
   std::string managed_by;                        // spec.managedBy; "": this operator (kFleetJobController)

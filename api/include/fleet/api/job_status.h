@@ -113,6 +113,19 @@ struct QueueStatus {
   Json ToJson() const;
 };
 
+// status.checkpoint: the newest checkpoint a trainer saved before its pod stopped
+// (spec.checkpoint.beforeStop), as its pod's Checkpoint condition reported it. The pods of the
+// runs after it are told its step (FLEET_CHECKPOINT_STEP).
+struct CheckpointStatus {
+  int64_t step = 0;
+  std::string pod;
+  Time time;                                 // the condition's lastTransitionTime
+
+  // status.checkpoint; nullopt when it is not an object with a step.
+  static std::optional<CheckpointStatus> FromJson(const Json& checkpoint);
+  Json ToJson() const;
+};
+
 struct FleetJobStatus {
   JobPhase phase = JobPhase::kNone;
   std::string message;                          // written with the phase
@@ -139,6 +152,7 @@ struct FleetJobStatus {
   std::optional<Progress> progress;
   std::optional<ElasticStatus> elastic;         // spec.elastic jobs
   std::optional<QueueStatus> queue;             // jobs queued in Kueue
+  std::optional<CheckpointStatus> checkpoint;   // spec.checkpoint.beforeStop jobs
 
   // Kept for round trips (see the top of this file).
   Json unknown_fields = Json::object();

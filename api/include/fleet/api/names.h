@@ -32,5 +32,9 @@ inline constexpr const char* kHostsAnnotation = "fleet.paddlepaddle.org/hosts-di
 // The condition fleet-sidecar sets on its own pod: True while training progresses (or before the
 // first step), False with reason Stalled when no step came within its stall window.
 inline constexpr const char* kProgressConditionType = "fleet.paddlepaddle.org/TrainingProgress";
+// The condition fleet-sidecar sets on its own pod when asked to checkpoint before the pod stops
+// (spec.checkpoint.beforeStop: the trainer's preStop hook): True with reason Saved and a message
+// that begins "step N" (CheckpointMessage in checkpoint.h), else False with reason TimedOut or Invalid.
+inline constexpr const char* kCheckpointConditionType = "fleet.paddlepaddle.org/Checkpoint";
 
 }  // namespace fleet::api

@@ -70,6 +70,13 @@ struct SidecarReport {
     std::string message;
   };
 
+  // The last checkpoint the sidecar asked the trainer for (spec.checkpoint.beforeStop), once answered.
+  struct Checkpoint {
+    std::string result;                        // Saved, TimedOut or Invalid (checkpoint.h)
+    std::optional<int64_t> step;               // Saved: the step the trainer wrote
+    std::string message;
+  };
+
   bool ready = false;
   std::string not_ready;                       // why not ready ("" when ready)
   bool gate_open = false;
@@ -79,6 +86,7 @@ struct SidecarReport {
   Peers peers;
   std::optional<Condition> condition;
   std::string condition_error;                 // the condition's last failed write ("" when none)
+  std::optional<Checkpoint> checkpoint;
 
   static Result<SidecarReport> FromJson(const Json& report);
   Json ToJson() const;

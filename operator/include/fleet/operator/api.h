@@ -30,6 +30,7 @@ using api::Condition;
 using api::ConditionStatus;
 using api::ConditionType;
 using api::ConditionTypeName;
+using api::CheckpointStatus;
 using api::ElasticStatus;
 using api::QueueStatus;
 using api::FleetJobStatus;
@@ -50,6 +51,7 @@ using api::kKind;
 using api::kVersion;
 
 // The spec is the API's (fleet/api/job_spec.h): fleetctl writes it, the operator reads it.
+using api::CheckpointSpec;
 using api::CleanPodPolicy;
 using api::ElasticSpec;
 using api::FleetJob;

@@ -15,6 +15,7 @@ using api::kHostsAnnotation;
 using api::kIndexLabel;
 using api::kJobLabel;
 using api::kProgressConditionType;
+using api::kCheckpointConditionType;
 using api::kReplicasAnnotation;
 using api::kRoleLabel;
 using api::kRunAnnotation;

@@ -44,6 +44,8 @@ struct PodRecipe {
   OperatorSettings settings;
   // A job queued in Kueue: its admission, added to every pod (kueue::ApplyAdmission); else null.
   std::shared_ptr<const kueue::Admission> admission;
+  // The job's last checkpoint before stop (status.checkpoint): its step, for FLEET_CHECKPOINT_STEP.
+  std::optional<int64_t> resume_step;
 };
 
 struct Action {
@@ -111,6 +113,13 @@ struct ObservedPod {
   bool gated = false;
   // Its sidecar reports no training progress: the message of its Stalled progress condition.
   std::optional<std::string> stalled;
+  // The step its trainer saved before the pod stopped, and when: its Checkpoint condition (True,
+  // reason Saved) and that condition's lastTransitionTime.
+  struct Checkpoint {
+    int64_t step = 0;
+    Time time;
+  };
+  std::optional<Checkpoint> checkpoint;
 
   static ObservedPod Read(const Json& pod);
   // `pod` cut down to what Read and the controller's pod informer read (its key, indexes and job

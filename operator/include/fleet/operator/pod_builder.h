@@ -3,14 +3,28 @@
 // hooks, and the fleet-sidecar gate that holds the main containers until the endpoint lists exist.
 #pragma once
 
+#include <cstdint>
+#include <optional>
+
 #include "fleet/operator/names.h"
 #include "fleet/operator/settings.h"
 #include "fleet/operator/wiring.h"
 
 namespace fleet::op {
 
+// `resume_step`: the step of the job's last checkpoint before stop (status.checkpoint), told to
+// the pod's containers as FLEET_CHECKPOINT_STEP.
 Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
-              const OperatorSettings& settings);
+              const OperatorSettings& settings, std::optional<int64_t> resume_step = std::nullopt);
+
+// Where the trainer finds a checkpoint request (FLEET_CHECKPOINT_DIR) in pods of a job with
+// spec.checkpoint.beforeStop: in an emptyDir mounted at kCheckpointMountPath in the sidecar and
+// in the main containers.
+inline constexpr const char* kCheckpointMountPath = "/run/fleet";
+inline constexpr const char* kCheckpointDir = "/run/fleet/checkpoint";
+// Whether the job's pods checkpoint before they stop: spec.checkpoint.beforeStop, where the
+// sidecar keeps running beside the trainer to be asked (a native sidecar).
+bool CheckpointsBeforeStop(const FleetJob& job, const OperatorSettings& settings);
 
 // The env loader's ConfigMap (EnvLoaderConfigMapName): runtime/python/sitecustomize.py as key
 // kEnvLoaderKey, for the pods of jobs whose lists travel as files (JobWiring::EnvFiles).

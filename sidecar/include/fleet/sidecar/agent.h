@@ -10,7 +10,9 @@
 //   peers: for parameter-server trainers, after the gate, a TCP probe of every server each
 //     --peer-check-interval.
 //   condition: the ConditionWriter (API requests), when a client is given.
-//   The HTTP push API (POST /v1/report) runs on the caller's HttpServer (ReportRoute()).
+//   The HTTP push API (POST /v1/report) runs on the caller's HttpServer (ReportRoute()), and so
+//   does GET /checkpoint (CheckpointRoute(), with --checkpoint-dir): the request's own thread waits
+//   for the trainer and writes the pod's Checkpoint condition.
 //
 // Ready (NotReady() == "") = the gate is open, every peer accepted a connection in the latest
 // check, the main process runs (when it can be observed), and no rank is stalled: a rank that has
@@ -32,6 +34,7 @@
 #include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
 #include "fleet/runtime/endpoint.h"
+#include "fleet/sidecar/checkpoint.h"
 #include "fleet/sidecar/condition.h"
 #include "fleet/sidecar/options.h"
 #include "fleet/sidecar/step_parser.h"
@@ -83,6 +86,8 @@ class Agent {
   std::string NotReady(bool gate_open = false) const;
   httpd::Route ReportRoute();                // POST /v1/report (JSON, or text protocol lines)
   httpd::Route StatusRoute();                // GET /status: the agent's state as JSON
+  // GET /checkpoint (checkpoint.h); nullopt without --checkpoint-dir.
+  std::optional<httpd::Route> CheckpointRoute();
   int udp_port() const { return udp_port_; }   // the bound UDP port (0: none)
   TrainingMetrics& metrics() { return *metrics_; }
 
@@ -114,6 +119,7 @@ class Agent {
   std::unique_ptr<LogTailer> tailer_;
   std::unique_ptr<MainProcessWatcher> watcher_;
   std::unique_ptr<ConditionWriter> writer_;
+  std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<PeerProber> prober_;
   kube::CancelToken cancel_;
 

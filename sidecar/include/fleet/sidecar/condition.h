@@ -48,6 +48,13 @@ struct PodCondition {
 // already carries it with the same status, reason and message. `now`: RFC 3339, seconds.
 std::optional<nlohmann::json> ConditionPatch(const nlohmann::json& pod, const PodCondition& condition,
                                              const std::string& now);
+// The same for a condition of another `type` (the Checkpoint condition, checkpoint.h).
+std::optional<nlohmann::json> ConditionPatch(const nlohmann::json& pod, const std::string& type,
+                                             const PodCondition& condition, const std::string& now);
+// One write of a `type` condition to pod `ns`/`name` (reads, patches, and reads again after a
+// Conflict, up to `conflict_retries` times); "" on success, else why not.
+std::string WritePodCondition(kube::Client& client, const std::string& ns, const std::string& name,
+                              const std::string& type, const PodCondition& condition, int conflict_retries);
 
 struct ConditionWriterConfig {
   std::string ns;

@@ -58,6 +58,9 @@ struct AgentOptions {
   std::chrono::milliseconds peer_check_interval{10000};  // --peer-check-interval
   bool pod_condition = true;         // --pod-condition: write the TrainingProgress condition
   std::chrono::milliseconds condition_min_interval{5000};  // --condition-min-interval: between two writes
+  // Checkpoint before stop (checkpoint.h): GET /checkpoint asks the trainer through files here.
+  std::string checkpoint_dir;        // --checkpoint-dir ("" = no /checkpoint)
+  std::chrono::milliseconds checkpoint_timeout{30000};   // --checkpoint-timeout: how long to wait
 };
 
 enum class Command { kHelp, kGate, kAgent };
