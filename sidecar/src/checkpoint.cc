@@ -96,13 +96,17 @@ std::string ReasonOf(const std::string& query) {
 Checkpointer::Checkpointer(CheckpointOptions options, Logger log, Record record)
     : options_(std::move(options)), log_(std::move(log)), record_(std::move(record)) {}
 
-CheckpointOutcome Checkpointer::Request(const std::string& reason) {
+std::optional<CheckpointOutcome> Checkpointer::Request(const std::string& reason) {
   std::unique_lock<std::mutex> lock(mu_);
   if (pending_) {
+    if (joiners_ >= kMaxJoiners) return std::nullopt;
+    ++joiners_;
     const uint64_t joined = answered_;
     cv_.wait(lock, [&] { return answered_ != joined; });
+    --joiners_;
     return *last_;
   }
+  if (last_ && Clock::now() - answered_at_ < options_.timeout) return *last_;
   pending_ = true;
   lock.unlock();
   CheckpointOutcome outcome;
@@ -117,6 +121,7 @@ CheckpointOutcome Checkpointer::Request(const std::string& reason) {
   last_ = outcome;
   pending_ = false;
   ++answered_;
+  answered_at_ = Clock::now();
   cv_.notify_all();
   return outcome;
 }
@@ -169,9 +174,16 @@ std::optional<CheckpointOutcome> Checkpointer::last() const {
   return last_;
 }
 
+int Checkpointer::joiners() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return joiners_;
+}
+
 httpd::Route Checkpointer::Route() {
   return {"/checkpoint", {"GET"}, [this](const httpd::Request& request) {
-            const CheckpointOutcome outcome = Request(ReasonOf(request.query));
+            const std::optional<CheckpointOutcome> answered = Request(ReasonOf(request.query));
+            if (!answered) return httpd::Response::Text(429, "a checkpoint request is pending; too many wait for it\n");
+            const CheckpointOutcome& outcome = *answered;
             Json body = {{"result", outcome.result}, {"message", outcome.message}};
             if (outcome.step) body["step"] = *outcome.step;
             return httpd::Response{200, "application/json",

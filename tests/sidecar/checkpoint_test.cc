@@ -84,7 +84,7 @@ TEST_F(CheckpointerTest, TheTrainerSeesTheRequestAndItsStepIsRecorded) {
     { std::ofstream(dir_ + "/done.tmp") << "1200\n"; }
     std::rename((dir_ + "/done.tmp").c_str(), (dir_ + "/done").c_str());
   });
-  const CheckpointOutcome outcome = checkpointer.Request("preStop");
+  const CheckpointOutcome outcome = checkpointer.Request("preStop").value();
   trainer.join();
   EXPECT_EQ(outcome.result, api::kCheckpointSaved);
   EXPECT_EQ(outcome.step, 1200);
@@ -102,7 +102,7 @@ TEST_F(CheckpointerTest, TheTrainerSeesTheRequestAndItsStepIsRecorded) {
 
 TEST_F(CheckpointerTest, NoDoneFileWithinTheTimeoutIsTimedOut) {
   Checkpointer checkpointer = Make(milliseconds(200));
-  const CheckpointOutcome outcome = checkpointer.Request("request");
+  const CheckpointOutcome outcome = checkpointer.Request("request").value();
   EXPECT_EQ(outcome.result, api::kCheckpointTimedOut);
   EXPECT_FALSE(outcome.step);
   EXPECT_NE(outcome.message.find("no " + dir_ + "/done within 0s"), std::string::npos) << outcome.message;
@@ -114,7 +114,7 @@ TEST_F(CheckpointerTest, AnEarlierRequestsDoneFileIsNotThisOnesAnswer) {
   ASSERT_EQ(::mkdir(dir_.c_str(), 0777), 0);
   { std::ofstream(dir_ + "/done") << "5"; }
   Checkpointer checkpointer = Make(milliseconds(200));
-  EXPECT_EQ(checkpointer.Request("request").result, api::kCheckpointTimedOut);
+  EXPECT_EQ(checkpointer.Request("request").value().result, api::kCheckpointTimedOut);
 }
 
 TEST_F(CheckpointerTest, AMalformedDoneFileIsInvalidNeverACrash) {
@@ -123,7 +123,7 @@ TEST_F(CheckpointerTest, AMalformedDoneFileIsInvalidNeverACrash) {
     SCOPED_TRACE(Json(done).dump(-1, ' ', false, Json::error_handler_t::replace));
     Checkpointer checkpointer = Make(std::chrono::seconds(30));
     std::thread trainer = Trainer(dir_, done);
-    const CheckpointOutcome outcome = checkpointer.Request("request");
+    const CheckpointOutcome outcome = checkpointer.Request("request").value();
     trainer.join();
     EXPECT_EQ(outcome.result, api::kCheckpointInvalid);
     EXPECT_FALSE(outcome.step);
@@ -132,7 +132,7 @@ TEST_F(CheckpointerTest, AMalformedDoneFileIsInvalidNeverACrash) {
   // The largest step a JSON number holds, with white space around it: a step.
   Checkpointer checkpointer = Make(std::chrono::seconds(30));
   std::thread trainer = Trainer(dir_, " 9007199254740992\n");
-  EXPECT_EQ(checkpointer.Request("request").step, api::kMaxCheckpointStep);
+  EXPECT_EQ(checkpointer.Request("request").value().step, api::kMaxCheckpointStep);
   trainer.join();
 }
 
@@ -143,10 +143,40 @@ TEST_F(CheckpointerTest, ASecondRequestWhileOneIsPendingJoinsIt) {
   auto second = std::async(std::launch::async, [&] { return checkpointer.Request("preStop"); });
   // The second waits (nothing to observe but time: the answer decides) until the trainer answers.
   std::thread trainer = Trainer(dir_, "77");
-  EXPECT_EQ(first.get().step, 77);
-  EXPECT_EQ(second.get().step, 77);
+  EXPECT_EQ(first.get().value().step, 77);
+  EXPECT_EQ(second.get().value().step, 77);
   trainer.join();
   EXPECT_EQ(recorded_.size(), 1u);   // one request, one condition write
+}
+
+// One stop is one checkpoint: a request soon after an answer (another container's hook, a retry,
+// anyone on the pod network) gets that answer again and the trainer is not asked twice.
+TEST_F(CheckpointerTest, ARequestSoonAfterAnAnswerGetsItAgain) {
+  Checkpointer checkpointer = Make(std::chrono::seconds(30));
+  std::thread trainer = Trainer(dir_, "300");
+  EXPECT_EQ(checkpointer.Request("preStop").value().step, 300);
+  trainer.join();
+  EXPECT_EQ(checkpointer.Request("preStop").value().step, 300);
+  EXPECT_FALSE(Exists(dir_ + "/request")) << "the trainer was asked again";
+  EXPECT_EQ(recorded_.size(), 1u);
+}
+
+// Each waiting request holds one of the HTTP server's workers: past kMaxJoiners they are refused
+// at once, so the kubelet's probes and Prometheus keep theirs.
+TEST_F(CheckpointerTest, RequestsBeyondTheJoinersAreRefusedAtOnce) {
+  Checkpointer checkpointer = Make(std::chrono::seconds(30));
+  httpd::Route route = checkpointer.Route();
+  std::vector<std::future<httpd::Response>> waiting;
+  waiting.push_back(std::async(std::launch::async, [&] { return route.handler({"GET", "/checkpoint", "", "10.0.0.1", ""}); }));
+  ASSERT_TRUE(Eventually([&] { return Exists(dir_ + "/request"); }));
+  for (int i = 0; i < Checkpointer::kMaxJoiners; ++i) {
+    waiting.push_back(std::async(std::launch::async, [&] { return route.handler({"GET", "/checkpoint", "", "10.0.0.2", ""}); }));
+  }
+  ASSERT_TRUE(Eventually([&] { return checkpointer.joiners() == Checkpointer::kMaxJoiners; }));
+  EXPECT_EQ(route.handler({"GET", "/checkpoint", "", "10.0.0.3", ""}).status, 429);
+  std::thread trainer = Trainer(dir_, "8");
+  for (auto& answer : waiting) EXPECT_EQ(Json::parse(answer.get().body)["step"], 8);
+  trainer.join();
 }
 
 TEST_F(CheckpointerTest, TheRouteAnswers200WithTheOutcome) {
@@ -157,7 +187,8 @@ TEST_F(CheckpointerTest, TheRouteAnswers200WithTheOutcome) {
   EXPECT_EQ(timed_out.status, 200);   // a failed preStop hook would only delay the kill
   EXPECT_EQ(Json::parse(timed_out.body)["result"], "TimedOut");
   EXPECT_NE(log_.find("(eviction)"), std::string::npos) << log_;
-  // A reason that is not a word is not taken.
+  // A reason that is not a word is not taken (asked once the last answer is older than the timeout).
+  std::this_thread::sleep_for(milliseconds(150));
   route.handler({"GET", "/checkpoint", "reason=a%20b&x", "10.0.0.1", ""});
   EXPECT_NE(log_.find("(request)"), std::string::npos) << log_;
 }

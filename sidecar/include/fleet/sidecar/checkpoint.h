@@ -11,6 +11,12 @@
 // Checkpoint condition, before the answer) and into GET /status. A request while one is pending
 // joins it; a malformed done file (not an integer, too large, over 64 bytes) ends the wait at once
 // as Invalid, and none is a timeout: never a crash.
+//
+// The route listens where the kubelet reaches it, the pod's address, so anyone on the pod network
+// may call it too. What a caller can do is bounded: at most kMaxJoiners requests wait beside the
+// pending one (each holds one of the server's workers; more are refused with 429, so probes and
+// scrapes keep theirs), and a request within the timeout after an answer gets that answer again
+// without asking the trainer (one stop is one checkpoint, however many hooks or callers ask).
 #pragma once
 
 #include <chrono>
@@ -40,15 +46,20 @@ struct CheckpointOutcome {
 
 class Checkpointer {
  public:
+  // Requests that may wait for a pending one: a pod's main containers each run the hook.
+  static constexpr int kMaxJoiners = 8;
   using Record = std::function<void(const CheckpointOutcome&)>;
   // `record` is called once per answered request, before its HTTP answer.
   Checkpointer(CheckpointOptions options, Logger log, Record record);
 
   // Asks the trainer for a checkpoint and waits for its answer or the timeout; a call while a
-  // request is pending waits for that one's outcome.
-  CheckpointOutcome Request(const std::string& reason);
+  // request is pending waits for that one's outcome, one soon after an answer gets it again, and
+  // one past kMaxJoiners gets nullopt at once (the route's 429).
+  std::optional<CheckpointOutcome> Request(const std::string& reason);
   // The last outcome (nullopt before the first).
   std::optional<CheckpointOutcome> last() const;
+  // How many requests wait for the pending one.
+  int joiners() const;
   // GET /checkpoint[?reason=TOKEN]: Request, answered 200 with the outcome as JSON.
   httpd::Route Route();
 
@@ -62,7 +73,9 @@ class Checkpointer {
   mutable std::mutex mu_;
   std::condition_variable cv_;
   bool pending_ = false;
+  int joiners_ = 0;                  // requests waiting for the pending one
   uint64_t answered_ = 0;            // requests answered so far
+  std::chrono::steady_clock::time_point answered_at_;
   std::optional<CheckpointOutcome> last_;
 };
 
