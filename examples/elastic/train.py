@@ -150,22 +150,29 @@ def main():
         xs, ys = shard(truth, position, rank, size)
         loss, grad = fx.loss_and_grad(list(params), xs, ys) if xs else (0.0, [0.0] * n)
         # Sums, not means: the ranks' shards differ in size when GLOBAL_BATCH is not a multiple of size.
-        buf = array.array("d", [g * len(xs) for g in grad] + [loss * len(xs)])
+        # The last element says whether this rank's sidecar asks for a checkpoint: summed, every rank
+        # learns that some rank was asked at the same step, so all of them answer with that one step.
+        asked_here = bool(directory and stops and stops.requested())
+        buf = array.array("d", [g * len(xs) for g in grad] + [loss * len(xs), 1.0 if asked_here else 0.0])
         collective(f"all_reduce at step {step}", comm.all_reduce, buf, op="sum")
         for j in range(n):
             velocity[j] = MOMENTUM * velocity[j] + buf[j] / GLOBAL_BATCH
             params[j] -= fx.LR * velocity[j]
         position += GLOBAL_BATCH
-        progress.step(step, buf[-1] / GLOBAL_BATCH)
+        progress.step(step, buf[n] / GLOBAL_BATCH)
         if step_seconds:
             time.sleep(step_seconds)
-        asked = bool(directory and stops and stops.requested())
+        asked = buf[n + 1] > 0
         if directory and rank == 0 and (step % every == 0 or asked):
             save(directory, {"step": step, "data_position": position, "params": list(params),
                              "momentum": list(velocity), "world_size": size})
             fx.log(f"rank 0: checkpoint saved at step {step}" + (" (asked before the pod stops)" if asked else ""))
         if asked:
-            stops.saved(step)
+            # Every rank answers only once rank 0's checkpoint of this step is on disk: a rank that
+            # answered first could have the step recorded that a killed rank 0 never saved.
+            collective(f"checkpoint barrier at step {step}", comm.all_reduce, array.array("d", [0.0]), op="sum")
+            if stops.requested():
+                stops.saved(step)
 
     fx.finish(comm, collective, params, truth, precision=".9g")
 

@@ -262,8 +262,12 @@ class ElasticInContainersTest(OperatorInContainers):
             self.job("asked")["status"]), timeout=60)
         saved = status["checkpoint"]["step"]
         t_saved = time.monotonic() - t0
-        self.assertEqual(sorted(glob.glob(os.path.join(checkpoints, "ckpt-*.json"))),
-                         [os.path.join(checkpoints, "ckpt-%08d.json" % saved)], "rank 0 saved the step it reported")
+        # Each pod's hook asks; the ranks agree on a step each time (a later pod's request may make a
+        # second one, which a rank stopped first may not see answered): the step recorded is one
+        # rank 0 saved, and the run resumes from it or a newer one.
+        saved_files = sorted(glob.glob(os.path.join(checkpoints, "ckpt-*.json")))
+        self.assertIn(os.path.join(checkpoints, "ckpt-%08d.json" % saved), saved_files)
+        newest = int(os.path.basename(saved_files[-1])[5:13])
         self.assertIn(status["checkpoint"]["pod"], names)
         wait_for("asked: suspended, its pods gone", lambda: self.job("asked")["status"].get("phase") == "Suspended"
                  and not self.workers("asked"), timeout=60)
@@ -277,7 +281,7 @@ class ElasticInContainersTest(OperatorInContainers):
             self.assertEqual(env.get("FLEET_CHECKPOINT_STEP"), str(saved), n)
         hosts = {pods[n]["status"]["podIP"] for n in names}
         resumed = {n: wait_for("%s resumed" % n, lambda n=n: self.resumed_step(n, hosts), timeout=60) for n in names}
-        self.assertEqual(set(resumed.values()), {saved}, resumed)
+        self.assertEqual(set(resumed.values()), {newest}, resumed)
         print("\nasked: suspended -> checkpoint of step %d recorded in %.1f s; resumed there" % (saved, t_saved))
         c.kubectl("delete", "fleetjob", "asked", "--wait=true", timeout=120)
 
