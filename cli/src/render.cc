@@ -399,6 +399,7 @@ StatusDocument StatusDocument::Of(const Json& job, const Json& pods, const Json&
   d.network = status.network.empty() ? Raw(spec, "network", "PodIP") : status.network;
   d.run = status.run;
   d.restart_count = status.restart_count;
+  d.ignored_failures = status.ignored_failures;
   d.message = status.message;
   d.created = Raw(meta, "creationTimestamp");
   d.start_time = TimeText(status.start_time);
@@ -414,6 +415,7 @@ StatusDocument StatusDocument::Of(const Json& job, const Json& pods, const Json&
                         TimeText(observed.below_minimum_since)};
   }
   d.queue = status.queue;
+  d.checkpoint = status.checkpoint;
   d.pods_not_running = PodsNotRunning(pods);
   d.events = RecentEvents(events, max_events);
   return d;
@@ -436,6 +438,8 @@ Json StatusDocument::ToJson() const {
                       {"belowMinimumSince", elastic->below_minimum_since}};
   }
   if (queue) doc["queue"] = queue->ToJson();
+  if (ignored_failures) doc["ignoredFailures"] = ignored_failures;
+  if (checkpoint) doc["checkpoint"] = checkpoint->ToJson();
   for (const WaitingPod& p : pods_not_running) doc["podsNotRunning"].push_back({{"pod", p.pod}, {"phase", p.phase}, {"why", p.why}});
   for (const Event& e : events) {
     doc["events"].push_back({{"type", e.type}, {"reason", e.reason}, {"message", e.message}, {"count", e.count},
@@ -472,6 +476,8 @@ StatusDocument StatusDocument::FromJson(const Json& doc) {
     d.elastic = std::move(elastic);
   }
   d.queue = api::QueueStatus::FromJson(MemberOrNull(doc, "queue"));
+  d.ignored_failures = Int(doc, "ignoredFailures");
+  d.checkpoint = api::CheckpointStatus::FromJson(MemberOrNull(doc, "checkpoint"));
   for (const Json& p : ArrayMember(doc, "podsNotRunning")) d.pods_not_running.push_back({Raw(p, "pod"), Raw(p, "phase"), Raw(p, "why")});
   for (const Json& e : ArrayMember(doc, "events")) {
     d.events.push_back({Raw(e, "type"), Raw(e, "reason"), Raw(e, "message"), Int(e, "count"), Raw(e, "lastTimestamp")});
@@ -491,7 +497,12 @@ std::string StatusText(const StatusDocument& d, int64_t now) {
   line("Mode:", d.mode);
   line("Network:", d.network);
   line("Run:", std::to_string(d.run));
-  line("Restarts:", std::to_string(d.restart_count));
+  line("Restarts:", std::to_string(d.restart_count) +
+                        (d.ignored_failures ? " (and " + std::to_string(d.ignored_failures) + " ignored by failure rules)" : ""));
+  if (d.checkpoint) {
+    line("Checkpoint:", "step " + std::to_string(d.checkpoint->step) + " saved before " + d.checkpoint->pod +
+                            " stopped, " + Ago(FormatRfc3339(d.checkpoint->time), now) + " ago");
+  }
   line("Created:", d.created.empty() ? "" : d.created + " (" + Ago(d.created, now) + " ago)");
   line("Started:", d.start_time);
   line("Completed:", d.completion_time);

@@ -141,6 +141,27 @@ TEST(FleetctlRenderTest, StatusOfAnElasticJob) {
   EXPECT_NE(text.find("  Workers:     1 of 2..4, 0 rendezvous\n  Members:     e-worker-1\n"), std::string::npos) << text;
 }
 
+// Issue 27's counts: failures a rule ignored beside the restarts, and the checkpoint saved before
+// the last stop (where the next run resumes).
+TEST(FleetctlRenderTest, StatusShowsIgnoredFailuresAndTheCheckpointBeforeStop) {
+  Json job = Json::parse(R"({"metadata": {"name": "c"}, "spec": {"mode": "collective", "worker": {"replicas": 2}},
+    "status": {"phase": "Running", "restartCount": 1, "ignoredFailures": 2,
+      "checkpoint": {"step": 1200, "pod": "c-worker-0", "time": "2023-11-14T22:12:20Z"}}})");
+  Json doc = StatusDocument::Of(job, Json::array(), Json::array(), 10).ToJson();
+  EXPECT_EQ(StatusDocument::FromJson(doc).ToJson(), doc);
+  EXPECT_EQ(doc["ignoredFailures"], 2);
+  EXPECT_EQ(doc["checkpoint"]["step"], 1200);
+  const std::string text = StatusText(StatusDocument::FromJson(doc), kNow);
+  EXPECT_NE(text.find("Restarts:   1 (and 2 ignored by failure rules)\n"), std::string::npos) << text;
+  EXPECT_NE(text.find("Checkpoint: step 1200 saved before c-worker-0 stopped, 60s ago\n"), std::string::npos) << text;
+
+  // Neither: no such line, and the document has neither key.
+  doc = StatusDocument::Of(Job("j", "Running"), Json::array(), Json::array(), 10).ToJson();
+  EXPECT_FALSE(doc.contains("ignoredFailures"));
+  EXPECT_FALSE(doc.contains("checkpoint"));
+  EXPECT_EQ(StatusText(StatusDocument::FromJson(doc), kNow).find("Checkpoint:"), std::string::npos);
+}
+
 // A job queued in Kueue: where it waits and why; once admitted, by which ClusterQueue with which
 // flavors; and what evicted it last.
 TEST(FleetctlRenderTest, StatusOfAJobQueuedInKueue) {

@@ -272,7 +272,7 @@ TEST_F(GatedAgentTest, ACheckpointRequestWaitsForTheTrainerAndRecordsItsStepOnTh
   CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
   const std::string dir = dir_.path() + "/run/checkpoint";
   ASSERT_EQ(::mkdir((dir_.path() + "/run").c_str(), 0755), 0);
-  auto sidecar = Start(GateArgs("worker", {"--main-process=off", "--checkpoint-dir=" + dir, "--checkpoint-timeout=20s"}));
+  auto sidecar = Start(GateArgs("worker", {"--main-process=off", "--checkpoint-dir=" + dir, "--checkpoint-timeout=3s"}));
   EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
   EXPECT_NE(sidecar->Stderr().find("/metrics, /status and /checkpoint on 127.0.0.1:0"), std::string::npos);
   auto trainer = [&](const std::string& done) {
@@ -299,6 +299,11 @@ TEST_F(GatedAgentTest, ACheckpointRequestWaitsForTheTrainerAndRecordsItsStepOnTh
   EXPECT_TRUE(Says(*sidecar, "/status", 200, "\"step\": 1200"));
   EXPECT_NE(sidecar->Stderr().find("checkpoint Saved: step 1200"), std::string::npos);
 
+  // Within the timeout after an answer a request gets that answer again; past it, the trainer is asked anew.
+  answer = sidecar->Get("/checkpoint");
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(Json::parse(answer->body)["step"], 1200);
+  std::this_thread::sleep_for(seconds(4));
   std::thread garbles = trainer("twelve hundred");
   answer = sidecar->Get("/checkpoint");
   garbles.join();

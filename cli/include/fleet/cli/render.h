@@ -84,6 +84,7 @@ struct StatusDocument {
   std::string network;
   int64_t run = 0;
   int64_t restart_count = 0;
+  int64_t ignored_failures = 0;            // restarts a failure rule's Ignore did not count
   std::string message;
   std::string created;
   std::string start_time;
@@ -95,6 +96,7 @@ struct StatusDocument {
   Json conditions = Json::array();
   std::optional<Elastic> elastic;
   std::optional<api::QueueStatus> queue;   // status.queue: a job queued in Kueue
+  std::optional<api::CheckpointStatus> checkpoint;   // status.checkpoint: saved before a stop
   std::vector<WaitingPod> pods_not_running;
   std::vector<Event> events;
 
