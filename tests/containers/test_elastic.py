@@ -247,13 +247,17 @@ class ElasticInContainersTest(OperatorInContainers):
         job = elastic_job("asked", 2, self.etcd, steps=100000, checkpoints=checkpoints)
         env = job["spec"]["worker"]["template"]["spec"]["containers"][0]["env"]
         next(e for e in env if e["name"] == "FLEET_EXAMPLE_CHECKPOINT_EVERY")["value"] = "1000000"
+        next(e for e in env if e["name"] == "FLEET_EXAMPLE_LOG_EVERY")["value"] = "10"
         job["spec"]["checkpoint"] = {"beforeStop": True, "timeoutSeconds": 25}
         c.apply(job)
         names = ["asked-worker-0", "asked-worker-1"]
         pods = self.wait_generation("asked", names)
         self.assertEqual(pods["asked-worker-0"]["spec"]["terminationGracePeriodSeconds"], 35)   # 25 + 10
-        wait_for("asked: training past step 20", lambda: (self.job("asked")["status"].get("progress") or {}).get(
-            "step", 0) > 20, timeout=60)
+        def logged_step():
+            steps = [int(m) for m in re.findall(r"step(\d+), train_loss", self.cluster.kubectl(
+                "logs", "asked-worker-0", "-c", "trainer", check=False))]
+            return max(steps, default=0)
+        wait_for("asked: training past step 20 (its log)", lambda: logged_step() > 20, timeout=60)
         self.assertEqual(glob.glob(os.path.join(checkpoints, "ckpt-*.json")), [], "no periodic checkpoint")
 
         t0 = time.monotonic()
