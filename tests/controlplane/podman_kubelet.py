@@ -846,8 +846,9 @@ class PodWorker(threading.Thread):
             pre_stop_hooks(mains, self.pod_ip or "127.0.0.1", self.kubelet.podman, t0 + grace,
                            lambda c: self.kubelet.log("pod %s/%s container %s: the preStop hook failed "
                                                       "(FailedPreStopHook)" % (self.ns, self.name, c.name)))
-            # What the hooks took comes off the grace period (at least 2 s are left, as the kubelet does).
-            left = max(2, int(grace - (time.monotonic() - t0)))
+            # The whole seconds the hooks took come off the grace period (at least 2 s are left), as
+            # the kubelet does: time.Since(start).Seconds() truncated, so no hook takes nothing off.
+            left = max(2, grace - int(time.monotonic() - t0))
             self.kubelet.podman.run("stop", "-t", str(left), *[c.podman_name for c in mains], check=False,
                                     timeout=left + 60)
             self._collect_exits(mains, time.monotonic() + 10)
