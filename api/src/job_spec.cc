@@ -373,6 +373,12 @@ const NameTable<StallAction>& Names<StallAction>() {
   return names;
 }
 template <>
+const NameTable<RestartStrategy>& Names<RestartStrategy>() {
+  static const NameTable<RestartStrategy> names = {{"Recreate", RestartStrategy::kRecreate},
+                                                   {"InPlace", RestartStrategy::kInPlace}};
+  return names;
+}
+template <>
 const NameTable<GangScheduler>& Names<GangScheduler>() {
   static const NameTable<GangScheduler> names = {{"None", GangScheduler::kNone}, {"Volcano", GangScheduler::kVolcano},
                                                  {"SchedulerPlugins", GangScheduler::kSchedulerPlugins},
@@ -520,6 +526,7 @@ Result<RunPolicy> ParseRunPolicy(const Json& spec) {
   rp.Enum("cleanPodPolicy", Names<CleanPodPolicy>(), p.clean_pod_policy);
   rp.Bool("suspend", p.suspend);
   rp.Int("pendingTimeoutSeconds", 1, int64_t{1} << 40, p.pending_timeout_seconds);
+  rp.Enum("restartStrategy", Names<RestartStrategy>(), p.restart_strategy);
   if (!rp.error().empty()) return Error{rp.error()};
   FLEET_RETURN_IF_ERROR(ParseFailureRules(rp, p));
   return p;
@@ -775,7 +782,8 @@ Json FailureRuleToJson(const FailureRule& rule) {
 
 Json RunPolicyToJson(const RunPolicy& p) {
   Json out = {{"backoffLimit", p.backoff_limit}, {"cleanPodPolicy", NameOf(p.clean_pod_policy)},
-              {"suspend", p.suspend}, {"pendingTimeoutSeconds", p.pending_timeout_seconds}};
+              {"suspend", p.suspend}, {"pendingTimeoutSeconds", p.pending_timeout_seconds},
+              {"restartStrategy", NameOf(p.restart_strategy)}};
   if (p.active_deadline_seconds) out["activeDeadlineSeconds"] = *p.active_deadline_seconds;
   if (p.ttl_seconds_after_finished) out["ttlSecondsAfterFinished"] = *p.ttl_seconds_after_finished;
   for (const FailureRule& rule : p.failure_rules) out["failureRules"].push_back(FailureRuleToJson(rule));

@@ -101,6 +101,8 @@ constexpr const char* kEvictions = "evictions";
 constexpr const char* kLastEviction = "lastEviction";
 constexpr const char* kTime = "time";
 constexpr const char* kCheckpoint = "checkpoint";
+constexpr const char* kInPlaceRestarts = "inPlaceRestarts";
+constexpr const char* kInPlaceRestart = "inPlaceRestart";
 constexpr const char* kStep = "step";
 constexpr const char* kPod = "pod";
 
@@ -242,6 +244,15 @@ Json CheckpointStatus::ToJson() const {
   return {{key::kStep, step}, {key::kPod, pod}, {key::kTime, FormatRfc3339(time)}};
 }
 
+std::optional<InPlaceRestartStatus> InPlaceRestartStatus::FromJson(const Json& v) {
+  if (!v.is_object()) return std::nullopt;
+  const auto run = MemberAs(v, key::kRun, AsInt<int>);
+  if (!run) return std::nullopt;
+  return InPlaceRestartStatus{*run, ParseRfc3339(StringOr(v, key::kStartTime)).value_or(Time{})};
+}
+
+Json InPlaceRestartStatus::ToJson() const { return {{key::kRun, run}, {key::kStartTime, FormatRfc3339(start_time)}}; }
+
 namespace {
 
 // Reads status members into typed fields; each member read is erased from `unread`, so that what
@@ -336,6 +347,8 @@ FleetJobStatus FleetJobStatus::FromJson(const Json& json) {
   r.Read(key::kRun, s.run, AsInt<int>);
   r.Read(key::kRestartCount, s.restart_count, AsInt<int>);
   r.Read(key::kIgnoredFailures, s.ignored_failures, AsInt<int>);
+  r.Read(key::kInPlaceRestarts, s.in_place_restarts, AsInt<int>);
+  r.Read(key::kInPlaceRestart, s.in_place_restart, InPlaceRestartStatus::FromJson);
   r.Read(key::kHostPortBase, s.host_port_base, AsInt<int>);
   r.Read(key::kStartTime, s.start_time, AsTime);
   r.Read(key::kCompletionTime, s.completion_time, AsTime);
@@ -382,6 +395,8 @@ Json FleetJobStatus::ToJson() const {
   out[key::kRun] = run;
   out[key::kRestartCount] = restart_count;
   if (ignored_failures > 0) out[key::kIgnoredFailures] = ignored_failures;
+  if (in_place_restarts > 0) out[key::kInPlaceRestarts] = in_place_restarts;
+  if (in_place_restart) out[key::kInPlaceRestart] = in_place_restart->ToJson();
   if (host_port_base) out[key::kHostPortBase] = *host_port_base;
   if (start_time) out[key::kStartTime] = FormatRfc3339(*start_time);
   if (completion_time) out[key::kCompletionTime] = FormatRfc3339(*completion_time);

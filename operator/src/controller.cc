@@ -61,6 +61,7 @@ const char* VerbName(Verb verb) {
     case Verb::kUpdate: return "update";
     case Verb::kDelete: return "delete";
     case Verb::kUpdateStatus: return "update-status";
+    case Verb::kPatch: return "patch";
   }
   return "?";
 }
@@ -531,6 +532,11 @@ ApiStatus Controller::ExecuteOne(const FleetJobObject& job, const Action& action
       return status.code() == Code::kNotFound ? ApiStatus() : status;
     }
     case Verb::kUpdateStatus: return EditStatus(resource, job.ns, action.name, action.object);
+    case Verb::kPatch: {
+      auto patched = client_->MergePatch(resource, job.ns, action.name, action.object);
+      // A pod deleted meanwhile: the next plan sees it gone.
+      return patched.ok() || patched.status().code() == Code::kNotFound ? ApiStatus() : patched.status();
+    }
   }
   return ApiStatus();
 }
@@ -674,14 +680,15 @@ ApiStatus Controller::Execute(const std::string& key, const FleetJobObject& job,
 
 ApiStatus Controller::WritePods(const std::string& key, const FleetJobObject& job, const std::vector<const Action*>& pods,
                                 std::string* rejected) {
-  std::atomic<int> created{0}, deleted{0};
+  std::atomic<int> created{0}, deleted{0};   // patched pods are neither
   std::mutex error_mu;
   ApiStatus pod_error;
   const bool sent = writers_.RunEach(pods.size(), [&](size_t i) {
     const Action& action = *pods[i];
     ApiStatus status = Write(key, job, action);
     if (status.ok()) {
-      ++(action.verb == Verb::kCreate ? created : deleted);
+      if (action.verb == Verb::kCreate) ++created;
+      if (action.verb == Verb::kDelete) ++deleted;
       return;
     }
     std::lock_guard<std::mutex> lock(error_mu);

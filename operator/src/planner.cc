@@ -28,6 +28,10 @@ using std::chrono::seconds;
 // How long after a pod's failure that would fail the job the verdict waits for an earlier failure,
 // not yet reported, to be the cause (HandleFailures).
 constexpr seconds kFailureSettle{5};
+// How long an in-place restart waits for every trainer to come back to the gate before it
+// recreates the pods instead (a trainer that ignores SIGTERM is killed 5 s after it; one that is
+// not Python never comes).
+constexpr seconds kInPlaceTimeout{60};
 
 using api::FailureAction;
 using api::FailureRule;
@@ -188,12 +192,18 @@ class Planner {
   bool CollectFailures(const RunPods& pods, const std::set<std::string>& being_replaced, std::vector<Failure>& failures);
   bool HandleFailures(const RunPods& pods);
   bool RestartAfter(const Failure& cause, const std::vector<const PodSlot*>& failed, const RunPods& pods);
+  // In-place restarts (runPolicy.restartStrategy InPlace; docs/design/fast-failures.md §5).
+  std::string InPlaceBlocker(const RunPods& pods) const;
+  void RestartInPlace(const std::string& why, bool counted, const RunPods& pods);
+  void Relabel(const ObservedPod& pod);
+  bool HoldInPlaceBarrier(const RunPods& pods);
   void ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods);
   bool TrackElasticMembers(const RunPods& pods);
   Hosts CollectHosts(const RunPods& pods) const;
   bool RestartForReplacedPod(const Hosts& hosts);
   bool NeedsWiring(const RunPods& pods, const Hosts& hosts) const;
   void EnsureEnvLoader();
+  void CreateEnvLoader();
   void CreateMissingPods(const RunPods& pods);
   void PublishEndpoints(const Hosts& hosts);
   void Summarize(const RunPods& pods, const Hosts& hosts);
@@ -240,6 +250,7 @@ class Planner {
   // minimum counts again from the new run's start.
   void NewRun() {
     ++status().run;
+    status().in_place_restart.reset();
     if (status().elastic) status().elastic->below_minimum_since.reset();
   }
   // This run's worker pods in a pod phase.
@@ -334,6 +345,7 @@ class Planner {
   std::shared_ptr<const WiredJob> wired_;
   std::optional<FleetJob> admitted_job_;
   std::shared_ptr<const kueue::Admission> admission_;   // Kueue's, for the pods this plan creates
+  std::string barrier_message_;   // the phase's message while an in-place restart's barrier holds
 };
 
 ReconcilePlan Planner::Run() {
@@ -377,7 +389,7 @@ void Planner::Steps() {
   EnsureSidecarIdentity();
   RewireOnNewReplicas();
   const RunPods pods = ClassifyPods();
-  if (AllWorkersSucceeded(pods) || HandleFailures(pods) || TrackElasticMembers(pods)) return;
+  if (AllWorkersSucceeded(pods) || HandleFailures(pods) || TrackElasticMembers(pods) || HoldInPlaceBarrier(pods)) return;
   const Hosts hosts = CollectHosts(pods);
   if (RestartForReplacedPod(hosts)) return;
   if (NeedsWiring(pods, hosts) && !Wiring()) return;   // the job failed: it cannot be wired
@@ -976,18 +988,25 @@ void Planner::RewireOnNewReplicas() {
 // ---- the pods ----
 
 // This run's pods by slot; everything else (older runs, scaled-away slots) goes.
+// A run restarted in place keeps the pods of the run before, relabelled.
 RunPods Planner::ClassifyPods() {
   const std::string run = std::to_string(status().run);
+  const auto& in_place = status().in_place_restart;
+  const std::string kept_run = in_place && in_place->run == status().run ? std::to_string(status().run - 1) : "";
   RunPods pods(slots_.size());
   for (const ObservedPod& pod : observed_.pods) {
     const std::string& name = pod.name;
     auto slot = slot_of_.find(name);
     if (slot != slot_of_.end()) pods.Occupy(slot->second->ordinal);
     const bool old_run = pod.run != run;
-    pods.stale = pods.stale || old_run;
+    const bool kept = old_run && !kept_run.empty() && pod.run == kept_run && !pod.terminating;
+    pods.stale = pods.stale || (old_run && !kept);
     if (pod.terminating) continue;
     if (slot == slot_of_.end()) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
+    } else if (kept) {
+      Relabel(pod);
+      pods.Set(slot->second->ordinal, &pod);
     } else if (old_run) {
       Delete(ObjectKind::kPod, name, "from run " + pod.run + "; this is run " + run);
     } else {
@@ -1129,7 +1148,15 @@ bool Planner::CollectFailures(const RunPods& pods, const std::set<std::string>& 
     if (!found) continue;
     const ObservedPod& pod = *found;
     const bool stalled = pod.phase == PodPhase::kRunning && pod.stalled;
-    if (pod.phase != PodPhase::kFailed && !stalled) continue;
+    // Restarted in place by the kubelet, a trainer's end leaves its pod running: its sidecar says
+    // the instance of this run ended, its container's last end says how (0: it finished).
+    const bool trainer_ended = pod.phase == PodPhase::kRunning && pod.trainer && pod.trainer->EndedIn(status().run) &&
+                               pod.run == std::to_string(status().run) && pod.exit_code != 0;
+    if (trainer_ended && !pod.exit_code) {
+      RequeueAfter(seconds(1));   // the kubelet has not reported the end yet
+      continue;
+    }
+    if (pod.phase != PodPhase::kFailed && !stalled && !trainer_ended) continue;
     if (being_replaced.count(pod.uid)) {
       Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
       continue;
@@ -1212,8 +1239,105 @@ bool Planner::RestartAfter(const Failure& cause, const std::vector<const PodSlot
       return true;
     case FailedPodCost::kNewRun: break;
   }
+  if (RestartsInPlace(job(), settings_)) {
+    const std::string blocker = InPlaceBlocker(pods);
+    if (blocker.empty()) {
+      RestartInPlace(cause.text, counted, pods);
+      return true;
+    }
+    Event("Normal", "RecreatingPods", "cannot restart in place: " + blocker);
+  }
   Restart(cause.text + "; restarting the whole job, since a new pod means new addresses for every peer", true, counted);
   return true;
+}
+
+// ---- in-place restarts ----
+
+// Why the job's pods cannot keep their addresses through a restart: a pod gone, being deleted,
+// not running (failed as a pod: evicted, its node lost) or without its address. "" when they can.
+std::string Planner::InPlaceBlocker(const RunPods& pods) const {
+  for (const PodSlot& slot : slots_) {
+    const ObservedPod* pod = pods.Find(slot);
+    if (!pod) return "pod " + slot.name + " is gone";
+    if (pod->terminating) return "pod " + slot.name + " is being deleted";
+    if (pod->phase != PodPhase::kRunning) return "pod " + slot.name + " is " + (pod->evicted ? "evicted" : "not running");
+    if (pod->pod_ip.empty()) return "pod " + slot.name + " has no address";
+  }
+  return "";
+}
+
+// A whole-job restart that keeps the pods: run R+1 is the same pods relabelled (their restarted
+// containers read the new run from the label), behind the endpoints ConfigMap's barrier until every
+// trainer is back at its gate (HoldInPlaceBarrier); the lists are unchanged.
+void Planner::RestartInPlace(const std::string& why, bool counted, const RunPods& pods) {
+  const std::string count = CountRestart(counted);
+  NewRun();
+  status().in_place_restart = InPlaceRestartStatus{status().run, WholeSeconds(now_)};
+  ++status().in_place_restarts;
+  for (const PodSlot& slot : slots_) Relabel(*pods.Find(slot));
+  const std::string message = why + "; restarting the trainers in place, in their pods (run " +
+                              std::to_string(status().run) + ") " + count;
+  Event("Warning", "RestartingInPlace", message);
+  SetCondition(ConditionType::kRestarting, true, "RestartingInPlace", message);
+  SetCondition(ConditionType::kRunning, false, "RestartingInPlace", message);
+  SetPhase(JobPhase::kRestarting, message);
+  RequeueAfter(kInPlaceTimeout);
+}
+
+void Planner::Relabel(const ObservedPod& pod) {
+  const std::string run = std::to_string(status().run);
+  plan_.actions.push_back({Verb::kPatch, ObjectKind::kPod, pod.name, {{"metadata", {{"labels", {{kRunLabel, run}}}}}},
+                           "restarted in place into run " + run});
+}
+
+// While the barrier holds: once every pod is relabelled and its trainer waits at the gate for this
+// run, the barrier goes (PublishEndpoints writes the ConfigMap without it) and the gates open
+// together. A pod gone, failed or moved meanwhile, or a trainer not back within kInPlaceTimeout:
+// the pods are recreated (the same restart, not counted again). Returns true when the plan is complete.
+bool Planner::HoldInPlaceBarrier(const RunPods& pods) {
+  auto& in_place = status().in_place_restart;
+  if (!in_place) return false;
+  const int run = status().run;
+  std::string blocker = InPlaceBlocker(pods);
+  int waiting = 0;
+  std::string late;   // the first pod whose trainer is not at the gate yet
+  for (const PodSlot& slot : slots_) {
+    const ObservedPod* pod = pods.Find(slot);
+    if (pod && pod->run == std::to_string(run) && pod->trainer && pod->trainer->WaitsFor(run)) {
+      ++waiting;
+    } else if (late.empty()) {
+      late = "pod " + slot.name + (pod && pod->trainer ? " (its trainer: " + std::string(pod->trainer->Reason()) + " in run " +
+                                                             std::to_string(pod->trainer->run) + ")"
+                                                       : "");
+    }
+  }
+  const int total = static_cast<int>(slots_.size());
+  const Time deadline = in_place->start_time + kInPlaceTimeout;
+  if (blocker.empty() && waiting < total && now_ >= deadline) {
+    blocker = std::to_string(total - waiting) + " of " + std::to_string(total) + " trainers did not come back to the gate within " +
+              std::to_string(kInPlaceTimeout.count()) + "s, first " + late;
+  }
+  if (!blocker.empty()) {
+    const std::string message = "the in-place restart into run " + std::to_string(run) + " cannot finish: " + blocker +
+                                "; recreating the pods instead";
+    Event("Warning", "InPlaceRestartFellBack", message);
+    NewRun();
+    DeletePods([](const ObservedPod&) { return true; }, "the in-place restart fell back to recreating the pods");
+    SetCondition(ConditionType::kRestarting, true, "Restarting", message);
+    SetPhase(JobPhase::kRestarting, message);
+    return true;
+  }
+  if (waiting < total) {
+    barrier_message_ = "restarting in place: " + std::to_string(waiting) + " of " + std::to_string(total) +
+                       " trainers wait at the gate for run " + std::to_string(run);
+    RequeueAfter(std::chrono::ceil<seconds>(deadline - now_));
+    return false;
+  }
+  Event("Normal", "RestartedInPlace", "all " + std::to_string(total) + " trainers wait at the gate: run " + std::to_string(run) +
+                                          " starts, " + std::to_string(std::chrono::duration_cast<seconds>(now_ - in_place->start_time).count()) +
+                                          "s after the restart");
+  in_place.reset();
+  return false;
 }
 
 void Planner::ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods) {
@@ -1321,7 +1445,12 @@ bool Planner::NeedsWiring(const RunPods& pods, const Hosts& hosts) const {
 // which variables a user's image must load (docs/env-contract.md). Decided when the wiring is.
 void Planner::EnsureEnvLoader() {
   if (!wiring()) return;
-  if (wiring()->file_variables().empty()) return Resolve(ConditionType::kEnvFromFiles, "ListsInEnv");
+  if (wiring()->file_variables().empty()) {
+    Resolve(ConditionType::kEnvFromFiles, "ListsInEnv");
+    // Its module also holds the gate of trainers restarted in place.
+    if (RestartsInPlace(job(), settings_)) CreateEnvLoader();
+    return;
+  }
   std::string lists;
   for (const auto& [var, bytes] : wiring()->file_variables()) {
     lists += (lists.empty() ? "" : ", ") + var + " (about " + std::to_string(bytes / 1024) + " KiB)";
@@ -1330,6 +1459,10 @@ void Planner::EnsureEnvLoader() {
                               ", which the env loader mounted on PYTHONPATH puts into the Python processes' os.environ";
   if (!status().IsTrue(ConditionType::kEnvFromFiles)) Event("Normal", "EnvFromFiles", message);
   SetCondition(ConditionType::kEnvFromFiles, true, "ListsTooLongForEnv", message);
+  CreateEnvLoader();
+}
+
+void Planner::CreateEnvLoader() {
   const Json loader = BuildEnvLoaderConfigMap(job());
   if (!observed_.env_loader) {
     Create(ObjectKind::kConfigMap, loader, "the env loader of lists that travel as files");
@@ -1359,14 +1492,19 @@ void Planner::CreateMissingPods(const RunPods& pods) {
   }
 }
 
+// A run restarted in place is published behind a barrier (its sidecars hold their gates; the
+// lists are the same), lifted once its trainers are all back at their gates.
 void Planner::PublishEndpoints(const Hosts& hosts) {
-  if (!hosts.all_known || hosts.UpToDate()) return;
   const std::string run = std::to_string(status().run);
+  const std::string barrier = status().in_place_restart ? run : "";
+  if (!hosts.all_known || (hosts.UpToDate() && Annotation(*hosts.published, api::kBarrierAnnotation) == barrier)) return;
   const std::string name = EndpointsConfigMapName(job().name);
+  Json annotations = {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}};
+  if (!barrier.empty()) annotations[api::kBarrierAnnotation] = barrier;
   Json cm = {{"apiVersion", "v1"}, {"kind", "ConfigMap"},
              {"metadata", {{"name", name}, {"namespace", job().ns},
                            {"labels", {{kJobLabel, job().name}}},
-                           {"annotations", {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}}},
+                           {"annotations", std::move(annotations)},
                            {"ownerReferences", Json::array({OwnerReference(job())})}}},
              {"data", wiring()->EndpointsData(hosts.by_ordinal)}};
   if (!wiring()->file_variables().empty()) cm["data"][kEnvFilesRunKey] = run;   // for the env loader
@@ -1376,6 +1514,7 @@ void Planner::PublishEndpoints(const Hosts& hosts) {
   } else {
     Create(ObjectKind::kConfigMap, cm, "every pod has an address");
   }
+  if (!barrier.empty()) return;   // the gates stay closed: RestartingInPlace said it
   Event("Normal", "EndpointsPublished",
         peers_.PublishesLists()
             ? "published the endpoint lists of " + std::to_string(slots_.size()) + " pods for run " + run
@@ -1388,6 +1527,7 @@ void Planner::Summarize(const RunPods& pods, const Hosts& hosts) {
   CheckPending(pods);
   CheckProgress(pods);
   PublishProgress();
+  if (!barrier_message_.empty()) return SetPhase(JobPhase::kRestarting, barrier_message_);
   if (pods.stale) return SetPhase(JobPhase::kRestarting, status().message);
   if (peers_.TracksMembers()) return SummarizeElastic();
   bool all_running = pods.size() == slots_.size();
@@ -1515,15 +1655,17 @@ void Planner::CheckPending(const RunPods& pods) {
   Raise(ConditionType::kUnschedulable, "Warning", "PodPending", stuck);
 }
 
-// The state.terminated of a pod's failing main container: the first that exited non-zero, else
-// the first that terminated; null when none has.
+// The latest end of a pod's failing main container: the state.terminated (else, restarted in
+// place, the lastState.terminated) of the first that exited non-zero, else of the first that
+// ended; null when none has.
 const Json* FailingContainer(const Json& status) {
   const Json* first = nullptr;
   for (const Json& c : ArrayMember(status, "containerStatuses")) {
-    const Json& terminated = ObjectMember(ObjectMember(c, "state"), "terminated");
-    if (terminated.empty()) continue;
-    if (MemberAs(terminated, "exitCode", AsInt<int>).value_or(0) != 0) return &terminated;
-    if (!first) first = &terminated;
+    const Json* terminated = &ObjectMember(ObjectMember(c, "state"), "terminated");
+    if (terminated->empty()) terminated = &ObjectMember(ObjectMember(c, "lastState"), "terminated");
+    if (terminated->empty()) continue;
+    if (MemberAs(*terminated, "exitCode", AsInt<int>).value_or(0) != 0) return terminated;
+    if (!first) first = terminated;
   }
   return first;
 }
@@ -1534,14 +1676,16 @@ std::string MessageTail(const std::string& message) {
   return message.size() <= keep ? message : message.substr(message.size() - keep);
 }
 
-// A container status's state.terminated.message cut to what Read keeps (the cache holds no more).
+// A container status's terminated messages cut to what Read keeps (the cache holds no more).
 void BoundTerminationMessage(Json& container) {
-  auto state = container.find("state");
-  if (state == container.end() || !state->is_object()) return;
-  auto terminated = state->find("terminated");
-  if (terminated == state->end() || !terminated->is_object()) return;
-  auto message = terminated->find("message");
-  if (message != terminated->end() && message->is_string()) *message = MessageTail(message->get<std::string>());
+  for (const char* which : {"state", "lastState"}) {
+    auto state = container.find(which);
+    if (state == container.end() || !state->is_object()) continue;
+    auto terminated = state->find("terminated");
+    if (terminated == state->end() || !terminated->is_object()) continue;
+    auto message = terminated->find("message");
+    if (message != terminated->end() && message->is_string()) *message = MessageTail(message->get<std::string>());
+  }
 }
 
 }  // namespace
@@ -1579,6 +1723,8 @@ ObservedPod ObservedPod::Read(const Json& pod) {
       const auto step = api::CheckpointStepOf(StringMember(c, "message"));
       const auto time = ParseRfc3339(StringMember(c, "lastTransitionTime"));
       if (step && time) out.checkpoint = ObservedPod::Checkpoint{*step, *time};
+    } else if (type == api::kTrainerConditionType) {
+      out.trainer = api::TrainerReport::FromCondition(StringMember(c, "reason"), StringMember(c, "message"));
     }
   }
   const Json* failing = FailingContainer(status);
@@ -1610,7 +1756,7 @@ Json ObservedPod::Trim(const Json& pod) {
   Json trimmed_status = keep(status, {"phase", "reason", "podIP", "hostIP", "conditions"});
   Json containers = Json::array();
   for (const Json& c : ArrayMember(status, "containerStatuses")) {
-    Json kept = keep(c, {"name", "state"});
+    Json kept = keep(c, {"name", "state", "lastState"});
     BoundTerminationMessage(kept);
     containers.push_back(std::move(kept));
   }

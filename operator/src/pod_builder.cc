@@ -4,6 +4,7 @@
 #include <optional>
 
 #include "env_loader_source.h"
+#include "fleet/api/in_place.h"
 #include "fleet/base/json_read.h"
 
 namespace fleet::op {
@@ -18,6 +19,9 @@ constexpr const char* kServiceAccountMount = "/var/run/secrets/kubernetes.io/ser
 constexpr const char* kCheckpointVolume = "fleet-run";
 // The grace period beyond the checkpoint's timeout: for the trainer's and the sidecar's SIGTERM.
 constexpr int64_t kGraceAfterCheckpoint = 10;
+// A trainer of a superseded run, killed by its failed liveness probe: it gets SIGTERM, then SIGKILL
+// this long after (the probe's own grace period, not the pod's, which covers a checkpoint).
+constexpr int64_t kInPlaceKillGrace = 5;
 
 // Injected containers carry requests and limits: namespaces with a ResourceQuota reject pods
 // whose containers have none.
@@ -282,25 +286,37 @@ void ApplyNetwork(const FleetJob& job, const PodSlot& slot, Json& spec) {
 
 // The wiring env of the slot, with this run's and where to push step reports (the stdlib helper
 // in sdk/python reads FLEET_METRICS_ENDPOINT), and the lists that travel as files.
-Json PodEnvOf(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run, const std::string& env_files) {
+// What besides the wiring a pod's main containers are told (the features the job asks for).
+struct MainEnv {
+  std::string env_files;                     // JobWiring::EnvFiles: lists that travel as files
+  bool in_place = false;                     // RestartsInPlace: the sidecar's gate
+  bool checkpoint = false;                   // CheckpointsBeforeStop: where the sidecar asks
+  std::optional<int64_t> resume_step;        // the job's last checkpoint before stop
+};
+
+Json PodEnvOf(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run, const MainEnv& main) {
   Json env = wiring.PodEnv(slot, EndpointsConfigMapName(job.name));
   for (const auto& [name, value] : RunEnv(job, *slot.role, run)) env.push_back({{"name", name}, {"value", value}});
-  // The attempt, from the pod's run label: logs and metrics of each attempt are told apart.
+  // The attempt, from the pod's run label: logs and metrics of each attempt are told apart, and a
+  // container restarted in place (its pod relabelled) gets the new one.
   env.push_back({{"name", kRunEnv},
                  {"valueFrom", {{"fieldRef", {{"fieldPath", std::string("metadata.labels['") + kRunLabel + "']"}}}}}});
-  env.push_back({{"name", "FLEET_METRICS_ENDPOINT"},
-                 {"value", "udp://" + LoopbackReportAddress(wiring.SidecarPort(slot))}});
-  if (!env_files.empty()) {
-    env.push_back({{"name", "FLEET_ENV_FILES"}, {"value", env_files}});
+  const std::string sidecar = LoopbackReportAddress(wiring.SidecarPort(slot));
+  env.push_back({{"name", "FLEET_METRICS_ENDPOINT"}, {"value", "udp://" + sidecar}});
+  if (!main.env_files.empty()) {
+    env.push_back({{"name", "FLEET_ENV_FILES"}, {"value", main.env_files}});
     env.push_back({{"name", "FLEET_ENV_FILES_DIR"}, {"value", kEndpointsMountPath}});
     env.push_back({{"name", "FLEET_ENV_FILES_RUN"}, {"value", std::to_string(run)}});
   }
+  if (main.in_place) env.push_back({{"name", api::kGateUrlEnv}, {"value", "http://" + sidecar + api::kGatePath}});
+  if (main.checkpoint) env.push_back({{"name", "FLEET_CHECKPOINT_DIR"}, {"value", kCheckpointDir}});
+  if (main.resume_step) env.push_back({{"name", "FLEET_CHECKPOINT_STEP"}, {"value", std::to_string(*main.resume_step)}});
   return env;
 }
 
 // Every container of the template gets the env (the user's entries last: they win) and the
 // endpoint mounts; the first one the Paddle ports.
-void WireContainers(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, Json env, bool env_files,
+void WireContainers(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, Json env, bool env_loader,
                     Json& containers) {
   const int port = wiring.PodPort(slot);
   for (size_t i = 0; i < containers.size(); ++i) {
@@ -313,7 +329,7 @@ void WireContainers(const FleetJob& job, const PodSlot& slot, const JobWiring& w
     Json& mounts = c["volumeMounts"];
     if (!mounts.is_array()) mounts = Json::array();
     mounts.push_back({{"name", kEndpointsVolume}, {"mountPath", kEndpointsMountPath}, {"readOnly", true}});
-    if (env_files) AddEnvLoader(c);
+    if (env_loader) AddEnvLoader(c);
     if (WritesLauncherLogs(job, *slot.role)) mounts.push_back({{"name", kLauncherLogVolume}, {"mountPath", kLauncherLogDir}});
     if (i != 0) continue;
     Json ports = c.value("ports", Json::array());
@@ -343,26 +359,16 @@ void FallBackToLogs(const FleetJob& job, const RoleSpec& role, Json& containers)
 }
 
 // The template's volumes and the job's: the endpoint lists, the launcher's logs, the env loader.
-Json PodVolumes(const FleetJob& job, const RoleSpec& role, const Json& spec, bool env_files) {
+Json PodVolumes(const FleetJob& job, const RoleSpec& role, const Json& spec, bool env_loader) {
   Json volumes = spec.value("volumes", Json::array());
   volumes.push_back({{"name", kEndpointsVolume},
                      {"configMap", {{"name", EndpointsConfigMapName(job.name)}, {"optional", true}}}});
   if (WritesLauncherLogs(job, role)) volumes.push_back({{"name", kLauncherLogVolume}, {"emptyDir", Json::object()}});
-  if (env_files) {
+  if (env_loader) {
     // Not optional: the kubelet starts no container before the loader is there.
     volumes.push_back({{"name", kEnvLoaderVolume}, {"configMap", {{"name", EnvLoaderConfigMapName(job.name)}}}});
   }
   return volumes;
-}
-
-// Env entries first in every main container: the container's own entries come after them (and win).
-void PrependEnv(const std::vector<std::pair<std::string, std::string>>& entries, Json& containers) {
-  for (Json& c : containers) {
-    Json env = Json::array();
-    for (const auto& [name, value] : entries) env.push_back({{"name", name}, {"value", value}});
-    for (Json& e : c["env"]) env.push_back(std::move(e));
-    c["env"] = std::move(env);
-  }
 }
 
 // spec.checkpoint.beforeStop: the sidecar asks the trainer through files in a volume they share;
@@ -376,7 +382,6 @@ void ApplyCheckpointBeforeStop(const FleetJob& job, int sidecar_port, Json& spec
   sidecar["args"].push_back("--checkpoint-timeout=" + std::to_string(checkpoint.timeout_seconds) + "s");
   sidecar["volumeMounts"].push_back(mount);
   Json& containers = spec["containers"];
-  PrependEnv({{"FLEET_CHECKPOINT_DIR", kCheckpointDir}}, containers);
   for (Json& c : containers) {
     c["volumeMounts"].push_back(mount);
     Json& lifecycle = c["lifecycle"];
@@ -391,10 +396,29 @@ void ApplyCheckpointBeforeStop(const FleetJob& job, int sidecar_port, Json& spec
   }
 }
 
+// runPolicy.restartStrategy InPlace: the kubelet restarts a failed trainer container in place; the
+// sidecar's liveness answer kills one of a superseded run (the kubelet then restarts it too), and
+// the hook the env loader's module runs holds each new instance at the sidecar's gate
+// (docs/design/fast-failures.md §5). A container's own liveness probe is kept: such a trainer is
+// not killed for a new run, and the restart falls back to recreating the pods.
+void ApplyInPlaceRestart(int sidecar_port, Json& spec, Json& sidecar) {
+  spec["restartPolicy"] = "OnFailure";
+  sidecar["args"].push_back("--in-place");
+  for (Json& c : spec["containers"]) {
+    if (c.contains("livenessProbe")) continue;
+    c["livenessProbe"] = {{"httpGet", {{"path", api::kTrainerLivePath}, {"port", sidecar_port}}},
+                          {"periodSeconds", 1}, {"failureThreshold", 2}, {"terminationGracePeriodSeconds", kInPlaceKillGrace}};
+  }
+}
+
 }  // namespace
 
 bool CheckpointsBeforeStop(const FleetJob& job, const OperatorSettings& settings) {
   return job.spec.checkpoint.before_stop && settings.native_sidecar;
+}
+
+bool RestartsInPlace(const FleetJob& job, const OperatorSettings& settings) {
+  return job.spec.run_policy.restart_strategy == api::RestartStrategy::kInPlace && settings.native_sidecar;
 }
 
 Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring, int run,
@@ -403,16 +427,19 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json spec = role.template_.value("spec", Json::object());
   Json pod = {{"apiVersion", "v1"}, {"kind", "Pod"}, {"metadata", PodMetadata(job, slot, run, spec)}};
   ApplyKubernetesGang(job, run, settings.workload_api, spec);
-  spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy
+  spec["restartPolicy"] = "Never";  // the operator restarts, per the role's restartPolicy (InPlace: below)
   ApplyNetwork(job, slot, spec);
   // The sidecar sees the trainer's processes (is the main process alive?).
   spec["shareProcessNamespace"] = true;
   if (job.spec.runtime == Runtime::kFleet && role.kind == RoleKind::kServer) ProvidePsServerContainer(SidecarImage(job, settings), spec);
 
-  const std::string env_files = wiring.EnvFiles(slot);
-  WireContainers(job, slot, wiring, PodEnvOf(job, slot, wiring, run, env_files), !env_files.empty(), spec["containers"]);
+  const MainEnv main{wiring.EnvFiles(slot), RestartsInPlace(job, settings), CheckpointsBeforeStop(job, settings),
+                     resume_step};
+  // The env loader's module also holds the gate of trainers restarted in place.
+  const bool env_loader = !main.env_files.empty() || main.in_place;
+  WireContainers(job, slot, wiring, PodEnvOf(job, slot, wiring, run, main), env_loader, spec["containers"]);
   FallBackToLogs(job, role, spec["containers"]);
-  Json volumes = PodVolumes(job, role, spec, !env_files.empty());
+  Json volumes = PodVolumes(job, role, spec, env_loader);
   // Least privilege: unless the template brings its own service account, the pod runs as the
   // job's sidecar account without an automounted token, and only the sidecar container gets one.
   const bool own_token = !spec.contains("serviceAccountName");
@@ -425,8 +452,8 @@ Json BuildPod(const FleetJob& job, const PodSlot& slot, const JobWiring& wiring,
   Json init = spec.value("initContainers", Json::array());
   Json sidecar = SidecarContainer(job, slot, wiring.SidecarPort(slot), run, settings, own_token);
   MountLogFileVolumes(job.spec.sidecar.log_files, spec["containers"], sidecar);
-  if (CheckpointsBeforeStop(job, settings)) ApplyCheckpointBeforeStop(job, wiring.SidecarPort(slot), spec, sidecar);
-  if (resume_step) PrependEnv({{"FLEET_CHECKPOINT_STEP", std::to_string(*resume_step)}}, spec["containers"]);
+  if (main.checkpoint) ApplyCheckpointBeforeStop(job, wiring.SidecarPort(slot), spec, sidecar);
+  if (main.in_place) ApplyInPlaceRestart(wiring.SidecarPort(slot), spec, sidecar);
   init.insert(init.begin(), std::move(sidecar));
   spec["initContainers"] = std::move(init);
   pod["spec"] = std::move(spec);

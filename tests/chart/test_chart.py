@@ -69,7 +69,8 @@ OPERATOR_RULES = {
     ("fleet.paddlepaddle.org", "fleetjobs"): {"get", "list", "watch", "update", "delete"},
     ("fleet.paddlepaddle.org", "fleetjobs/status"): {"get", "update"},
     **{("", r): {"get", "list", "watch", "create", "update", "delete"}
-       for r in ("pods", "configmaps", "services", "serviceaccounts")},
+       for r in ("configmaps", "services", "serviceaccounts")},
+    ("", "pods"): {"get", "list", "watch", "create", "update", "patch", "delete"},   # patch: in-place restarts
     ("", "pods/status"): {"patch"},   # only to grant it to the sidecar's Role (the escalation check)
     ("rbac.authorization.k8s.io", "roles"): {"get", "list", "watch", "create", "update", "delete"},
     ("rbac.authorization.k8s.io", "rolebindings"): {"get", "list", "watch", "create", "update", "delete"},

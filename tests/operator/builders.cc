@@ -253,6 +253,25 @@ PodBuilder& PodBuilder::Progress(bool progressing, const std::string& message) {
   return *this;
 }
 
+PodBuilder& PodBuilder::Trainer(api::TrainerState state, int run) {
+  const api::TrainerReport report{state, run};
+  SetPodCondition(pod_, {{"type", api::kTrainerConditionType}, {"status", state == api::TrainerState::kRunning ? "True" : "False"},
+                         {"reason", report.Reason()}, {"message", report.Message("as the sidecar says")}});
+  return *this;
+}
+
+PodBuilder& PodBuilder::RestartedAfter(int code) {
+  Json& statuses = pod_["status"]["containerStatuses"];
+  const int restarts = statuses.is_array() && !statuses.empty() ? statuses[0].value("restartCount", 0) : 0;
+  statuses = Json::array(
+      {{{"name", "main"},
+        {"ready", true},
+        {"restartCount", restarts + 1},
+        {"state", {{"running", {{"startedAt", FormatRfc3339(T0())}}}}},
+        {"lastState", {{"terminated", {{"exitCode", code}, {"reason", code == 0 ? "Completed" : "Error"}}}}}}});
+  return *this;
+}
+
 PodBuilder& PodBuilder::ExitCode(int code) {
   pod_["status"]["containerStatuses"] = Json::array(
       {{{"name", "main"},

@@ -105,6 +105,10 @@ class PodBuilder {
   PodBuilder& Unschedulable(const std::string& message);  // PodScheduled False, reason Unschedulable
   // The sidecar's training-progress condition: True (Progressing), or False reason Stalled.
   PodBuilder& Progress(bool progressing, const std::string& message = "");
+  // In place (InPlace jobs): the sidecar's Trainer condition; the main container restarted by the
+  // kubelet after it ended with `code` (running again, the end in lastState).
+  PodBuilder& Trainer(api::TrainerState state, int run);
+  PodBuilder& RestartedAfter(int code);
 
   Json Obj() const { return pod_; }
 

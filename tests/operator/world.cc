@@ -60,6 +60,8 @@ void World::Apply() {
           if (Json* pod = FindPod(a.name); pod && !pod->at("metadata").contains("deletionTimestamp")) {
             (*pod)["metadata"]["deletionTimestamp"] = FormatRfc3339(now);
           }
+        } else if (a.verb == Verb::kPatch) {
+          if (Json* pod = FindPod(a.name)) pod->merge_patch(a.object);
         } else {
           ADD_FAILURE() << "the planner updates pod " << a.name << "; pods are immutable";
         }
@@ -171,6 +173,9 @@ void World::ApplyToWorkload(const Action& a) {
       workload = kueue::ApplyStatusEdit(*workload, a.object);
       ++workload_status_writes;
       break;
+    case Verb::kPatch:
+      ADD_FAILURE() << "the planner patches Workload " << a.name << "; it updates it";
+      return;
     case Verb::kDelete:
       if (!(*workload)["metadata"].value("finalizers", Json::array()).empty()) {
         (*workload)["metadata"]["deletionTimestamp"] = FormatRfc3339(now);

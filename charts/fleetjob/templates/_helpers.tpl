@@ -76,8 +76,12 @@ The leader-election Lease is granted apart, in the release's namespace only.
   resources: [fleetjobs/status]
   verbs: [get, update]
 - apiGroups: [""]
-  resources: [pods, configmaps, services, serviceaccounts]
+  resources: [configmaps, services, serviceaccounts]
   verbs: [get, list, watch, create, update, delete]
+# patch: a pod's run label, when a job restarts in place (runPolicy.restartStrategy InPlace).
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, create, update, patch, delete]
 # Not used by the operator itself: Kubernetes lets it grant the sidecar's Role (read the job's
 # endpoints ConfigMap and its own pod, patch its pod's TrainingProgress condition) only what it holds.
 - apiGroups: [""]

@@ -53,6 +53,11 @@ enum class FailureAction { kFailJob, kRestartJob, kRestartPod, kIgnore };
 // spec.sidecar.stallAction: what a rank the sidecar reports stalled does besides the job's
 // Stalled condition (kNone: nothing more).
 enum class StallAction { kNone, kRestartJob, kFailJob };
+// spec.runPolicy.restartStrategy: how a whole-job restart restarts the trainers. kRecreate: every
+// pod is deleted and made again (new pods, new addresses, lists wired afresh). kInPlace: where
+// every pod still runs at its address, the kubelet restarts the trainer containers inside them,
+// held at the sidecar's gate until all are back (docs/design/fast-failures.md §5); else as kRecreate.
+enum class RestartStrategy { kRecreate, kInPlace };
 
 // How the spec spells each of its enums (and the runtime's JobMode and DeviceKind, and Launcher),
 // as the CRD lists them: the one table that reading, writing, fleetctl and the tests use.
@@ -72,6 +77,7 @@ template <> const NameTable<CleanPodPolicy>& Names<CleanPodPolicy>();
 template <> const NameTable<GangScheduler>& Names<GangScheduler>();
 template <> const NameTable<FailureAction>& Names<FailureAction>();
 template <> const NameTable<StallAction>& Names<StallAction>();
+template <> const NameTable<RestartStrategy>& Names<RestartStrategy>();
 // The name of `value` in Names<E>().
 template <typename E>
 std::string_view NameOf(E value) {
@@ -147,6 +153,7 @@ struct RunPolicy {
   bool suspend = false;
   int64_t pending_timeout_seconds = 600;   // a pod Pending this long gets a condition
   std::vector<FailureRule> failure_rules;  // in order: the first that matches a failure decides
+  RestartStrategy restart_strategy = RestartStrategy::kRecreate;
 };
 
 // spec.scheduling.networkTopology: Volcano's network-topology-aware scheduling (Volcano 1.11+),

@@ -126,6 +126,18 @@ struct CheckpointStatus {
   Json ToJson() const;
 };
 
+// status.inPlaceRestart: while a run restarted in place holds its trainers at the gate (the
+// endpoints ConfigMap's barrier), which run and since when; gone once the gates open or the
+// restart fell back to recreating the pods.
+struct InPlaceRestartStatus {
+  int run = 0;
+  Time start_time;
+
+  // nullopt when it is not an object with a run.
+  static std::optional<InPlaceRestartStatus> FromJson(const Json& in_place);
+  Json ToJson() const;
+};
+
 struct FleetJobStatus {
   JobPhase phase = JobPhase::kNone;
   std::string message;                          // written with the phase
@@ -140,6 +152,8 @@ struct FleetJobStatus {
   int run = 0;
   int restart_count = 0;                        // failure restarts, counted against backoffLimit
   int ignored_failures = 0;                     // failures a failure rule's Ignore restarted uncounted
+  int in_place_restarts = 0;                    // restarts done in place (of restart_count and ignored_failures)
+  std::optional<InPlaceRestartStatus> in_place_restart;
   std::optional<int> host_port_base;            // HostNetwork: the job's block of host ports
   std::optional<Time> start_time;               // activeDeadlineSeconds counts from here
   std::optional<Time> completion_time;

@@ -32,6 +32,7 @@ using api::ConditionType;
 using api::ConditionTypeName;
 using api::CheckpointStatus;
 using api::ElasticStatus;
+using api::InPlaceRestartStatus;
 using api::QueueStatus;
 using api::FleetJobStatus;
 using api::IsFinished;

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "fleet/api/in_place.h"
 #include "fleet/operator/api.h"
 #include "fleet/operator/kueue.h"
 #include "fleet/operator/names.h"
@@ -30,8 +31,9 @@ class JobWiring;
 enum class ObjectKind { kPod, kConfigMap, kService, kPodGroup, kServiceAccount, kRole, kRoleBinding, kFleetJob,
                         kGangWorkload, kKueueWorkload };
 // kUpdateStatus: a Kueue Workload's status, as a kueue::StatusEdit the controller applies to the
-// latest Workload it reads (retrying on conflict).
-enum class Verb { kCreate, kUpdate, kDelete, kUpdateStatus };
+// latest Workload it reads (retrying on conflict). kPatch: a JSON merge patch (`object`), e.g. a
+// pod's run label in an in-place restart (the pod cache holds no spec to update the pod with).
+enum class Verb { kCreate, kUpdate, kDelete, kUpdateStatus, kPatch };
 
 // What a plan's pod creates are rendered from (BuildPod), shared by them all: the job, its wiring
 // and the run. A plan names the pods it creates by slot instead of carrying them (a 10,000-pod
@@ -120,6 +122,10 @@ struct ObservedPod {
     Time time;
   };
   std::optional<Checkpoint> checkpoint;
+  // InPlace jobs: its sidecar's report of the trainer (the Trainer condition; api/in_place.h).
+  // exit_code, finished and the termination fields above then come from the failing container's
+  // latest end: its state.terminated, else its lastState.terminated (the kubelet restarted it).
+  std::optional<api::TrainerReport> trainer;
 
   static ObservedPod Read(const Json& pod);
   // `pod` cut down to what Read and the controller's pod informer read (its key, indexes and job

@@ -25,6 +25,9 @@ inline constexpr const char* kCheckpointDir = "/run/fleet/checkpoint";
 // Whether the job's pods checkpoint before they stop: spec.checkpoint.beforeStop, where the
 // sidecar keeps running beside the trainer to be asked (a native sidecar).
 bool CheckpointsBeforeStop(const FleetJob& job, const OperatorSettings& settings);
+// Whether a whole-job restart of the job restarts its trainers inside its pods:
+// spec.runPolicy.restartStrategy InPlace, where the sidecar runs beside the trainer (a native one).
+bool RestartsInPlace(const FleetJob& job, const OperatorSettings& settings);
 
 // The env loader's ConfigMap (EnvLoaderConfigMapName): runtime/python/sitecustomize.py as key
 // kEnvLoaderKey, for the pods of jobs whose lists travel as files (JobWiring::EnvFiles).
