@@ -296,9 +296,11 @@ class PodWorkerRestartTest(unittest.TestCase):
         st = c.status()
         self.assertEqual(st["restartCount"], 1)
         self.assertIn("running", st["state"])
-        self.assertEqual((st["lastState"]["terminated"]["exitCode"], st["lastState"]["terminated"]["reason"]), (3, "Error"))
+        last = st["lastState"]["terminated"]
+        self.assertEqual((last["exitCode"], last["reason"]), (3, "Error"))
         creates = [a for a in self.podman.calls if a[0] == "create"]
-        self.assertEqual([a[a.index("--name") + 1] for a in creates], [w.podman_pod + "_main_1", w.podman_pod + "_main_2"])
+        self.assertEqual([a[a.index("--name") + 1] for a in creates],
+                         [w.podman_pod + "_main_1", w.podman_pod + "_main_2"])
         self.assertTrue(all(a[a.index("--pod") + 1] == w.podman_pod for a in creates), "the same pod: its network")
 
     def test_later_restarts_wait_out_the_back_off_and_say_so(self):

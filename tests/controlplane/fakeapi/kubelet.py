@@ -498,7 +498,7 @@ class Kubelet:
             raise ApiError.bad_request("pod is bound to unknown node %s" % pod["spec"]["nodeName"])
         return self._update(pod, lambda p: (self._start(p), self._running(p)))
 
-    def _act_end(self, pod, body, cname, now):
+    def _act_outcome(self, pod, body, cname, now):
         """succeed, fail, evict: the containers (or the named one; the others exit 0) terminate and
         the pod's phase is final whatever its restartPolicy (the test decides the pod's outcome;
         "end" is a container's exit, which the kubelet may restart); an eviction also says why, as
@@ -564,7 +564,7 @@ class Kubelet:
             t["message"] = message
         return self._cstatus(p, c, {"terminated": t}, False, restarts, prev.get("lastState"), started=False)
 
-    def _act_exit(self, pod, body, cname, now):
+    def _act_end(self, pod, body, cname, now):
         """end: the running main containers (or the named one) end with body["exitCode"] as their
         process would (body["reason"], "log" and "terminationMessage" as for fail), and the kubelet
         restarts them in place or not per the pod's restartPolicy (_container_exited)."""
@@ -632,8 +632,8 @@ class Kubelet:
         msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
         return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
 
-    _ACTIONS = {"run": _act_run, "succeed": _act_end, "fail": _act_end, "evict": _act_end, "end": _act_exit,
-                "restart": _act_restart, "ready": _act_ready, "unschedulable": _act_unschedulable}
+    _ACTIONS = {"run": _act_run, "succeed": _act_outcome, "fail": _act_outcome, "evict": _act_outcome,
+                "end": _act_end, "restart": _act_restart, "ready": _act_ready, "unschedulable": _act_unschedulable}
 
     def pod_deleted(self, uid):
         """Called under the store lock when a pod left storage (the podman kubelet kills it)."""
