@@ -1163,10 +1163,12 @@ class TestRestartsInPlace(ServerTestCase):
         self.assertEqual(self.pod_action("ok", action="end", exitCode=0)["status"]["phase"], "Succeeded")
 
     def test_bad_end_actions_are_refused(self):
-        self.api.ok("POST", self.pods(), pod_body("bad", restartPolicy="Never"))
+        self.api.ok("POST", self.pods(), pod_body("bad", restartPolicy="Never", initContainers=[SIDECAR]))
         self.running("bad")
         path = "/fake/v1/namespaces/%s/pods/bad" % self.ns
-        for body, message in (({"action": "end"}, "exitCode must be an integer"),
+        for body, message in (({"action": "end", "exitCode": 1, "container": "fleet-sidecar"},
+                               "fleet-sidecar is not a main container of pod bad"),
+                              ({"action": "end"}, "exitCode must be an integer"),
                               ({"action": "end", "exitCode": "1"}, "exitCode must be an integer"),
                               ({"action": "end", "exitCode": 256}, "exitCode must be an integer")):
             st, b = self.api.req("POST", path, body)
