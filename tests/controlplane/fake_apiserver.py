@@ -64,6 +64,11 @@ POST /fake/v1/namespaces/{ns}/pods/{name}      pod outcome, body one of:
     {"action":"fail","exitCode":N,"container":C?,"reason":R?}
                                          Failed, terminated exitCode N (Error)
     {"action":"evict","message":M?}      Failed, reason Evicted
+        (succeed, fail and evict decide the pod's outcome whatever its restartPolicy)
+    {"action":"end","exitCode":N,"container":C?,"reason":R?,"log":L?}
+                                         the running main containers (or C) exit
+                                         with N; restarted in place per the pod's
+                                         restartPolicy, else the phase follows
     {"action":"restart","container":C?,"exitCode":N?}
                                          restartCount+1, lastState, NEW podIP
     {"action":"ready","container":C?,"ready":bool}   (all containers if no C)
@@ -145,6 +150,22 @@ message ("0/4 nodes are available: 4 node(s) didn't match Pod's node
 affinity/selector. ...").  A pod created with spec.schedulingGates gets
 PodScheduled False SchedulingGated and is not bound until its last gate is
 removed.
+A main container that ends ("end" action, or the trainers' liveness kill below)
+is restarted in place when the pod's restartPolicy says so (Always; OnFailure
+after a non-zero exit), at once (no crash-loop back-off): restartCount + 1,
+lastState.terminated, running again, the same pod and address, its log the
+previous one.  Otherwise it stays terminated, and once every main container
+has, the pod is Succeeded (all exited 0) or Failed and its sidecars stop.
+In-place trainers (fakeapi/trainers.py): for a pod whose main container has
+env FLEET_GATE_URL, the stand-in plays fleet-sidecar --in-place and writes the
+condition fleet.paddlepaddle.org/Trainer (reason Running|AtGate|Exited, message
+"run N: ...", True only for Running; api/include/fleet/api/in_place.h).  A
+container start waits AtGate(floor): the pod's run label, at least the last bound
+run + 1.  It passes (Running N) when the ConfigMap <job-name label>-endpoints
+has annotation fleet.paddlepaddle.org/run N >= floor and no
+fleet.paddlepaddle.org/barrier N.  When that run annotation passes a running
+trainer's run, its liveness probe fails: killed (137, Error) and restarted per
+restartPolicy.  A trainer that ends and stays down reports Exited.
 
 Kueue stand-in
 --------------

@@ -12,7 +12,9 @@ far as podman 4.3 lets a test do it on one machine:
   Always``) start first and keep running, and what follows them starts only once their startup
   probe passed; then every main container starts;
 - probes (httpGet, tcpSocket, exec) run from the kubelet: startup gates ``started`` and the
-  others, readiness sets ``ready``, liveness and startup failures kill the container;
+  others, readiness sets ``ready``, liveness and startup failures kill the container (SIGTERM,
+  SIGKILL after the probe's terminationGracePeriodSeconds, else the pod's), which then restarts
+  per the pod's restartPolicy;
 - env is resolved as the kubelet resolves it: service variables for the ``kubernetes`` service,
   ``envFrom``, values with ``$(VAR)`` expansion, ``fieldRef``, ``resourceFieldRef``,
   ``configMapKeyRef`` and ``secretKeyRef`` (a missing, non-optional reference keeps the container
@@ -29,8 +31,10 @@ far as podman 4.3 lets a test do it on one machine:
 - container statuses are real: running with podman's start time, terminated with exit code and
   reason (Completed, Error, OOMKilled), restart counts and ``lastState``; ``pods/log`` is served
   from the containers' log files (``previous=true`` from the run before a restart);
-- ``restartPolicy`` (Always, OnFailure, Never) is honoured with the kubelet's crash-loop back-off;
-  once all main containers are done the sidecars are stopped and the pod is Succeeded or Failed;
+- ``restartPolicy`` (Always, OnFailure, Never) is honoured: a container that ended runs again in
+  place (a new podman container in the same pod, so the same network namespace), the first time
+  at once, then after the kubelet's crash-loop back-off (waiting, CrashLoopBackOff); once all
+  main containers are done the sidecars are stopped and the pod is Succeeded or Failed;
 - deletion runs the main containers' ``preStop`` hooks (httpGet, exec, sleep) and waits for
   them, then stops the main containers with SIGTERM, SIGKILL after what is left of the grace
   period (at least 2 s), then the sidecars, and removes the pod; a forced deletion kills at once.
@@ -64,6 +68,7 @@ LABEL = "io.fleetjob.kubelet"
 LABEL_PID = "io.fleetjob.kubelet.pid"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 BACKOFF_START, BACKOFF_MAX = 10.0, 300.0   # the kubelet's crash-loop back-off (seconds)
+BACKOFF_RESET = 600.0                       # a run this long starts the back-off over
 VOLUME_SYNC_SECONDS = 1.0                   # how soon ConfigMap/Secret changes reach the files
 
 
@@ -415,6 +420,22 @@ def podman_time(s):
     return "%sT%sZ" % (m.group(1), m.group(2)) if m else now_rfc3339()
 
 
+class CrashLoopBackOff:
+    """The kubelet's restart back-off of one container: the first restart at once, then 10 s
+    doubling to 300 s; a run of 10 minutes starts it over. `scale` shortens every duration (tests:
+    FLEET_KUBELET_BACKOFF_SCALE)."""
+
+    def __init__(self, scale=1.0):
+        self.scale, self.next = scale, 0.0
+
+    def delay(self, ran_for):
+        """Seconds to wait before restarting a container whose run lasted `ran_for` seconds."""
+        if ran_for >= BACKOFF_RESET * self.scale:
+            self.next = 0.0
+        delay, self.next = self.next, min(BACKOFF_MAX, 2 * self.next) if self.next else BACKOFF_START
+        return delay * self.scale
+
+
 class Container:
     def __init__(self, spec, kind):
         self.spec, self.name, self.kind = spec, spec["name"], kind   # kind: init | sidecar | main
@@ -431,6 +452,8 @@ class Container:
         self.tailer = None
         self.log_path = None        # the current run's k8s-file log
         self.next_start = 0.0       # monotonic time of the next (re)start, back-off included
+        self.run_start = 0.0        # monotonic time the current run started
+        self.backoff = None         # its CrashLoopBackOff, made by the pod worker
         self.done = False           # will not run again (completed init, finished main)
         self.exit_code = None
 
@@ -621,11 +644,11 @@ class PodWorker(threading.Thread):
                     if not c.spec.get("readinessProbe"):
                         c.ready = True
                 else:
-                    self._kill_container(c, "startup probe failed")
+                    self._kill_container(c, "startup probe failed", c.spec["startupProbe"])
             elif probe == "readiness":
                 c.ready = ok and c.started
             elif probe == "liveness" and not ok:
-                self._kill_container(c, "liveness probe failed")
+                self._kill_container(c, "liveness probe failed", c.spec["livenessProbe"])
 
     def _ctr(self, name):
         return next(c for c in self.ctrs if c.name == name)
@@ -687,8 +710,15 @@ class PodWorker(threading.Thread):
         else:
             again = policy == "Always" or (policy == "OnFailure" and c.exit_code != 0)
         if again and self.terminating is None:
-            delay = min(BACKOFF_MAX, BACKOFF_START * (2 ** min(c.restarts, 5)))
-            c.next_start = time.monotonic() + self.kubelet.backoff_scale * delay
+            if c.backoff is None:
+                c.backoff = CrashLoopBackOff(self.kubelet.backoff_scale)
+            delay = c.backoff.delay(time.monotonic() - c.run_start)
+            c.next_start = time.monotonic() + delay
+            if delay > 0:   # as the kubelet shows it meanwhile: waiting, the end in lastState
+                c.last = c.state
+                c.state = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off %ds restarting failed "
+                                       "container=%s pod=%s_%s(%s)" % (round(delay), c.name, self.name, self.ns,
+                                                                       self.uid)}}
         else:
             c.done = True
 
@@ -731,6 +761,8 @@ class PodWorker(threading.Thread):
         pm, k = self.kubelet.podman, self.kubelet
         if c.podman_name:
             pm.run("rm", "-f", "-t", "0", c.podman_name, check=False)
+        if "terminated" in c.state:   # the end of the last run, whatever keeps the next one waiting
+            c.last = c.state
         image = c.spec.get("image", "")
         local = k.local_image(image)
         if local is None:
@@ -750,7 +782,6 @@ class PodWorker(threading.Thread):
             return
         if c.gen > 0:
             c.restarts += 1
-            c.last = c.state if "terminated" in c.state else c.last
             key = (self.ns, self.name, c.name)
             with self.store.lock:
                 self.store.prev_logs[key] = self.store.logs.pop(key, [])
@@ -769,7 +800,7 @@ class PodWorker(threading.Thread):
         started = podman_time(pm.json("container", "inspect", c.podman_name)[0]["State"]["StartedAt"])
         c.state = {"running": {"startedAt": started}}
         c.ready = c.started = False
-        c.next_start = 0.0
+        c.next_start, c.run_start = 0.0, time.monotonic()
         threading.Thread(target=self._wait_exit, args=(c.name, c.podman_name, c.gen), daemon=True).start()
         if not c.spec.get("startupProbe"):
             c.started = True
@@ -812,10 +843,12 @@ class PodWorker(threading.Thread):
             p.stop_event.set()
         c.probes = []
 
-    def _kill_container(self, c, why):
+    def _kill_container(self, c, why, probe):
+        """A failed liveness or startup probe: SIGTERM, SIGKILL after the probe's grace period (the
+        pod's when the probe has none), as the kubelet does; the exit then restarts it or not."""
+        grace = int(probe.get("terminationGracePeriodSeconds", self.spec.get("terminationGracePeriodSeconds", 30)))
         self.kubelet.log("pod %s/%s container %s: %s, killing it" % (self.ns, self.name, c.name, why))
-        self.kubelet.podman.run("stop", "-t", str(int(self.spec.get("terminationGracePeriodSeconds", 30))),
-                                c.podman_name, check=False)
+        self.kubelet.podman.run("stop", "-t", str(grace), c.podman_name, check=False, timeout=grace + 60)
 
     def _stop_sidecars(self, grace):
         sidecars = [c for c in self.ctrs if c.kind == "sidecar" and c.podman_name]

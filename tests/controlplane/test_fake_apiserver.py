@@ -1100,6 +1100,202 @@ class TestKubeletManual(ServerTestCase):
         self.assertEqual((st, b), (200, b""))
 
 
+TRAINER = "fleet.paddlepaddle.org/Trainer"
+SIDECAR = {"name": "fleet-sidecar", "image": "fleet-sidecar", "restartPolicy": "Always"}
+
+
+def main_status(pod, name="main"):
+    return next(s for s in pod["status"]["containerStatuses"] if s["name"] == name)
+
+
+class TestRestartsInPlace(ServerTestCase):
+    """The end action: a main container's exit, which the kubelet restarts in place or not per
+    the pod's restartPolicy, as the real kubelet does."""
+
+    def test_on_failure_restarts_a_failed_container_in_the_same_pod(self):
+        self.api.ok("POST", self.pods(), pod_body("of", restartPolicy="OnFailure", initContainers=[SIDECAR]))
+        before = self.running("of")
+        self.control("namespaces/%s/pods/of/log" % self.ns, {"text": "first run\n"})
+        p = self.pod_action("of", action="end", exitCode=3, log="boom")
+        s = main_status(p)
+        self.assertEqual((p["status"]["phase"], s["restartCount"], s["ready"]), ("Running", 1, True))
+        self.assertIn("running", s["state"])
+        last = s["lastState"]["terminated"]
+        self.assertEqual((last["exitCode"], last["reason"]), (3, "Error"))
+        self.assertEqual(last["containerID"], main_status(before)["containerID"])
+        self.assertEqual(last["startedAt"], main_status(before)["state"]["running"]["startedAt"])
+        self.assertIn("finishedAt", last)
+        self.assertNotEqual(s["containerID"], last["containerID"], "a new container")
+        self.assertEqual(p["status"]["podIP"], before["status"]["podIP"], "the same pod")
+        self.assertEqual(self.api.req("GET", self.pods("of") + "/log?previous=true")[1], b"first run\nboom\n")
+        self.assertEqual(self.api.req("GET", self.pods("of") + "/log")[1], b"")
+        # Exit 0 is not restarted under OnFailure: the pod succeeds and its sidecar stops.
+        p = self.pod_action("of", action="end", exitCode=0)
+        s = main_status(p)
+        self.assertEqual((p["status"]["phase"], s["restartCount"]), ("Succeeded", 1))
+        self.assertEqual(s["state"]["terminated"]["reason"], "Completed")
+        self.assertEqual(s["lastState"]["terminated"]["exitCode"], 3)
+        self.assertIn("terminated", p["status"]["initContainerStatuses"][0]["state"])
+        ready = [c for c in p["status"]["conditions"] if c["type"] == "Ready"][0]
+        self.assertEqual((ready["status"], ready.get("reason")), ("False", "PodCompleted"))
+
+    def test_always_restarts_any_exit(self):
+        self.api.ok("POST", self.pods(), pod_body("al"))   # restartPolicy defaults to Always
+        self.running("al")
+        for n, code in ((1, 0), (2, 1)):
+            p = self.pod_action("al", action="end", exitCode=code)
+            self.assertEqual((p["status"]["phase"], main_status(p)["restartCount"]), ("Running", n))
+            self.assertEqual(main_status(p)["lastState"]["terminated"]["exitCode"], code)
+
+    def test_never_leaves_the_container_ended_and_the_pod_follows_its_containers(self):
+        two = [{"name": "a", "image": "x"}, {"name": "b", "image": "x"}]
+        self.api.ok("POST", self.pods(), pod_body("nv", restartPolicy="Never", containers=two))
+        self.running("nv")
+        p = self.pod_action("nv", action="end", container="a", exitCode=2)
+        self.assertEqual(p["status"]["phase"], "Running", "b still runs")
+        self.assertEqual(main_status(p, "a")["state"]["terminated"]["exitCode"], 2)
+        self.assertEqual(main_status(p, "a")["restartCount"], 0)
+        self.assertIn("running", main_status(p, "b")["state"])
+        p = self.pod_action("nv", action="end", exitCode=0)   # every container still running: b
+        self.assertEqual(p["status"]["phase"], "Failed", "a failed")
+        self.api.ok("POST", self.pods(), pod_body("ok", restartPolicy="Never"))
+        self.running("ok")
+        self.assertEqual(self.pod_action("ok", action="end", exitCode=0)["status"]["phase"], "Succeeded")
+
+    def test_bad_end_actions_are_refused(self):
+        self.api.ok("POST", self.pods(), pod_body("bad", restartPolicy="Never", initContainers=[SIDECAR]))
+        self.running("bad")
+        path = "/fake/v1/namespaces/%s/pods/bad" % self.ns
+        for body, message in (({"action": "end", "exitCode": 1, "container": "fleet-sidecar"},
+                               "fleet-sidecar is not a main container of pod bad"),
+                              ({"action": "end"}, "exitCode must be an integer"),
+                              ({"action": "end", "exitCode": "1"}, "exitCode must be an integer"),
+                              ({"action": "end", "exitCode": 256}, "exitCode must be an integer")):
+            st, b = self.api.req("POST", path, body)
+            self.assertEqual(st, 400, b)
+            self.assertIn(message, b["message"])
+        self.pod_action("bad", action="end", exitCode=1)
+        st, b = self.api.req("POST", path, {"action": "end", "exitCode": 1})
+        self.assertEqual(st, 400, b)
+        self.assertIn("no main container of pod bad to end is running", b["message"])
+
+
+class TestTrainersInPlace(ServerTestCase):
+    """The fake kubelet plays fleet-sidecar --in-place for pods whose main container has
+    FLEET_GATE_URL: the gate, the binding, the liveness probe and the Trainer condition."""
+
+    def make(self, name, run=0, policy="OnFailure", job="j"):
+        main = {"name": "main", "image": "paddle", "env": [{"name": "FLEET_GATE_URL",
+                                                           "value": "http://127.0.0.1:8081/gate"}]}
+        self.api.ok("POST", self.pods(), pod_body(
+            name, labels={"fleet.paddlepaddle.org/job-name": job, "fleet.paddlepaddle.org/run": str(run)},
+            restartPolicy=policy, containers=[main], initContainers=[SIDECAR]))
+        return self.running(name)
+
+    def endpoints(self, run, barrier=None, job="j"):
+        notes = {"fleet.paddlepaddle.org/run": str(run)}
+        if barrier is not None:
+            notes["fleet.paddlepaddle.org/barrier"] = str(barrier)
+        body = {"metadata": {"name": job + "-endpoints", "annotations": notes}, "data": {"hosts": "a,b"}}
+        st, old = self.api.req("GET", self.cms(job + "-endpoints"))
+        if st == 404:
+            return self.api.ok("POST", self.cms(), body)
+        body["metadata"]["resourceVersion"] = old["metadata"]["resourceVersion"]
+        return self.api.ok("PUT", self.cms(job + "-endpoints"), body)
+
+    def trainer(self, name):
+        p = self.api.ok("GET", self.pods(name))
+        c = next((c for c in p["status"].get("conditions") or [] if c["type"] == TRAINER), None)
+        return c and (c["reason"], c["message"].split(":")[0], c["status"])
+
+    def reports(self, name, reason, run):
+        want = (reason, "run %d" % run, "True" if reason == "Running" else "False")
+        wait_for(lambda: self.trainer(name) == want, what="%s reports %s" % (name, want))
+
+    def test_a_trainer_waits_at_the_gate_until_its_run_opens(self):
+        self.make("w0")
+        self.assertEqual(self.trainer("w0"), ("AtGate", "run 0", "False"))
+        c = next(c for c in self.api.ok("GET", self.pods("w0"))["status"]["conditions"] if c["type"] == TRAINER)
+        self.assertRegex(c["message"], r"^run 0: .+")
+        self.endpoints(0, barrier=0)
+        self.make("w1")    # the kubelet has handled the ConfigMap before it starts w1
+        self.assertEqual(self.trainer("w0"), ("AtGate", "run 0", "False"), "the barrier holds the gate")
+        self.endpoints(0)
+        self.reports("w0", "Running", 0)
+        self.reports("w1", "Running", 0)
+        self.make("w2")
+        self.assertEqual(self.trainer("w2"), ("Running", "run 0", "True"), "an open run: passes at once")
+        self.make("late", run=2)
+        self.assertEqual(self.trainer("late"), ("AtGate", "run 2", "False"), "its FLEET_RUN is its floor")
+
+    def test_a_newer_run_kills_the_trainers_of_the_older_one_and_the_gates_open_together(self):
+        for n in ("w0", "w1"):
+            self.make(n)
+        self.endpoints(0)
+        self.reports("w1", "Running", 0)
+        self.endpoints(1, barrier=1)    # the operator's restart (the pods' relabel does not matter)
+        for n in ("w0", "w1"):
+            self.reports(n, "AtGate", 1)
+            p = self.api.ok("GET", self.pods(n))
+            s = main_status(p)
+            self.assertEqual((p["status"]["phase"], s["restartCount"]), ("Running", 1))
+            self.assertEqual((s["lastState"]["terminated"]["exitCode"], s["lastState"]["terminated"]["reason"]),
+                             (137, "Error"))
+            self.assertIn("running", s["state"])
+        self.endpoints(1)
+        for n in ("w0", "w1"):
+            self.reports(n, "Running", 1)
+            self.assertEqual(main_status(self.api.ok("GET", self.pods(n)))["restartCount"], 1, "killed once")
+
+    def test_a_failed_trainer_waits_for_a_newer_run(self):
+        for n in ("w0", "w1"):
+            self.make(n)
+        self.endpoints(0)
+        self.reports("w1", "Running", 0)
+        p = self.pod_action("w0", action="end", exitCode=1)
+        self.assertEqual(main_status(p)["restartCount"], 1)
+        self.assertEqual(self.trainer("w0"), ("AtGate", "run 1", "False"), "run 0 lost a rank: it never rejoins it")
+        self.assertEqual(self.trainer("w1"), ("Running", "run 0", "True"))
+        self.endpoints(1)    # opened without a barrier: w1 is killed and both pass into run 1
+        self.reports("w0", "Running", 1)
+        self.reports("w1", "Running", 1)
+        self.assertEqual(main_status(self.api.ok("GET", self.pods("w1")))["restartCount"], 1)
+        self.assertEqual(main_status(self.api.ok("GET", self.pods("w0")))["restartCount"], 1)
+
+    def test_a_trainer_that_stays_down_has_exited(self):
+        self.make("never", policy="Never")
+        self.make("fails")
+        self.make("done")
+        self.endpoints(0)
+        for n in ("never", "fails", "done"):
+            self.reports(n, "Running", 0)
+        self.endpoints(1, barrier=1)
+        self.reports("never", "Exited", 0)
+        p = self.api.ok("GET", self.pods("never"))
+        self.assertEqual(p["status"]["phase"], "Failed", "killed by its liveness probe, not restarted")
+        self.assertEqual(main_status(p)["state"]["terminated"]["exitCode"], 137)
+        self.reports("done", "AtGate", 1)
+        self.pod_action("fails", action="fail", exitCode=1)   # the pod fails as a pod
+        self.assertEqual(self.trainer("fails"), ("AtGate", "run 1", "False"), "it ended at the gate")
+        self.endpoints(1)
+        self.reports("done", "Running", 1)
+        self.assertEqual(self.trainer("fails"), ("AtGate", "run 1", "False"), "a failed pod's trainer stays down")
+        self.assertEqual(self.pod_action("done", action="succeed")["status"]["phase"], "Succeeded")
+        self.assertEqual(self.trainer("done"), ("Exited", "run 1", "False"))
+
+    def test_other_pods_and_configmaps_are_left_alone(self):
+        self.api.ok("POST", self.pods(), pod_body("plain", labels={"fleet.paddlepaddle.org/job-name": "j"}))
+        self.make("other", job="k")
+        self.endpoints(0)               # j's endpoints
+        self.api.ok("POST", self.cms(), {"metadata": {"name": "k", "annotations": {
+            "fleet.paddlepaddle.org/run": "0"}}})
+        self.make("sync")               # the kubelet has handled both ConfigMaps
+        self.assertIsNone(self.trainer("plain"))
+        self.assertEqual(self.trainer("other"), ("AtGate", "run 0", "False"))
+        self.endpoints(0, job="k")
+        self.reports("other", "Running", 0)
+
+
 class TestCommandLine(unittest.TestCase):
     def start(self, *args):
         d = tempfile.mkdtemp()

@@ -1,11 +1,13 @@
 """The podman kubelet's pure parts, as the kubelet defines them: $(VAR) expansion, env resolution,
-quantities, the atomic writer of ConfigMap and projected volumes. No podman needed (the container
-tests in tests/containers run the rest).
+quantities, the atomic writer of ConfigMap and projected volumes, the crash-loop back-off, and a pod
+worker's restarts and probe kills against a podman stand-in. No podman needed (the container tests
+in tests/containers run the rest).
 
 Run (ctest does):  /usr/bin/python3 -m unittest -v test_podman_kubelet
 """
 
 import http.server
+import json
 import os
 import tempfile
 import threading
@@ -214,6 +216,132 @@ class PreStopHookTest(unittest.TestCase):
         pk.pre_stop_hooks([ok, bad], "127.0.0.1", Podman(), time.monotonic() + 30, self.failed.append)
         self.assertEqual(sorted(calls), [("exec", "pod-main", "/bin/save"), ("exec", "pod-side", "fail")])
         self.assertEqual(self.failed, [bad])
+
+
+class CrashLoopBackOffTest(unittest.TestCase):
+    def test_the_first_restart_is_immediate_then_ten_seconds_doubling_to_five_minutes(self):
+        b = pk.CrashLoopBackOff()
+        self.assertEqual([b.delay(1) for _ in range(8)], [0, 10, 20, 40, 80, 160, 300, 300])
+
+    def test_ten_minutes_of_running_start_it_over(self):
+        b = pk.CrashLoopBackOff()
+        self.assertEqual([b.delay(1), b.delay(1), b.delay(599), b.delay(600), b.delay(1)], [0, 10, 20, 0, 10])
+
+    def test_the_scale_shortens_every_duration(self):
+        b = pk.CrashLoopBackOff(0.1)
+        self.assertEqual([round(b.delay(1), 6) for _ in range(3)], [0, 1, 2])
+        self.assertEqual(b.delay(60), 0, "a run of 60 s is 10 min scaled")
+
+
+class FakePodman:
+    """podman as the pod worker calls it: records the commands; a container starts and is
+    inspected; waits end as if the container was removed."""
+
+    def __init__(self):
+        self.calls = []
+
+    def run(self, *args, check=True, timeout=180, input=None):
+        self.calls.append(args)
+        gone = args[0] in ("wait", "container") and args[:2] != ("container", "inspect")
+        return types.SimpleNamespace(returncode=1 if gone else 0, stdout="", stderr="")
+
+    def json(self, *args, **kw):
+        self.calls.append(args)
+        return [{"Id": "id-%s" % args[-1], "Image": "img", "State": {"StartedAt": "2026-11-29 04:00:00 +0000 UTC"}}]
+
+
+class PodWorkerRestartTest(unittest.TestCase):
+    """A pod worker's restarts per restartPolicy and its probe kills (PodWorker with podman and the
+    kubelet stood in for: what it asks podman, and the status it keeps)."""
+
+    def setUp(self):
+        from fakeapi.kubelet import Kubelet
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+        self.podman = FakePodman()
+        self.store = types.SimpleNamespace(lock=threading.RLock(), logs={}, prev_logs={})
+        self.kubelet = types.SimpleNamespace(
+            store=self.store, root=self.dir.name, podman=self.podman, backoff_scale=1.0, log=lambda msg: None,
+            termination_message=Kubelet.termination_message, gateway="10.89.0.1", id="k", enforce_limits=False,
+            local_image=lambda image: image, service_env=dict, _current=lambda ns, name, uid: None)
+
+    def worker(self, policy, probe=None):
+        main = {"name": "main", "image": "tools"}
+        if probe:
+            main["livenessProbe"] = probe
+        spec = {"restartPolicy": policy, "terminationGracePeriodSeconds": 30, "automountServiceAccountToken": False,
+                "containers": [main]}
+        return pk.PodWorker(self.kubelet, {"metadata": {"name": "p", "namespace": "ns", "uid": "u-1"}, "spec": spec})
+
+    def start(self, w):
+        c = w._ctr("main")
+        w._start_container(c)
+        self.addCleanup(w._stop_probes, c)
+        self.addCleanup(c.tailer.finish.set)
+        return c
+
+    def exit(self, w, code):
+        c = w._ctr("main")
+        w._handle(("exited", "main", c.gen, code, False, "2026-11-29T04:00:00Z", "2026-11-29T04:00:01Z"))
+        return c
+
+    def test_a_failed_container_runs_again_in_the_same_pod(self):
+        w = self.worker("OnFailure")
+        self.start(w)
+        c = self.exit(w, 3)
+        self.assertEqual(c.state["terminated"]["exitCode"], 3)
+        self.assertFalse(c.done)
+        self.assertLessEqual(c.next_start, time.monotonic(), "the first restart is immediate")
+        self.start(w)
+        st = c.status()
+        self.assertEqual(st["restartCount"], 1)
+        self.assertIn("running", st["state"])
+        last = st["lastState"]["terminated"]
+        self.assertEqual((last["exitCode"], last["reason"]), (3, "Error"))
+        creates = [a for a in self.podman.calls if a[0] == "create"]
+        self.assertEqual([a[a.index("--name") + 1] for a in creates],
+                         [w.podman_pod + "_main_1", w.podman_pod + "_main_2"])
+        self.assertTrue(all(a[a.index("--pod") + 1] == w.podman_pod for a in creates), "the same pod: its network")
+
+    def test_later_restarts_wait_out_the_back_off_and_say_so(self):
+        w = self.worker("Always")
+        self.start(w)
+        self.exit(w, 0)
+        self.start(w)
+        before = time.monotonic()
+        c = self.exit(w, 0)
+        self.assertGreaterEqual(c.next_start, before + 10)
+        self.assertLessEqual(c.next_start, time.monotonic() + 10)
+        st = c.status()
+        self.assertEqual(st["state"]["waiting"]["reason"], "CrashLoopBackOff")
+        self.assertIn("back-off 10s restarting failed container=main", st["state"]["waiting"]["message"])
+        self.assertEqual(st["lastState"]["terminated"]["reason"], "Completed")
+        self.start(w)
+        self.assertEqual((c.status()["restartCount"], c.status()["lastState"]["terminated"]["exitCode"]), (2, 0))
+
+    def test_what_the_policy_does_not_restart_is_done(self):
+        for policy, code in (("OnFailure", 0), ("Never", 1), ("Never", 0)):
+            w = self.worker(policy)
+            self.start(w)
+            c = self.exit(w, code)
+            self.assertTrue(c.done, (policy, code))
+            self.assertEqual(c.status()["state"]["terminated"]["exitCode"], code)
+
+    def test_a_failed_liveness_probe_stops_the_container_within_its_grace_period(self):
+        for probe, grace in (({"httpGet": {"path": "/trainer-live", "port": 8081}, "terminationGracePeriodSeconds": 5},
+                              "5"),
+                             ({"exec": {"command": ["false"]}}, "30")):
+            w = self.worker("OnFailure", probe)
+            c = self.start(w)
+            w._handle(("probe", "main", c.gen, "liveness", False))
+            self.assertEqual(self.podman.calls[-1], ("stop", "-t", grace, c.podman_name))
+            self.exit(w, 137)
+            self.assertFalse(c.done, "restarted per the pod's restartPolicy")
+            self.assertEqual(c.status()["state"]["terminated"]["exitCode"], 137)
+        self.start(w)
+        calls = len(self.podman.calls)
+        w._handle(("probe", "main", c.gen - 1, "liveness", False))
+        self.assertEqual(len(self.podman.calls), calls, "a probe of the run before is ignored")
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ describes what is served.  Modules, from the bottom up:
               CRD's schema (for the groups a test names)
   kueue       the Kueue stand-in: its CRDs, Workload rules, admission loop
   kueue_tas   its topology-aware placement and pod ungating
+  trainers    fleet-sidecar --in-place as the kubelet plays it: the gate, the
+              liveness probe, the Trainer condition of in-place pods
   kubelet     the kubelet stand-in (podman_kubelet.py subclasses it)
   tables      Table answers for kubectl get
   control     the /fake/v1 test control API and its faults (Handler mixin)

@@ -1,5 +1,6 @@
 """The kubelet stand-in: nodes, scheduling (binding, pod anti-affinity), the pod lifecycle
-(init containers, Running, readiness, graceful termination) and the test's pod actions."""
+(init containers, Running, readiness, restarts in place per restartPolicy, graceful termination),
+the in-place pods' trainers (trainers.py) and the test's pod actions."""
 
 import collections
 import hashlib
@@ -10,6 +11,7 @@ import threading
 import time
 
 from .errors import ApiError
+from .trainers import Trainers, trainer_container
 from .util import rfc3339
 
 
@@ -41,6 +43,7 @@ class Kubelet:
         self.ip_counter = itertools.count(1)
         self.ready = {}        # (pod uid, container) -> bool (set by tests)
         self.gateway = None    # where pods reach the API server (the podman kubelet's network)
+        self.trainers = Trainers(self)
         self.tasks = []
         self.seq = itertools.count()
         self.cond = threading.Condition()
@@ -228,6 +231,74 @@ class Kubelet:
         self._set_cond(pod, "Initialized", "True")
         self._set_cond(pod, "PodScheduled", "True")
         self._recompute_ready(pod)
+        if trainer_container(pod):
+            self.trainers.started(pod)
+
+    def _container_exited(self, p, name, terminated, now):
+        """Main container `name` of pod p (a copy being mutated) ended with `terminated` (its
+        state.terminated). As the kubelet does, it is restarted in place when the pod's
+        restartPolicy says so (Always; OnFailure after a non-zero exit) and the pod is not being
+        deleted (at once: no crash-loop back-off here), else it stays terminated; then the pod's
+        phase follows its containers."""
+        st = p["status"]
+        s = next(s for s in st["containerStatuses"] if s["name"] == name)
+        c = next(c for c in p["spec"]["containers"] if c["name"] == name)
+        policy = p["spec"].get("restartPolicy", "Always")
+        if not p["metadata"].get("deletionTimestamp") and (
+                policy == "Always" or (policy == "OnFailure" and terminated["exitCode"] != 0)):
+            self._restart_in_place(p, c, s, terminated, now)
+        else:
+            s.update(self._cstatus(p, c, {"terminated": terminated}, False, s.get("restartCount", 0),
+                                   s.get("lastState"), started=False))
+            if name == trainer_container(p):
+                self.trainers.ended(p)
+        self._settle_phase(p, now)
+
+    def _restart_in_place(self, p, c, s, terminated, now):
+        """Container c's next start in the same pod: restartCount + 1, the end of the last one as
+        lastState, its log as the previous one's."""
+        n = s.get("restartCount", 0) + 1
+        s.clear()
+        s.update(self._cstatus(p, c, {"running": {"startedAt": now}}, self._want_ready(p, c), n,
+                               {"terminated": terminated}))
+        key = (p["metadata"]["namespace"], p["metadata"]["name"], c["name"])
+        self.store.prev_logs[key] = self.store.logs.pop(key, [])
+        if c["name"] == trainer_container(p):
+            self.trainers.started(p)
+
+    def _settle_phase(self, p, now):
+        """The pod's phase by the kubelet's rules: Running while a main container runs; once all
+        have ended (none to restart), Succeeded when every one exited 0, else Failed, and its
+        sidecars are stopped."""
+        st = p["status"]
+        cs = st.get("containerStatuses") or []
+        if any("terminated" not in s["state"] for s in cs):
+            st["phase"] = "Running"
+        else:
+            st["phase"] = "Succeeded" if all(s["state"]["terminated"]["exitCode"] == 0 for s in cs) else "Failed"
+            inits = {c["name"]: c for c in p["spec"].get("initContainers") or []}
+            for s in st.get("initContainerStatuses") or []:
+                running = s["state"].get("running")
+                if running and self._is_sidecar(p, s["name"]):
+                    s.update(self._cstatus(p, inits[s["name"]], {"terminated": {
+                        "exitCode": 0, "reason": "Completed", "startedAt": running["startedAt"], "finishedAt": now,
+                        "containerID": s.get("containerID", "")}}, False, s.get("restartCount", 0),
+                        s.get("lastState"), started=False))
+        self._recompute_ready(p)
+
+    def liveness_kill(self, pod, name):
+        """Container `name`'s liveness probe failed: the kubelet kills it (SIGKILL after the
+        probe's grace period: 137) and restarts it per the pod's restartPolicy."""
+        now = rfc3339()
+
+        def kill(p):
+            s = next((s for s in p["status"].get("containerStatuses") or [] if s["name"] == name), None)
+            if s is None or "running" not in s["state"]:
+                return
+            self._container_exited(p, name, {
+                "exitCode": 137, "reason": "Error", "startedAt": s["state"]["running"]["startedAt"],
+                "finishedAt": now, "containerID": s.get("containerID", "")}, now)
+        return self._update(pod, kill)
 
     # ---- automatic flow -------------------------------------------------
     def pod_created(self, pod):
@@ -262,6 +333,10 @@ class Kubelet:
         gate went is scheduled now."""
         if old["spec"].get("schedulingGates") and not pod["spec"].get("schedulingGates"):
             self.pod_created(pod)
+
+    def configmap_changed(self, cm):
+        """Called under the store lock after a ConfigMap was created or updated."""
+        self.trainers.configmap_changed(cm)
 
     def nodes_changed(self):
         """Node labels or taints changed: the unbound pods are tried again."""
@@ -423,9 +498,11 @@ class Kubelet:
             raise ApiError.bad_request("pod is bound to unknown node %s" % pod["spec"]["nodeName"])
         return self._update(pod, lambda p: (self._start(p), self._running(p)))
 
-    def _act_end(self, pod, body, cname, now):
+    def _act_outcome(self, pod, body, cname, now):
         """succeed, fail, evict: the containers (or the named one; the others exit 0) terminate and
-        the pod's phase is final; an eviction also says why, as the kubelet does."""
+        the pod's phase is final whatever its restartPolicy (the test decides the pod's outcome;
+        "end" is a container's exit, which the kubelet may restart); an eviction also says why, as
+        the kubelet does."""
         act = body["action"]
         code = 0 if act == "succeed" else int(body.get("exitCode", 137 if act == "evict" else 1))
 
@@ -442,6 +519,8 @@ class Kubelet:
                     old[c["name"]] if "terminated" in old.get(c["name"], {}).get("state", {})
                     else self._ended_status(p, c, old.get(c["name"], {}), code, cname, body, now)
                     for c in inits]
+            if trainer_container(p):
+                self.trainers.ended(p)
             if act == "evict":
                 st["reason"] = "Evicted"
                 st["message"] = body.get("message", "The node was low on resource: memory. ")
@@ -485,11 +564,33 @@ class Kubelet:
             t["message"] = message
         return self._cstatus(p, c, {"terminated": t}, False, restarts, prev.get("lastState"), started=False)
 
+    def _act_end(self, pod, body, cname, now):
+        """end: the running main containers (or the named one) end with body["exitCode"] as their
+        process would (body["reason"], "log" and "terminationMessage" as for fail), and the kubelet
+        restarts them in place or not per the pod's restartPolicy (_container_exited)."""
+        code = body.get("exitCode")
+        if not isinstance(code, int) or isinstance(code, bool) or not 0 <= code <= 255:
+            raise ApiError.bad_request("end: exitCode must be an integer from 0 to 255")
+        mains = [c for c in pod["spec"].get("containers") or [] if cname is None or c["name"] == cname]
+        if not mains:
+            raise ApiError.bad_request("end: %s is not a main container of pod %s" % (cname, pod["metadata"]["name"]))
+        running = {s["name"] for s in pod.get("status", {}).get("containerStatuses") or [] if "running" in s["state"]}
+        ending = [c for c in mains if c["name"] in running]
+        if not ending:
+            raise ApiError.bad_request("end: no main container of pod %s to end is running" % pod["metadata"]["name"])
+
+        def end(p):
+            old = {s["name"]: s for s in p["status"]["containerStatuses"]}
+            for c in ending:
+                ended = self._ended_status(p, c, old[c["name"]], code, c["name"], body, now)
+                self._container_exited(p, c["name"], ended["state"]["terminated"], now)
+        return self._update(pod, end)
+
     def _act_restart(self, pod, body, cname, now):
         """The containers (or the named one) exit with body["exitCode"] and run again; the pod gets
         a new IP and its logs become the previous run's."""
-        ns, name = pod["metadata"]["namespace"], pod["metadata"]["name"]
         containers = pod["spec"].get("containers") or []
+        code = int(body.get("exitCode", 1))
 
         def restart(p):
             st = p.setdefault("status", {})
@@ -497,13 +598,10 @@ class Kubelet:
                 if cname is not None and s["name"] != cname:
                     continue
                 c = next(c for c in containers if c["name"] == s["name"])
-                n = s.get("restartCount", 0) + 1
                 started = (s.get("state", {}).get("running") or {}).get("startedAt", now)
-                last = {"terminated": {"exitCode": int(body.get("exitCode", 1)), "reason": "Error",
-                                       "startedAt": started, "finishedAt": now,
-                                       "containerID": s.get("containerID", "")}}
-                s.clear()
-                s.update(self._cstatus(p, c, {"running": {"startedAt": now}}, self._want_ready(p, c), n, last))
+                self._restart_in_place(p, c, s, {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                                                 "startedAt": started, "finishedAt": now,
+                                                 "containerID": s.get("containerID", "")}, now)
             if st.get("podIP") and not p["spec"].get("hostNetwork"):
                 st["podIP"] = self.new_pod_ip()
                 st["podIPs"] = [{"ip": st["podIP"]}]
@@ -511,9 +609,6 @@ class Kubelet:
             st.pop("reason", None)
             st.pop("message", None)
             self._recompute_ready(p)
-            for k in [k for k in self.store.logs if k[:2] == (ns, name)
-                      and (cname is None or k[2] == cname)]:
-                self.store.prev_logs[k] = self.store.logs.pop(k)
         return self._update(pod, restart)
 
     def _act_ready(self, pod, body, cname, now):
@@ -537,11 +632,12 @@ class Kubelet:
         msg = body.get("message", "0/%d nodes are available: insufficient resources." % len(self.node_ips))
         return self._update(pod, lambda p: self._set_cond(p, "PodScheduled", "False", "Unschedulable", msg))
 
-    _ACTIONS = {"run": _act_run, "succeed": _act_end, "fail": _act_end, "evict": _act_end,
-                "restart": _act_restart, "ready": _act_ready, "unschedulable": _act_unschedulable}
+    _ACTIONS = {"run": _act_run, "succeed": _act_outcome, "fail": _act_outcome, "evict": _act_outcome,
+                "end": _act_end, "restart": _act_restart, "ready": _act_ready, "unschedulable": _act_unschedulable}
 
     def pod_deleted(self, uid):
         """Called under the store lock when a pod left storage (the podman kubelet kills it)."""
+        self.trainers.forget(uid)
 
     def bind(self, pod, node):
         if pod["spec"].get("nodeName"):

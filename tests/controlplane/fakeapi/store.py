@@ -89,6 +89,8 @@ class Store(StoreDeletion, StoreWatches):
         self.changed.notify_all()
         if rt.group == KUEUE_GROUP or key == "/pods":
             self.server.kueue.observe(etype, obj)
+        elif key == "/configmaps" and etype != "DELETED":
+            self.server.kubelet.configmap_changed(obj)
         return obj
 
     def _find(self, rt, ns, name):
