@@ -46,7 +46,11 @@ using fleet::kube::Resource;
 using fleet::kube::testing::FakeApiServer;
 using fleet::kube::testing::TempDir;
 using Clock = std::chrono::steady_clock;
-using Mark = std::function<bool(const Json&)>;
+using fleet::bench::CreateOrExit;
+using fleet::bench::LetWatchesStart;
+using fleet::bench::Mark;
+using fleet::bench::Marks;
+using fleet::bench::Median;
 
 double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
 
@@ -60,65 +64,6 @@ Resource KueueResource(const std::string& plural, bool namespaced) {
 // for a program that is not a test.
 struct KueueCrds : fleet::op::e2e::OperatorE2eTest {
   using OperatorE2eTest::KueueCrdsDir;
-};
-
-// The first moment each mark held, from one watch of `resource` in `ns` (restarted if the server
-// ends it). A mark sees every event's object, in order, from the watch thread only: it may count.
-class Marks {
- public:
-  Marks(std::shared_ptr<Client> client, const Resource& resource, const std::string& ns, std::vector<Mark> marks)
-      : client_(std::move(client)), marks_(std::move(marks)), at_(marks_.size()) {
-    thread_ = std::thread([this, resource, ns] {
-      fleet::kube::WatchOptions options;
-      options.timeout_seconds = 600;
-      while (!cancel_.cancelled() && Remaining() > 0) {
-        const auto status = client_->Watch(resource, ns, options, [this](const fleet::kube::WatchEvent& e) {
-          if (e.type == fleet::kube::WatchEventType::kDeleted) return true;
-          const auto now = Clock::now();
-          std::lock_guard<std::mutex> lock(mu_);
-          for (size_t i = 0; i < marks_.size(); ++i) {
-            if (!at_[i] && marks_[i](e.object)) at_[i] = now;
-          }
-          return RemainingLocked() > 0;
-        }, cancel_);
-        if (!status.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));   // before watching again
-      }
-    });
-  }
-  ~Marks() {
-    cancel_.Cancel();
-    thread_.join();
-  }
-  // When mark `i` held; exits when it has not within 5 minutes of `since`.
-  Clock::time_point At(size_t i, Clock::time_point since, const char* what) {
-    for (;;) {
-      {
-        std::lock_guard<std::mutex> lock(mu_);
-        if (at_[i]) return *at_[i];
-      }
-      if (Clock::now() - since > std::chrono::minutes(5)) {
-        std::fprintf(stderr, "%s: not within 5 minutes\n", what);
-        std::exit(1);
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
-    }
-  }
-
- private:
-  size_t Remaining() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return RemainingLocked();
-  }
-  size_t RemainingLocked() const {
-    return static_cast<size_t>(std::count(at_.begin(), at_.end(), std::nullopt));
-  }
-
-  std::shared_ptr<Client> client_;
-  std::vector<Mark> marks_;
-  std::mutex mu_;
-  std::vector<std::optional<Clock::time_point>> at_;
-  fleet::kube::CancelToken cancel_;
-  std::thread thread_;
 };
 
 // Holds once `count` distinct pods have been seen.
@@ -143,19 +88,6 @@ Json ClusterQueueSpec(const std::string& cpu, const std::string& memory) {
   return {{"resourceGroups", Json::array({{{"coveredResources", {"cpu", "memory"}},
                                            {"flavors", Json::array({{{"name", "default"}, {"resources", resources}}})}}})}};
 }
-
-void CreateOrExit(Client& client, const Resource& resource, const std::string& ns, const Json& object) {
-  auto created = client.Create(resource, ns, object);
-  if (!created.ok()) {
-    std::fprintf(stderr, "cannot create %s %s: %s\n", resource.plural.c_str(), object["metadata"].value("name", "").c_str(),
-                 created.status().ToString().c_str());
-    std::exit(1);
-  }
-}
-
-// Lets the watches of a job's milestones open before the job is created: a watch that opened later
-// would date what it finds by its opening, not by the event.
-void LetWatchesStart() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
 
 struct Baseline {
   double pods = 0, running = 0;   // seconds from the job's creation
@@ -212,11 +144,6 @@ Queued RunQueued(const std::shared_ptr<Client>& client, const std::string& ns, c
 void CreateQueues(Client& client, const std::string& ns, const std::string& cq) {
   CreateOrExit(client, KueueResource("clusterqueues", false), "", {{"metadata", {{"name", cq}}}, {"spec", ClusterQueueSpec("0", "0")}});
   CreateOrExit(client, KueueResource("localqueues", true), ns, {{"metadata", {{"name", "q"}}}, {"spec", {{"clusterQueue", cq}}}});
-}
-
-double Median(std::vector<double> values) {
-  std::sort(values.begin(), values.end());
-  return values.empty() ? 0 : values[values.size() / 2];
 }
 
 // The fake with Kueue on (when its CRDs are found): whether it is.
@@ -277,17 +204,7 @@ void Run(int servers, int workers, int repetitions, int latency_ms) {
   const bool kueue = EnableKueue(fake, *client);   // before the operator starts: it discovers Kueue's API then
   if (latency_ms > 0) fake.Control("faults", {{"latencyMs", latency_ms}});
   TempDir dir;
-  fleet::op::e2e::OperatorProcess op("fleet-operator", fleet::op::e2e::OperatorBinary(),
-                                     {"--kubeconfig=" + fleet::bench::WriteKubeconfig(dir, fake.url()),
-                                      "--metrics-bind-address=0", "--health-probe-bind-address=0"},
-                                     dir.path() + "/operator.log");
-  for (int i = 0; op.Log().find("caches synced") == std::string::npos; ++i) {
-    if (i > 3000 || !op.Running()) {
-      std::fprintf(stderr, "fleet-operator did not sync its caches:\n%s\n", op.Log().c_str());
-      std::exit(1);
-    }
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
+  auto op = fleet::bench::StartOperator(fake, dir, {});
   const size_t total = static_cast<size_t>(servers + workers);
   std::printf("a %d-server, %d-worker job (%zu pods), the real fleet-operator; fake API server latency %d ms per request\n",
               servers, workers, total, latency_ms);

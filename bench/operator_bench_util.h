@@ -8,10 +8,17 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fake_apiserver_fixture.h"
@@ -64,6 +71,106 @@ inline pid_t SpawnOperator(const std::string& log, const std::vector<std::string
     _exit(127);
   }
   return pid;
+}
+
+using Clock = std::chrono::steady_clock;
+using Mark = std::function<bool(const Json&)>;
+
+// The first moment each mark held, from one watch of `resource` in `ns` (restarted if the server
+// ends it). A mark sees every event's object, in order, from the watch thread only: it may count.
+class Marks {
+ public:
+  Marks(std::shared_ptr<kube::Client> client, const kube::Resource& resource, const std::string& ns, std::vector<Mark> marks)
+      : client_(std::move(client)), marks_(std::move(marks)), at_(marks_.size()) {
+    thread_ = std::thread([this, resource, ns] {
+      fleet::kube::WatchOptions options;
+      options.timeout_seconds = 600;
+      while (!cancel_.cancelled() && Remaining() > 0) {
+        const auto status = client_->Watch(resource, ns, options, [this](const fleet::kube::WatchEvent& e) {
+          if (e.type == fleet::kube::WatchEventType::kDeleted) return true;
+          const auto now = Clock::now();
+          std::lock_guard<std::mutex> lock(mu_);
+          for (size_t i = 0; i < marks_.size(); ++i) {
+            if (!at_[i] && marks_[i](e.object)) at_[i] = now;
+          }
+          return RemainingLocked() > 0;
+        }, cancel_);
+        if (!status.ok()) std::this_thread::sleep_for(std::chrono::milliseconds(10));   // before watching again
+      }
+    });
+  }
+  ~Marks() {
+    cancel_.Cancel();
+    thread_.join();
+  }
+  // When mark `i` held; exits when it has not within 5 minutes of `since`.
+  Clock::time_point At(size_t i, Clock::time_point since, const char* what) {
+    for (;;) {
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (at_[i]) return *at_[i];
+      }
+      if (Clock::now() - since > std::chrono::minutes(5)) {
+        std::fprintf(stderr, "%s: not within 5 minutes\n", what);
+        std::exit(1);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+
+ private:
+  size_t Remaining() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return RemainingLocked();
+  }
+  size_t RemainingLocked() const {
+    return static_cast<size_t>(std::count(at_.begin(), at_.end(), std::nullopt));
+  }
+
+  std::shared_ptr<kube::Client> client_;
+  std::vector<Mark> marks_;
+  std::mutex mu_;
+  std::vector<std::optional<Clock::time_point>> at_;
+  fleet::kube::CancelToken cancel_;
+  std::thread thread_;
+};
+
+inline void CreateOrExit(kube::Client& client, const kube::Resource& resource, const std::string& ns, const Json& object) {
+  auto created = client.Create(resource, ns, object);
+  if (!created.ok()) {
+    std::fprintf(stderr, "cannot create %s %s: %s\n", resource.plural.c_str(), object["metadata"].value("name", "").c_str(),
+                 created.status().ToString().c_str());
+    std::exit(1);
+  }
+}
+
+// Lets the watches of a job's milestones open before the job is created: a watch that opened later
+// would date what it finds by its opening, not by the event.
+inline void LetWatchesStart() { std::this_thread::sleep_for(std::chrono::milliseconds(300)); }
+
+inline double Median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values.empty() ? 0 : values[values.size() / 2];
+}
+
+// The real fleet-operator binary (default flags, all namespaces, plus `args`) against `fake`, once
+// its caches are synced; exits when it does not start.
+inline std::unique_ptr<op::e2e::OperatorProcess> StartOperator(kube::testing::FakeApiServer& fake,
+                                                              const kube::testing::TempDir& dir,
+                                                              const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"--kubeconfig=" + WriteKubeconfig(dir, fake.url()), "--metrics-bind-address=0",
+                                  "--health-probe-bind-address=0"};
+  all.insert(all.end(), args.begin(), args.end());
+  auto op = std::make_unique<op::e2e::OperatorProcess>("fleet-operator", op::e2e::OperatorBinary(), all,
+                                                       dir.path() + "/operator.log");
+  for (int i = 0; op->Log().find("caches synced") == std::string::npos; ++i) {
+    if (i > 3000 || !op->Running()) {
+      std::fprintf(stderr, "fleet-operator did not sync its caches:\n%s\n", op->Log().c_str());
+      std::exit(1);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return op;
 }
 
 inline void StopOperator(pid_t pid) {

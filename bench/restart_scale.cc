@@ -1,0 +1,189 @@
+// Restarts at scale (issue 27): from a trainer's failure until every trainer of the job runs again,
+// in place (runPolicy.restartStrategy InPlace) against recreating the pods, in the same run. The
+// real fleet-operator binary (a child process, default flags, --sidecar-mode=native) against the
+// fake API server, whose kubelet restarts containers in place and plays each pod's sidecar
+// (tests/controlplane/fakeapi/trainers.py: the gate, the liveness kill of a superseded trainer,
+// the Trainer condition), for a job of `servers` + `workers` pods (default 10 + 990), in each
+// repetition, alternating which goes first:
+//
+//   - in place: the job is Running and its trainers report Running; big-worker-3's trainer ends
+//     with 137 (the fake kubelet's `end` action: the kubelet restarts it in its pod). Done when
+//     every pod's Trainer condition says Running in a later run;
+//   - recreate: the same job without restartStrategy; the same end fails the pod (restartPolicy
+//     Never). Done when every pod of a later run is Running and the endpoints ConfigMap names that
+//     run without a barrier (their gates are open).
+//
+// Every milestone comes from a watch (polling would load the fake). The fake models no probe period
+// and no kubelet back-off (a real first restart is immediate; a second within 10 minutes waits 10 s
+// per container): what is measured is the operator and the API traffic it makes.
+//
+// usage: restart_scale [workers=990] [servers=10] [repetitions=3] [latency_ms=2]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "fake_apiserver_fixture.h"
+#include "fleet/api/in_place.h"
+#include "fleet/kube/client.h"
+#include "fleet/operator/names.h"
+#include "harness.h"
+#include "operator_bench_util.h"
+
+namespace {
+
+using fleet::bench::Clock;
+using fleet::bench::CreateOrExit;
+using fleet::bench::LetWatchesStart;
+using fleet::bench::Mark;
+using fleet::bench::Marks;
+using fleet::bench::Median;
+using fleet::kube::Client;
+using fleet::kube::Json;
+using fleet::kube::Resource;
+using fleet::kube::testing::FakeApiServer;
+using fleet::kube::testing::TempDir;
+
+double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
+
+const Resource kConfigMaps{"", "v1", "configmaps", true};
+
+int IntOr(const std::string& text, int fallback) {
+  try {
+    return std::stoi(text);
+  } catch (const std::exception&) {
+    return fallback;
+  }
+}
+
+// The run a pod's trainer runs in (its Trainer condition Running), else -1.
+int TrainerRun(const Json& pod) {
+  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
+    if (c.value("type", "") != fleet::api::kTrainerConditionType) continue;
+    const auto report = fleet::api::TrainerReport::FromCondition(c.value("reason", ""), c.value("message", ""));
+    return report && report->state == fleet::api::TrainerState::kRunning ? report->run : -1;
+  }
+  return -1;
+}
+
+int RunLabel(const Json& pod) {
+  return IntOr(pod["metadata"].value("labels", Json::object()).value(fleet::op::kRunLabel, ""), -1);
+}
+
+bool PodRunning(const Json& pod) { return pod.value("status", Json::object()).value("phase", "") == "Running"; }
+
+// Holds once `total` distinct pods satisfy `holds` at once (each pod's latest event decides).
+Mark AllPodsAt(size_t total, std::function<bool(const Json&)> holds) {
+  auto state = std::make_shared<std::map<std::string, bool>>();
+  return [state, total, holds](const Json& pod) {
+    (*state)[pod["metadata"].value("name", "")] = holds(pod);
+    return static_cast<size_t>(std::count_if(state->begin(), state->end(), [](const auto& e) { return e.second; })) >= total;
+  };
+}
+
+// The endpoints ConfigMap names a run past `run`, with no barrier: the gates of that run are open.
+Mark GatesOpenAfter(int run) {
+  return [run](const Json& cm) {
+    const Json notes = cm["metadata"].value("annotations", Json::object());
+    const int published = IntOr(notes.value(fleet::op::kRunAnnotation, ""), -1);
+    return published > run && !notes.contains(fleet::api::kBarrierAnnotation);
+  };
+}
+
+Json Job(const std::string& ns, int servers, int workers, bool in_place) {
+  Json job = fleet::bench::FleetJobObject(ns, "big", servers, workers);
+  job["spec"]["worker"]["restartPolicy"] = "OnFailure";
+  if (servers > 0) job["spec"]["server"]["restartPolicy"] = "OnFailure";
+  if (in_place) job["spec"]["runPolicy"] = {{"restartStrategy", "InPlace"}};
+  return job;
+}
+
+// Creates the job and waits until it is Running (and, in place, every trainer runs): its run.
+int BringUp(const std::shared_ptr<Client>& client, const std::string& ns, int servers, int workers, bool in_place) {
+  const size_t total = static_cast<size_t>(servers + workers);
+  Marks phase(client, fleet::op::FleetJobResource(), ns,
+              {[](const Json& job) { return job.value("status", Json::object()).value("phase", "") == "Running"; }});
+  Marks trainers(client, Resource::Pods(), ns, {AllPodsAt(total, [](const Json& pod) { return TrainerRun(pod) >= 0; })});
+  LetWatchesStart();
+  const auto t0 = Clock::now();
+  CreateOrExit(*client, fleet::op::FleetJobResource(), ns, Job(ns, servers, workers, in_place));
+  phase.At(0, t0, "the job Running");
+  if (in_place) trainers.At(0, t0, "every trainer running");
+  auto job = client->Get(fleet::op::FleetJobResource(), ns, "big");
+  if (!job.ok()) std::exit(1);
+  return (*job)["status"].value("run", 0);
+}
+
+// Ends big-worker-3's trainer with 137; seconds until every trainer runs again in a later run.
+double Restart(FakeApiServer& fake, const std::shared_ptr<Client>& client, const std::string& ns, int run, size_t total,
+               bool in_place) {
+  Marks pods(client, Resource::Pods(), ns,
+             {in_place ? AllPodsAt(total, [run](const Json& pod) { return TrainerRun(pod) > run; })
+                       : AllPodsAt(total, [run](const Json& pod) { return RunLabel(pod) > run && PodRunning(pod); })});
+  Marks gates(client, kConfigMaps, ns, {GatesOpenAfter(run)});
+  LetWatchesStart();
+  const auto t0 = Clock::now();
+  const Json ended = fake.Control("namespaces/" + ns + "/pods/big-worker-3", {{"action", "end"}, {"exitCode", 137}});
+  if (!ended.is_object()) std::exit(1);
+  const auto running = pods.At(0, t0, in_place ? "every trainer back in place" : "every recreated pod running");
+  const auto open = gates.At(0, t0, "the gates of the new run");
+  return Seconds(std::max(running, open) - t0);
+}
+
+void Run(int servers, int workers, int repetitions, int latency_ms) {
+  FakeApiServer fake({"--nodes", "100"});
+  if (!fake.ok()) {
+    std::fprintf(stderr, "%s\n", fake.error().c_str());
+    std::exit(1);
+  }
+  auto client = Client::Create(fake.Config()).value();
+  fleet::bench::CreateCrd(*client);
+  if (latency_ms > 0) fake.Control("faults", {{"latencyMs", latency_ms}});
+  TempDir dir;
+  auto op = fleet::bench::StartOperator(fake, dir, {"--sidecar-mode=native"});
+  const size_t total = static_cast<size_t>(servers + workers);
+  std::printf("a %d-server, %d-worker job (%zu pods), the real fleet-operator; fake API server latency %d ms per request\n",
+              servers, workers, total, latency_ms);
+  std::vector<double> in_place, recreate, ratios;
+  for (int r = 0; r < repetitions; ++r) {
+    const std::string in_place_ns = "inplace" + std::to_string(r), recreate_ns = "recreate" + std::to_string(r);
+    for (const std::string& ns : {in_place_ns, recreate_ns}) {
+      CreateOrExit(*client, {"", "v1", "namespaces", false}, "", {{"metadata", {{"name", ns}}}});
+    }
+    const auto once = [&](bool place) {
+      const std::string& ns = place ? in_place_ns : recreate_ns;
+      const int run = BringUp(client, ns, servers, workers, place);
+      (place ? in_place : recreate).push_back(Restart(fake, client, ns, run, total, place));
+      // Its pods go before the next measurement: the fake slows as it fills.
+      (void)client->Delete(fleet::op::FleetJobResource(), ns, "big");
+    };
+    // Alternating the order: neither side always runs on a fuller fake.
+    once(r % 2 == 0);
+    once(r % 2 != 0);
+    ratios.push_back(recreate.back() / in_place.back());
+    std::printf("  run %d: failure -> every trainer running again: in place %.2f s, recreate %.2f s (%.1f x)\n", r,
+                in_place.back(), recreate.back(), ratios.back());
+    std::fflush(stdout);
+  }
+  std::printf("median of %d: in place %.2f s, recreate %.2f s: in place is %.1f x faster (the median of each run's ratio: "
+              "%.1f x; target >= 10 x at 1,000 pods)\n",
+              repetitions, Median(in_place), Median(recreate), Median(recreate) / Median(in_place), Median(ratios));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const int workers = Arg(argc, argv, 1, 990);
+  const int servers = Arg(argc, argv, 2, 10);
+  const int repetitions = std::max(1, Arg(argc, argv, 3, 3));
+  const int latency_ms = Arg(argc, argv, 4, 2);
+  Run(servers, workers, repetitions, latency_ms);
+  return 0;
+}
