@@ -4,6 +4,7 @@ PYTHONPATH, as the operator mounts it, against a stub of the sidecar's gate. Run
     python3 tests/sidecar/test_gate_hook.py
 The sidecar's side is tests/sidecar/trainer_attempts_test.cc and agent_binary_test.cc."""
 import http.server
+import importlib.util
 import json
 import os
 import socket
@@ -15,8 +16,11 @@ import unittest
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 HOOK_DIR = os.path.join(HERE, "..", "..", "runtime", "python")
-sys.path.insert(0, HOOK_DIR)
-import sitecustomize as hook  # noqa: E402  (imported as a library: nothing runs)
+# Loaded as a library under another name (nothing runs), not as the `sitecustomize` Python may
+# already have imported from elsewhere at start-up.
+_spec = importlib.util.spec_from_file_location("fleet_gate_hook", os.path.join(HOOK_DIR, "sitecustomize.py"))
+hook = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(hook)
 
 # What the trainer's program prints: its gate env, and its child's (a Python it starts).
 PROGRAM = r"""
