@@ -435,6 +435,41 @@ TEST_F(InPlaceTest, TheTrainerPassesTheGateAndARestartMovesItToTheNextRun) {
   EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
 }
 
+// The gate's long polls hold a worker of the report server each: with the most that may wait
+// (4), step reports are still taken at once, and one more request is refused at once.
+TEST_F(InPlaceTest, FourWaitingTrainersDoNotHoldTheReports) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  auto sidecar = Start(GateArgs("worker", {"--in-place", "--report-http=127.0.0.1:0", "--main-process=off"}));
+  const int report_port = LoggedNumber(*sidecar, "(report port ");
+  ASSERT_GT(report_port, 0) << sidecar->Stderr();
+  // Each waits for a later run than the ConfigMap's (10 + i), and is seen waiting before the next asks.
+  std::vector<std::future<std::optional<HttpConnection::Response>>> waiting;
+  for (int i = 1; i <= 4; ++i) {
+    waiting.push_back(std::async(std::launch::async, [report_port, i] {
+      HttpConnection http("http://127.0.0.1:" + std::to_string(report_port));
+      return http.Send("GET", "/gate?run=" + std::to_string(10 + i) + "&instance=" + std::to_string(i) + ":1");
+    }));
+    EXPECT_TRUE(Says(*sidecar, "/status", 200, "\"message\": \"run " + std::to_string(10 + i) + ": instance " +
+                                                   std::to_string(i) + ":1 waits at the gate"));
+  }
+  auto report = Post(report_port, "step=5 loss=0.5\n", "text/plain");
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->status, 200) << report->body;
+  HttpConnection fifth("http://127.0.0.1:" + std::to_string(report_port));
+  auto refused = fifth.Send("GET", "/gate?run=20&instance=5:1");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  for (auto& w : waiting) {
+    EXPECT_EQ(w.wait_for(seconds(0)), std::future_status::timeout);   // all still waiting meanwhile
+  }
+  for (auto& w : waiting) {
+    auto answer = w.get();   // 202 after the poll: still not open
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 202) << answer->body;
+  }
+}
+
 // Without --in-place nothing of it is served.
 TEST_F(GatedAgentTest, WithoutInPlaceThereIsNoTrainerGate) {
   CreatePod("j-worker-0");
