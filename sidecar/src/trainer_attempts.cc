@@ -129,18 +129,17 @@ void TrainerAttempts::BindLocked(const TrainerInstance& instance, int run) {
 std::optional<TrainerAttempts::Desired> TrainerAttempts::DesiredLocked() const {
   const bool bound_alive = binding_ && AliveLocked(binding_->instance);
   const bool waiting = waiter_ && (waiting_requests_ > 0 || AliveLocked(waiter_->instance));
-  Desired d;
-  if (bound_alive) {
-    d = {{TrainerState::kRunning, binding_->run}, binding_->instance, "passed the gate"};
-  } else if (waiting) {
-    d = {{TrainerState::kAtGate, waiter_->floor}, waiter_->instance, "waits at the gate for this run or a later one"};
-  } else if (binding_) {
-    d = {{TrainerState::kExited, binding_->run}, binding_->instance, "has ended"};
-  } else {
-    return std::nullopt;
+  auto desired = [](TrainerState state, int run, const TrainerInstance& instance, const char* detail) {
+    const api::TrainerReport report{state, run};
+    return Desired{report, instance, report.Message("instance " + instance.ToString() + " " + detail)};
+  };
+  if (bound_alive) return desired(TrainerState::kRunning, binding_->run, binding_->instance, "passed the gate");
+  if (waiting) {
+    return desired(TrainerState::kAtGate, waiter_->floor, waiter_->instance,
+                   "waits at the gate for this run or a later one");
   }
-  d.message = d.report.Message("instance " + d.instance.ToString() + " " + d.message);
-  return d;
+  if (binding_) return desired(TrainerState::kExited, binding_->run, binding_->instance, "has ended");
+  return std::nullopt;
 }
 
 std::string TrainerAttempts::WhyWaitingLocked(int floor) const {
