@@ -157,6 +157,10 @@ class GateHookTest(unittest.TestCase):
             self.assertEqual(done.returncode, 0, done.stderr)
             self.assertEqual(json.loads(done.stdout)["self"]["FLEET_RUN"], "3")
         self.assertEqual(gate.queries, [])
+        # Nor is its HTTP client imported: every Python start in the pod runs the module.
+        loaded = subprocess.run([sys.executable, "-c", "import sys; print('urllib.request' in sys.modules)"],
+                                env=pod_env(), stdout=subprocess.PIPE, universal_newlines=True)
+        self.assertEqual(loaded.stdout, "False\n")
 
     def test_it_fails_closed_on_a_refusal_or_an_answer_it_cannot_read(self):
         for answer, message in (
