@@ -26,6 +26,10 @@ constexpr const char* kCondition = "condition";
 constexpr const char* kConditionError = "conditionError";
 constexpr const char* kCheckpoint = "checkpoint";
 constexpr const char* kResult = "result";
+constexpr const char* kTrainer = "trainer";
+constexpr const char* kState = "state";
+constexpr const char* kRun = "run";
+constexpr const char* kInstance = "instance";
 
 constexpr const char* kRank = "rank";
 constexpr const char* kStep = "step";
@@ -143,6 +147,19 @@ std::optional<SidecarReport::Checkpoint> ReadCheckpoint(const Json& v) {
                                    MemberAs(v, key::kMessage, AsText).value_or("")};
 }
 
+// A trainer whose state is not one of the condition's reasons, or whose run is not a whole number
+// in 0..INT_MAX, is left out.
+std::optional<SidecarReport::Trainer> ReadTrainer(const Json& v) {
+  const auto state = MemberAs(v, key::kState, AsString);
+  const auto run = MemberAs(v, key::kRun, WholeIn(0, std::numeric_limits<int>::max()));
+  if (!state || !run) return std::nullopt;
+  const auto report = TrainerReport::FromCondition(*state, "run " + std::to_string(*run));
+  if (!report) return std::nullopt;
+  return SidecarReport::Trainer{*report, MemberAs(v, key::kInstance, AsText).value_or(""),
+                                MemberAs(v, key::kMessage, AsText).value_or(""),
+                                MemberAs(v, key::kConditionError, AsText).value_or("")};
+}
+
 Json RankJson(const SidecarReport::Rank& r) {
   Json out = {{key::kRank, r.rank}, {key::kStep, r.step}, {key::kSteps, r.steps}, {key::kIdleSeconds, r.idle_seconds}};
   if (r.epoch) out[key::kEpoch] = *r.epoch;
@@ -185,6 +202,7 @@ Result<SidecarReport> SidecarReport::FromJson(const Json& json) {
   if (const Json* condition = ObjectMember(json, key::kCondition)) report.condition = ReadCondition(*condition);
   report.condition_error = MemberAs(json, key::kConditionError, AsText).value_or("");
   if (const Json* checkpoint = ObjectMember(json, key::kCheckpoint)) report.checkpoint = ReadCheckpoint(*checkpoint);
+  if (const Json* trainer = ObjectMember(json, key::kTrainer)) report.trainer = ReadTrainer(*trainer);
   return report;
 }
 
@@ -210,6 +228,13 @@ Json SidecarReport::ToJson() const {
   if (checkpoint) {
     out[key::kCheckpoint] = {{key::kResult, checkpoint->result}, {key::kMessage, checkpoint->message}};
     if (checkpoint->step) out[key::kCheckpoint][key::kStep] = *checkpoint->step;
+  }
+  if (trainer) {
+    Json& t = out[key::kTrainer] = {{key::kState, trainer->report.Reason()},
+                                    {key::kRun, trainer->report.run},
+                                    {key::kInstance, trainer->instance},
+                                    {key::kMessage, trainer->message}};
+    if (!trainer->condition_error.empty()) t[key::kConditionError] = trainer->condition_error;
   }
   return out;
 }

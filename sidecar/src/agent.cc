@@ -27,6 +27,7 @@
 #include "fleet/sidecar/log_tailer.h"
 #include "fleet/sidecar/peer_probe.h"
 #include "fleet/sidecar/process_watch.h"
+#include "fleet/sidecar/trainer_attempts.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -221,6 +222,7 @@ AgentConfig AgentConfig::FromOptions(const GateOptions& gate, const AgentOptions
   c.identity = PodIdentity{gate.ns, gate.job, gate.pod, gate.role, agent.rank, agent.ranks};
   c.options = agent;
   c.gated = gated;
+  c.in_place = gate.in_place;
   c.server_connect_timeout = gate.server_connect_timeout;
   c.condition.min_interval = agent.condition_min_interval;
   return c;
@@ -263,7 +265,15 @@ Agent::Agent(AgentConfig config, Logger log, std::shared_ptr<prometheus::Registr
     c.pod = id.pod;
     c.job = id.job;
     c.role = id.role;
-    writer_ = std::make_unique<ConditionWriter>(std::move(client), c, log_, registry_);
+    writer_ = std::make_unique<ConditionWriter>(client, c, log_, registry_);
+  }
+  if (config_.in_place) {
+    TrainerAttemptsConfig t;
+    t.ns = id.ns;
+    t.pod = id.pod;
+    t.proc = config_.proc;
+    t.conflict_retries = config_.condition.conflict_retries;
+    trainer_ = std::make_unique<TrainerAttempts>(std::move(t), log_, client);
   }
   prober_ = std::make_unique<PeerProber>(config_.server_connect_timeout,
                                          std::max(config_.server_connect_timeout, milliseconds(2000)));
@@ -319,6 +329,7 @@ Status Agent::Start() {
   running_threads_ = 1;
   loop_thread_ = std::thread([this] { Loop(); });
   if (writer_) writer_->Start();
+  if (trainer_) trainer_->Start();
   return OkStatus();
 }
 
@@ -350,6 +361,7 @@ bool Agent::Stop(milliseconds timeout) {
   }
   bool ok = true;
   if (writer_ && !writer_->Stop(timeout)) ok = false;
+  if (trainer_ && !trainer_->Stop(timeout)) ok = false;
   {
     std::unique_lock<std::mutex> lock(mu_);
     if (!cv_.wait_for(lock, timeout, [this] { return running_threads_ == 0; })) return false;
@@ -757,6 +769,7 @@ httpd::Route Agent::StatusRoute() {
               }
               report.condition_error = writer_->last_error();
             }
+            if (trainer_) report.trainer = trainer_->Report();
             // A trainer's command line is any bytes: what is not UTF-8 is replaced, never thrown
             // about (which answered 500 for the pod's life).
             return httpd::Response{200, "application/json",
@@ -767,6 +780,20 @@ httpd::Route Agent::StatusRoute() {
 std::optional<httpd::Route> Agent::CheckpointRoute() {
   if (!checkpointer_) return std::nullopt;
   return checkpointer_->Route();
+}
+
+std::optional<httpd::Route> Agent::GateRoute() {
+  if (!trainer_) return std::nullopt;
+  return trainer_->GateRoute();
+}
+
+std::optional<httpd::Route> Agent::TrainerLiveRoute() {
+  if (!trainer_) return std::nullopt;
+  return trainer_->LiveRoute();
+}
+
+void Agent::RunAnnotationsChanged(const RunAnnotations& annotations) {
+  if (trainer_) trainer_->SetRunAnnotations(annotations);
 }
 
 }  // namespace fleet::sidecar

@@ -88,6 +88,7 @@ GateConfig GateConfig::FromOptions(const GateOptions& o) {
   c.api_backoff_max = o.api_retry_max;
   c.api_timeout = o.api_timeout;
   c.api_backoff_base = std::min(c.api_backoff_base, c.api_backoff_max);
+  c.keep_watching = o.in_place;
   return c;
 }
 
@@ -118,6 +119,11 @@ Gate::~Gate() {
 void Gate::OnOpen(std::function<void()> callback) {
   std::lock_guard<std::mutex> lock(mu_);
   on_open_ = std::move(callback);
+}
+
+void Gate::OnRunAnnotations(std::function<void(const RunAnnotations&)> callback) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_run_annotations_ = std::move(callback);
 }
 
 void Gate::Start() {
@@ -181,10 +187,16 @@ std::string Gate::HealthProblem() const {
 
 // ---- state ----
 
-void Gate::Apply(const Json* config_map) { ApplyVerdict(EvaluateConfigMap(config_map, config_.target), false); }
+void Gate::Apply(const Json* config_map) { Observe(config_map, false); }
 
-void Gate::ApplyVerdict(ConfigMapVerdict verdict, bool api_answered) {
+void Gate::Observe(const Json* config_map, bool api_answered) {
+  ConfigMapVerdict verdict = EvaluateConfigMap(config_map, config_.target);
+  const RunAnnotations annotations = ReadRunAnnotations(config_map);
   std::lock_guard<std::mutex> lock(mu_);
+  if (on_run_annotations_ && run_annotations_ != annotations) {
+    run_annotations_ = annotations;
+    on_run_annotations_(annotations);
+  }
   if (api_answered) {
     api_error_.clear();
     api_error_code_ = kube::Code::kOk;
@@ -229,7 +241,9 @@ void Gate::ChangedLocked() {
 void Gate::OpenLocked() {
   open_ = true;
   opened_at_ = Clock::now();
-  cancel_.Cancel();  // the watch and any probe round end: nothing depends on them any more
+  // The watch and any probe round end: nothing depends on them any more (but the trainer's gate,
+  // with keep_watching).
+  if (!config_.keep_watching) cancel_.Cancel();
   if (on_open_) on_open_();
 }
 
@@ -395,7 +409,7 @@ kube::StatusOr<std::string> Gate::ListConfigMap() {
       if (StringMember(ObjectMember(item, "metadata"), "name") == name) found = &item;
     }
   }
-  ApplyVerdict(EvaluateConfigMap(found, config_.target), /*api_answered=*/true);
+  Observe(found, /*api_answered=*/true);
   return StringMember(ObjectMember(*list, "metadata"), "resourceVersion");
 }
 

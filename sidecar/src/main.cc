@@ -21,6 +21,7 @@
 
 #include "fleet/base/log.h"
 #include "fleet/base/result.h"
+#include "fleet/base/strings.h"
 #include "fleet/httpd/http_server.h"
 #include "fleet/kube/client.h"
 #include "fleet/kube/config.h"
@@ -30,6 +31,7 @@
 #include "fleet/sidecar/exposition.h"
 #include "fleet/sidecar/gate.h"
 #include "fleet/sidecar/options.h"
+#include "fleet/sidecar/trainer_attempts.h"
 
 namespace {
 
@@ -109,24 +111,33 @@ std::vector<fleet::httpd::Route> Routes(fleet::sidecar::Gate* gate, fleet::sidec
   }
   if (agent) routes.push_back(agent->StatusRoute());
   if (auto checkpoint = agent ? agent->CheckpointRoute() : std::nullopt) routes.push_back(std::move(*checkpoint));
+  if (auto live = agent ? agent->TrainerLiveRoute() : std::nullopt) routes.push_back(std::move(*live));
   return routes;
 }
 
 // Starts the agent and, with --report-http, the HTTP server that takes its pushed step reports
-// (null without).
+// and, with --in-place, the trainers' gate (null without).
 fleet::Result<std::unique_ptr<fleet::httpd::HttpServer>> StartAgent(
     fleet::sidecar::Agent& agent, const fleet::sidecar::AgentOptions& agent_options, const Logger& log) {
   if (auto started = agent.Start(); !started) return fleet::Error{started.error()};
   if (agent_options.report_http.empty()) return std::unique_ptr<fleet::httpd::HttpServer>();
   // Loopback pushes from the trainer's ranks: a few workers, so that one stalled client (one
-  // worker for the 2 s request timeout) does not hold the others' reports (http_server.h).
+  // worker for the 2 s request timeout) does not hold the others' reports (http_server.h); and as
+  // many again for the trainers' gate, whose long polls hold a worker each (at most that many wait).
   fleet::httpd::HttpServerOptions report_options;
   report_options.threads = 4;
   report_options.max_body_bytes = 64 * 1024;
-  auto reports = fleet::httpd::HttpServer::Start(agent_options.report_http, {agent.ReportRoute()}, report_options);
+  std::vector<fleet::httpd::Route> routes = {agent.ReportRoute()};
+  std::string gate_note;
+  if (auto gate = agent.GateRoute()) {
+    routes.push_back(std::move(*gate));
+    report_options.threads += fleet::sidecar::TrainerAttemptsConfig().max_waiters;
+    gate_note = " and the trainers' gate on " + std::string(fleet::api::kGatePath);
+  }
+  auto reports = fleet::httpd::HttpServer::Start(agent_options.report_http, std::move(routes), report_options);
   if (!reports.ok()) return fleet::Error{"--report-http: " + reports.error()};
   const int port = (*reports)->port();
-  log("taking step reports on http://" + agent_options.report_http + "/v1/report" +
+  log("taking step reports on http://" + agent_options.report_http + "/v1/report" + gate_note +
       (PortNote(agent_options.report_http, port).empty() ? std::string()
                                                          : " (report port " + std::to_string(port) + ")"));
   return std::move(*reports);
@@ -185,7 +196,8 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
     return 1;
   }
   std::shared_ptr<fleet::kube::Client> client;
-  if (gated || agent_options.pod_condition) {
+  const bool conditions = agent_options.pod_condition || options.in_place;
+  if (gated || conditions) {
     auto connected = ConnectToApi(env, options);
     if (!connected) {
       log(connected.error());
@@ -209,7 +221,13 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
   if (!options.exit_when_ready) {
     agent = std::make_unique<fleet::sidecar::Agent>(
         fleet::sidecar::AgentConfig::FromOptions(options, agent_options, gated), log, registry,
-        agent_options.pod_condition ? client : nullptr);
+        conditions ? client : nullptr);
+  }
+  if (gate && agent) {
+    // The watch's thread, with the gate's lock held: the agent only takes its own lock and notifies.
+    gate->OnRunAnnotations([agent = agent.get()](const fleet::sidecar::RunAnnotations& annotations) {
+      agent->RunAnnotationsChanged(annotations);
+    });
   }
 
   auto server = fleet::httpd::HttpServer::Start(options.listen, Routes(gate.get(), agent.get(), registry));
@@ -217,10 +235,13 @@ int Run(const fleet::sidecar::CommandLine& command_line, const fleet::EnvMap& en
     log(server.error());
     return 1;
   }
-  const std::string agent_paths = !agent                                ? ""
-                                  : agent_options.checkpoint_dir.empty() ? " and /status"
-                                                                         : ", /status and /checkpoint";
-  log("serving /startup, /readyz, /healthz, /metrics" + agent_paths + " on " + options.listen +
+  std::vector<std::string> paths = {"/startup", "/readyz", "/healthz", "/metrics"};
+  if (agent) paths.push_back("/status");
+  if (agent && !agent_options.checkpoint_dir.empty()) paths.push_back("/checkpoint");
+  if (agent && options.in_place) paths.push_back(fleet::api::kTrainerLivePath);
+  const std::string last = paths.back();
+  paths.pop_back();
+  log("serving " + fleet::JoinStrings(paths, ", ") + " and " + last + " on " + options.listen +
       PortNote(options.listen, (*server)->port()));
   std::unique_ptr<fleet::httpd::HttpServer> report_server;
   if (agent) {

@@ -232,6 +232,10 @@ void AddOtherFlags(CLI::App& app, Flags& flags) {
   GateOnly(flags, cmdline::AddSwitch(app, "--exit-when-ready", o.exit_when_ready,
                                      "(gate) exit 0 as soon as the gate opens (a plain init container: no agent)")
                       ->group(other));
+  GateOnly(flags, cmdline::AddSwitch(app, "--in-place", o.in_place,
+                                     "(gate) the job restarts in place: serve the trainers' gate (GET /gate on "
+                                     "--report-http) and liveness (GET /trainer-live), write the Trainer condition")
+                      ->group(other));
   app.add_option("--kubeconfig", o.kubeconfig, "a kubeconfig file (default: $KUBECONFIG, else in-cluster, else ~/.kube/config)")
       ->type_name("PATH")->check(cmdline::NonEmpty())->group(other);
   app.add_option("--listen", o.listen, "where to serve HTTP (default: $POD_IP:<metrics-port>, 127.0.0.1 without POD_IP)")
@@ -283,7 +287,11 @@ HTTP (on --listen):
   /metrics  Prometheus metrics (fleet_training_*, fleet_sidecar_*)
   /status   the agent's state as JSON
   /checkpoint  (with --checkpoint-dir) ask the trainer for a checkpoint and wait for it: the
-            trainer container's preStop hook)");
+            trainer container's preStop hook
+  /trainer-live  (with --in-place) 503 while a trainer bound to an older run than the endpoints
+            ConfigMap's runs (the main containers' liveness probe), else 200
+On --report-http: POST /v1/report (step reports) and, with --in-place, GET /gate?run=N&instance=P:S
+(the trainers' gate, asked by the env hook: 200 with the run to join, 202 to ask again).)");
   app->footer(R"(Durations: 500ms, 2s, 5m.
 
 Exit status: 0 after SIGTERM/SIGINT or, with --exit-when-ready, once the gate is open; 1 when the
@@ -345,6 +353,10 @@ Status CheckFlags(const CLI::App& app, Flags& flags, const EnvMap& env, bool gat
   }
   if (a.peer_check_interval < std::chrono::milliseconds(100)) return Error{"--peer-check-interval: must be at least 100ms"};
   if (app.get_option("--pod-condition")->count() == 0) a.pod_condition = gate;
+  if (o.in_place && o.exit_when_ready) return Error{"--in-place: the trainers' gate needs the agent, not --exit-when-ready"};
+  if (o.in_place && a.report_http.empty()) {
+    return Error{"--in-place: needs --report-http (the trainers ask the gate there, on loopback)"};
+  }
   return OkStatus();
 }
 

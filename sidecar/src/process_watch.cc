@@ -52,6 +52,26 @@ std::string_view CutAtCharacter(std::string_view text, size_t limit) {
 
 }  // namespace
 
+std::optional<ProcStat> ReadProcStat(const std::string& proc, pid_t pid) {
+  std::string stat;
+  if (!ReadSmall(proc + "/" + std::to_string(pid) + "/stat", &stat, 1024)) return std::nullopt;
+  // "pid (comm) S ppid ... starttime(22nd)": comm may hold spaces and parentheses; the last ')' ends it.
+  const size_t close = stat.rfind(')');
+  if (close == std::string::npos || close + 2 >= stat.size()) return std::nullopt;
+  ProcStat out;
+  out.state = stat[close + 2];
+  const char* const end = stat.data() + stat.size();
+  // Fields after comm: 3 = state, 4 = ppid ... 22 = starttime.
+  size_t i = close + 2;
+  for (int field = 3; field < 22 && i != std::string::npos; ++field) {
+    i = stat.find(' ', i + 1);
+    if (field == 3 && i != std::string::npos) std::from_chars(stat.data() + i + 1, end, out.ppid);
+  }
+  if (i == std::string::npos) return std::nullopt;
+  if (std::from_chars(stat.data() + i + 1, end, out.start_time).ec != std::errc()) return std::nullopt;
+  return out;
+}
+
 MainProcessWatcher::MainProcessWatcher(std::string proc, const std::string& match, pid_t self)
     : proc_(std::move(proc)), self_(self) {
   if (match.empty()) return;
@@ -70,21 +90,11 @@ bool MainProcessWatcher::Enabled(MainProcessMode mode, const std::string& proc) 
 
 std::optional<MainProcessWatcher::Candidate> MainProcessWatcher::Read(pid_t pid) const {
   const std::string dir = proc_ + "/" + std::to_string(pid);
-  std::string stat;
-  if (!ReadSmall(dir + "/stat", &stat, 1024)) return std::nullopt;
-  // "pid (comm) S ppid ... starttime(22nd)": comm may hold spaces and parentheses; the last ')' ends it.
-  const size_t close = stat.rfind(')');
-  if (close == std::string::npos || close + 2 >= stat.size()) return std::nullopt;
-  const char state = stat[close + 2];
-  if (state == 'Z' || state == 'X' || state == 'x') return std::nullopt;
-  // Fields after comm: 3 = state ... 22 = starttime: skip 19 more spaces after the state.
-  size_t i = close + 2;
-  for (int field = 3; field < 22 && i != std::string::npos; ++field) i = stat.find(' ', i + 1);
-  if (i == std::string::npos) return std::nullopt;
+  const std::optional<ProcStat> stat = ReadProcStat(proc_, pid);
+  if (!stat || stat->Ended()) return std::nullopt;
   Candidate c;
   c.pid = pid;
-  const char* begin = stat.data() + i + 1;
-  std::from_chars(begin, stat.data() + stat.size(), c.start_time);
+  c.start_time = stat->start_time;
   std::string cmdline;
   if (!ReadSmall(dir + "/cmdline", &cmdline, 4096)) return std::nullopt;
   while (!cmdline.empty() && cmdline.back() == '\0') cmdline.pop_back();

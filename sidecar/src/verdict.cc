@@ -38,7 +38,35 @@ std::string VariableForRole(const std::string& key, const std::string& role) {
   return key.substr(dot + 1) == role ? key.substr(0, dot) : std::string();
 }
 
+// The object's metadata.annotations, null when it has none (or they are not a map).
+const Json* Annotations(const Json* config_map) {
+  if (config_map == nullptr || !config_map->is_object()) return nullptr;
+  auto metadata = config_map->find("metadata");
+  if (metadata == config_map->end() || !metadata->is_object()) return nullptr;
+  auto annotations = metadata->find("annotations");
+  return annotations != metadata->end() && annotations->is_object() ? &*annotations : nullptr;
+}
+
 }  // namespace
+
+RunAnnotations ReadRunAnnotations(const Json* config_map) {
+  RunAnnotations out;
+  const Json* annotations = Annotations(config_map);
+  if (!annotations) return out;
+  // The run number in annotation `name`; nullopt when it is absent (*present false) or not one.
+  auto read = [annotations](const char* name, bool* present) -> std::optional<int> {
+    auto it = annotations->find(name);
+    *present = it != annotations->end();
+    if (!*present || !it->is_string()) return std::nullopt;
+    auto run = ParseNonNegativeInt(it->get_ref<const std::string&>(), name);
+    return run ? std::optional<int>(*run) : std::nullopt;
+  };
+  bool present = false;
+  out.run = read(kRunAnnotation, &present);
+  out.barrier = read(api::kBarrierAnnotation, &present);
+  if (present && !out.barrier) out.barrier = out.run;
+  return out;
+}
 
 const char* ConfigMapStateName(ConfigMapState state) {
   switch (state) {
@@ -57,12 +85,7 @@ ConfigMapVerdict EvaluateConfigMap(const Json* config_map, const GateTarget& tar
   if (!config_map->is_object()) return Verdict(ConfigMapState::kMalformed, "it is not a JSON object");
 
   // The run it was published for.
-  const Json* annotations = nullptr;
-  auto metadata = config_map->find("metadata");
-  if (metadata != config_map->end() && metadata->is_object()) {
-    auto a = metadata->find("annotations");
-    if (a != metadata->end() && a->is_object()) annotations = &*a;
-  }
+  const Json* annotations = Annotations(config_map);
   const auto run_it = annotations ? annotations->find(kRunAnnotation) : Json::const_iterator();
   if (!annotations || run_it == annotations->end()) {
     return Verdict(ConfigMapState::kOtherRun, std::string("it has no ") + kRunAnnotation + " annotation");

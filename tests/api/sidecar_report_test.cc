@@ -36,7 +36,9 @@ const Json& FullAnswer() {
     "condition": {"type": "fleet.paddlepaddle.org/TrainingProgress", "status": "False", "reason": "Stalled",
                   "message": "rank 3 (pod j-worker-1) has reported no step for 10m5s"},
     "conditionError": "pods \"j-worker-1\" is forbidden",
-    "checkpoint": {"result": "Saved", "step": 1200, "message": "step 1200 saved by the trainer in 3s"}
+    "checkpoint": {"result": "Saved", "step": 1200, "message": "step 1200 saved by the trainer in 3s"},
+    "trainer": {"state": "AtGate", "run": 5, "instance": "4242:98765",
+                "message": "run 5: instance 4242:98765 waits at the gate", "conditionError": "pods is forbidden"}
   })json");
   return answer;
 }
@@ -72,6 +74,10 @@ TEST(SidecarReportTest, ReadsAndWritesAnAnswerAsTheSidecarServesIt) {
   ASSERT_TRUE(report.condition.has_value());
   EXPECT_FALSE(report.condition->status);
   EXPECT_EQ(report.peers.total, 2);
+  ASSERT_TRUE(report.trainer.has_value());
+  EXPECT_EQ(report.trainer->report.state, TrainerState::kAtGate);
+  EXPECT_EQ(report.trainer->report.run, 5);
+  EXPECT_EQ(report.trainer->instance, "4242:98765");
 }
 
 TEST(SidecarReportTest, WritesWhatItIsGivenAndReadsItBack) {
@@ -111,7 +117,7 @@ TEST(SidecarReportTest, TheKeysItWritesAreTheKeysItReads) {
   ASSERT_EQ(Read(answer).ToJson(), answer);
   std::vector<Json::json_pointer> keys;
   CollectKeys(answer, Json::json_pointer(), keys);
-  EXPECT_EQ(keys.size(), 10u + 3 + 9 + 2 + 4 + 3);
+  EXPECT_EQ(keys.size(), 11u + 3 + 9 + 2 + 4 + 3 + 5);
   for (const Json::json_pointer& key : keys) {
     Json without = answer;
     without[key.parent_pointer()].erase(key.back());
@@ -213,6 +219,27 @@ TEST(SidecarReportTest, ItsOtherMembersOfAnotherTypeAreLeftOutAndItsTextIsBounde
     EXPECT_EQ(text->size(), kMaxReportTextBytes);
     EXPECT_EQ(text->substr(text->size() - 3), "...");
   }
+}
+
+// The trainer is one of the Trainer condition's states in a run 0..INT_MAX, or it is left out; its
+// text is bounded as the rest.
+TEST(SidecarReportTest, ATrainerOfAnUnknownStateOrRunIsLeftOut) {
+  for (const Json& trainer : {Json{{"state", "Crashed"}, {"run", 1}}, Json{{"state", "Running"}, {"run", -1}},
+                              Json{{"state", "Running"}, {"run", 2147483648.0}}, Json{{"state", "Running"}, {"run", "1"}},
+                              Json{{"state", "Running"}, {"run", 1.5}}, Json{{"run", 1}}, Json{{"state", "Exited"}},
+                              Json("Running")}) {
+    EXPECT_FALSE(Read({{"ranks", Json::array()}, {"trainer", trainer}}).trainer.has_value()) << trainer.dump();
+  }
+  const SidecarReport report =
+      Read({{"ranks", Json::array()},
+            {"trainer", {{"state", "Exited"}, {"run", 2147483647}, {"message", std::string(200 * 1024, 'x')}}}});
+  ASSERT_TRUE(report.trainer.has_value());
+  EXPECT_EQ(report.trainer->report.state, TrainerState::kExited);
+  EXPECT_EQ(report.trainer->report.run, 2147483647);
+  EXPECT_EQ(report.trainer->instance, "");
+  EXPECT_EQ(report.trainer->message.size(), kMaxReportTextBytes);
+  EXPECT_EQ(report.ToJson()["trainer"],
+            (Json{{"state", "Exited"}, {"run", 2147483647}, {"instance", ""}, {"message", report.trainer->message}}));
 }
 
 // JSON has no NaN or infinity: nlohmann writes them as null, which the reader would refuse.

@@ -20,6 +20,7 @@
 #include <cstring>
 #include <sstream>
 #include <fstream>
+#include <future>
 #include <regex>
 #include <string>
 #include <thread>
@@ -315,6 +316,174 @@ TEST_F(GatedAgentTest, ACheckpointRequestWaitsForTheTrainerAndRecordsItsStepOnTh
   EXPECT_EQ(invalid.value("reason", ""), "Invalid");
   EXPECT_NE(invalid.value("message", "").find("'twelve hundred', not a step"), std::string::npos) << invalid.dump();
   EXPECT_TRUE(Says(*sidecar, "/healthz", 200, "ok"));
+  ASSERT_TRUE(sidecar->Signal(SIGTERM));
+  EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
+}
+
+// A trainer stand-in for --in-place: a process of its own, named as the env hook names the
+// container's first process ("<pid>:<starttime>"), ended as a container start ends.
+class TrainerStandIn {
+ public:
+  TrainerStandIn() {
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      ::execl("/bin/sleep", "sleep", "600", nullptr);
+      ::_exit(127);
+    }
+    const auto stat = pid_ > 0 ? ReadProcStat("/proc", pid_) : std::nullopt;
+    if (stat) name_ = std::to_string(pid_) + ":" + std::to_string(stat->start_time);
+  }
+  ~TrainerStandIn() { End(); }
+  TrainerStandIn(const TrainerStandIn&) = delete;
+  TrainerStandIn& operator=(const TrainerStandIn&) = delete;
+  const std::string& name() const { return name_; }
+  void End() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    ::waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  std::string name_;
+};
+
+class InPlaceTest : public GatedAgentTest {
+ protected:
+  int PatchConfigMap(const Json& annotations) {
+    HttpConnection http(fake_.url());
+    auto r = http.Send("PATCH", "/api/v1/namespaces/default/configmaps/j-endpoints",
+                       Json{{"metadata", {{"annotations", annotations}}}}.dump(),
+                       {{"Content-Type", "application/merge-patch+json"}});
+    return r ? r->status : 0;
+  }
+  // The hook's long poll: GET /gate until an answer other than 202 (at most a minute).
+  static std::optional<HttpConnection::Response> PassGate(int report_port, const std::string& query) {
+    HttpConnection http("http://127.0.0.1:" + std::to_string(report_port));
+    for (int i = 0; i < 6; ++i) {
+      auto r = http.Send("GET", std::string("/gate?") + query);
+      if (!r || r->status != 202) return r;
+    }
+    return std::nullopt;
+  }
+  ::testing::AssertionResult TrainerBecomes(const std::string& status, const std::string& reason,
+                                            const std::string& message, SidecarProcess& sidecar) {
+    Json last;
+    if (Eventually([&] {
+          last = Condition("j-worker-0", "fleet.paddlepaddle.org/Trainer");
+          return last.value("status", "") == status && last.value("reason", "") == reason &&
+                 last.value("message", "") == message;
+        })) {
+      return ::testing::AssertionSuccess();
+    }
+    return ::testing::AssertionFailure() << "the Trainer condition is " << last.dump() << ", not " << status << "/"
+                                         << reason << " '" << message << "'\n" << sidecar.Stderr();
+  }
+};
+
+// The sidecar's half of an in-place restart (api/in_place.h) against the fake API server: the
+// trainer passes the gate into the open run; the operator moves the ConfigMap to the next run
+// behind a barrier, and the liveness probe fails the old instance while it lives; its successor
+// waits at the gate (the condition says so, for the operator to lift the barrier) and passes into
+// the new run.
+TEST_F(InPlaceTest, TheTrainerPassesTheGateAndARestartMovesItToTheNextRun) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  auto sidecar = Start(GateArgs("worker", {"--in-place", "--report-http=127.0.0.1:0", "--main-process=off"}));
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
+  const int report_port = LoggedNumber(*sidecar, "(report port ");
+  ASSERT_GT(report_port, 0) << sidecar->Stderr();
+  EXPECT_NE(sidecar->Stderr().find("/v1/report and the trainers' gate on /gate"), std::string::npos);
+
+  TrainerStandIn first;
+  ASSERT_NE(first.name(), "");
+  auto passed = PassGate(report_port, "run=3&instance=" + first.name());
+  ASSERT_TRUE(passed);
+  EXPECT_EQ(passed->status, 200) << passed->body;
+  EXPECT_EQ(Json::parse(passed->body), (Json{{"run", 3}}));
+  EXPECT_TRUE(TrainerBecomes("True", "Running", "run 3: instance " + first.name() + " passed the gate", *sidecar));
+  EXPECT_TRUE(Says(*sidecar, "/trainer-live", 200, "ok"));
+  EXPECT_TRUE(Says(*sidecar, "/status", 200, "\"state\": \"Running\""));
+
+  // The operator restarts the job in place: run 4, behind its barrier.
+  ASSERT_EQ(PatchConfigMap({{"fleet.paddlepaddle.org/run", "4"}, {"fleet.paddlepaddle.org/barrier", "4"}}), 200);
+  EXPECT_TRUE(Says(*sidecar, "/trainer-live", 503, "runs in run 3, older than the endpoints ConfigMap's run 4"));
+  first.End();   // the kubelet kills it
+  EXPECT_TRUE(Says(*sidecar, "/trainer-live", 200, "ok"));
+  EXPECT_TRUE(TrainerBecomes("False", "Exited", "run 3: instance " + first.name() + " has ended", *sidecar));
+
+  TrainerStandIn second;   // and starts the container again
+  auto waits = std::async(std::launch::async, [&] { return PassGate(report_port, "run=4&instance=" + second.name()); });
+  EXPECT_TRUE(TrainerBecomes("False", "AtGate",
+                             "run 4: instance " + second.name() + " waits at the gate for this run or a later one",
+                             *sidecar));
+  // Every pod waits for run 4: the operator lifts the barrier.
+  ASSERT_EQ(PatchConfigMap({{"fleet.paddlepaddle.org/barrier", nullptr}}), 200);
+  passed = waits.get();
+  ASSERT_TRUE(passed);
+  EXPECT_EQ(passed->status, 200) << passed->body;
+  EXPECT_EQ(Json::parse(passed->body), (Json{{"run", 4}}));
+  EXPECT_TRUE(TrainerBecomes("True", "Running", "run 4: instance " + second.name() + " passed the gate", *sidecar));
+  EXPECT_TRUE(Says(*sidecar, "/trainer-live", 200, "ok"));
+  const Json trainer = Json::parse(sidecar->Get("/status")->body)["trainer"];
+  EXPECT_EQ(trainer["run"], 4);
+  EXPECT_EQ(trainer["instance"], second.name());
+  EXPECT_NE(sidecar->Stderr().find("trainer instance " + second.name() + " passed the gate into run 4"),
+            std::string::npos);
+  ASSERT_TRUE(sidecar->Signal(SIGTERM));
+  EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
+}
+
+// The gate's long polls hold a worker of the report server each: with the most that may wait
+// (4), step reports are still taken at once, and one more request is refused at once.
+TEST_F(InPlaceTest, FourWaitingTrainersDoNotHoldTheReports) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  auto sidecar = Start(GateArgs("worker", {"--in-place", "--report-http=127.0.0.1:0", "--main-process=off"}));
+  const int report_port = LoggedNumber(*sidecar, "(report port ");
+  ASSERT_GT(report_port, 0) << sidecar->Stderr();
+  // Each waits for a later run than the ConfigMap's (10 + i), and is seen waiting before the next asks.
+  std::vector<std::future<std::optional<HttpConnection::Response>>> waiting;
+  for (int i = 1; i <= 4; ++i) {
+    waiting.push_back(std::async(std::launch::async, [report_port, i] {
+      HttpConnection http("http://127.0.0.1:" + std::to_string(report_port));
+      return http.Send("GET", "/gate?run=" + std::to_string(10 + i) + "&instance=" + std::to_string(i) + ":1");
+    }));
+    EXPECT_TRUE(Says(*sidecar, "/status", 200, "\"message\": \"run " + std::to_string(10 + i) + ": instance " +
+                                                   std::to_string(i) + ":1 waits at the gate"));
+  }
+  auto report = Post(report_port, "step=5 loss=0.5\n", "text/plain");
+  ASSERT_TRUE(report);
+  EXPECT_EQ(report->status, 200) << report->body;
+  HttpConnection fifth("http://127.0.0.1:" + std::to_string(report_port));
+  auto refused = fifth.Send("GET", "/gate?run=20&instance=5:1");
+  ASSERT_TRUE(refused);
+  EXPECT_EQ(refused->status, 429) << refused->body;
+  for (auto& w : waiting) {
+    EXPECT_EQ(w.wait_for(seconds(0)), std::future_status::timeout);   // all still waiting meanwhile
+  }
+  for (auto& w : waiting) {
+    auto answer = w.get();   // 202 after the poll: still not open
+    ASSERT_TRUE(answer);
+    EXPECT_EQ(answer->status, 202) << answer->body;
+  }
+}
+
+// Without --in-place nothing of it is served.
+TEST_F(GatedAgentTest, WithoutInPlaceThereIsNoTrainerGate) {
+  CreatePod("j-worker-0");
+  CreateConfigMap(3, {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  auto sidecar = Start(GateArgs("worker", {"--report-http=127.0.0.1:0", "--main-process=off"}));
+  EXPECT_TRUE(Says(*sidecar, "/startup", 200, "gate open"));
+  const int report_port = LoggedNumber(*sidecar, "(report port ");
+  ASSERT_GT(report_port, 0) << sidecar->Stderr();
+  HttpConnection http("http://127.0.0.1:" + std::to_string(report_port));
+  auto gate = http.Send("GET", "/gate?run=3&instance=1:1");
+  ASSERT_TRUE(gate);
+  EXPECT_EQ(gate->status, 404);
+  EXPECT_TRUE(Says(*sidecar, "/trainer-live", 404, "no such path"));
+  EXPECT_EQ(Json::parse(sidecar->Get("/status")->body).count("trainer"), 0u);
   ASSERT_TRUE(sidecar->Signal(SIGTERM));
   EXPECT_EQ(sidecar->WaitExit(seconds(5)), 0) << sidecar->Stderr();
 }

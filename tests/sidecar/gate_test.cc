@@ -92,6 +92,28 @@ TEST_F(GateTest, MessagesAndOneLogLinePerStateChange) {
   EXPECT_NE(lines[2].find("gate open"), std::string::npos);
 }
 
+// --in-place: the ConfigMap's run and barrier reach the agent whenever they change, also once the
+// gate is open (an in-place restart moves the ConfigMap to the next run under the open gate).
+TEST_F(GateTest, ItTellsTheRunAnnotationsOnEveryChangeAlsoOnceOpen) {
+  auto gate = MakeGate("worker");
+  std::vector<RunAnnotations> told;
+  gate->OnRunAnnotations([&](const RunAnnotations& a) { told.push_back(a); });
+  gate->Apply(nullptr);
+  Json published = ConfigMap("3", {{"PADDLE_TRAINER_ENDPOINTS", "10.0.0.1:6170"}});
+  gate->Apply(&published);
+  gate->Apply(&published);   // no change: not told again
+  EXPECT_TRUE(gate->open());
+  Json restarted = published;
+  restarted["metadata"]["annotations"][kRunAnnotation] = "4";
+  restarted["metadata"]["annotations"][api::kBarrierAnnotation] = "4";
+  gate->Apply(&restarted);
+  restarted["metadata"]["annotations"].erase(api::kBarrierAnnotation);
+  gate->Apply(&restarted);
+  EXPECT_EQ(gate->Message(), "gate open: the endpoint lists of run 3 are published");
+  const std::vector<RunAnnotations> expected = {{std::nullopt, std::nullopt}, {3, std::nullopt}, {4, 4}, {4, std::nullopt}};
+  EXPECT_EQ(told, expected);
+}
+
 TEST_F(GateTest, MalformedSaysWhy) {
   auto gate = MakeGate("worker");
   Json bad = ConfigMap("3", {{"PADDLE_PSERVERS_IP_PORT_LIST", "10.0.0.1"}});

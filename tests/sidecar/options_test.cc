@@ -57,6 +57,12 @@ TEST(SidecarOptionsTest, ParsesWhatThePodBuilderEmits) {
   ASSERT_TRUE(cl.ok()) << cl.error();
   EXPECT_TRUE(cl->gate.exit_when_ready);
   EXPECT_EQ(cl->gate.listen, "127.0.0.1:9090");  // no POD_IP
+  EXPECT_FALSE(cl->gate.in_place);
+
+  // An InPlace job's sidecar.
+  cl = ParseCommandLine(With(PodBuilderArgs(), {"--in-place", "--report-http=127.0.0.1:9091"}), {});
+  ASSERT_TRUE(cl.ok()) << cl.error();
+  EXPECT_TRUE(cl->gate.in_place);
 }
 
 TEST(SidecarOptionsTest, OptionalFlags) {
@@ -132,6 +138,9 @@ TEST(SidecarOptionsTest, ErrorsNameTheFlag) {
       {With(PodBuilderArgs(), {"--watch-timeout=10ms"}), "--watch-timeout"},
       {With(PodBuilderArgs(), {"--exit-when-ready=yes"}), "--exit-when-ready"},
       {With(PodBuilderArgs(), {"--exit-when-ready", "--exit-when-ready"}), "--exit-when-ready"},
+      {With(PodBuilderArgs(), {"--in-place"}), "--in-place: needs --report-http"},
+      {With(PodBuilderArgs(), {"--in-place", "--report-http=127.0.0.1:9091", "--exit-when-ready"}), "--in-place"},
+      {With(PodBuilderArgs(), {"--in-place=sometimes", "--report-http=127.0.0.1:9091"}), "--in-place"},
   };
   for (const auto& [args, fragment] : cases) {
     std::string joined;
@@ -234,6 +243,7 @@ TEST(SidecarOptionsTest, AgentErrorsNameTheFlag) {
       {With(PodBuilderArgs(), {"--log-poll-interval=20s"}), "--log-poll-interval"},
       {With(PodBuilderArgs(), {"--rank=1", "--rank=2"}), "--rank"},
       {{"agent", "--job=j", "--role=w", "--metrics-port=1", "--config-map=c"}, "--config-map is a flag of 'gate'"},
+      {{"agent", "--job=j", "--role=w", "--metrics-port=1", "--in-place"}, "--in-place is a flag of 'gate'"},
   };
   for (const auto& [args, fragment] : cases) {
     auto cl = ParseCommandLine(args, {});

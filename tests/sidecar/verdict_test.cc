@@ -130,5 +130,29 @@ TEST(SidecarVerdictTest, MalformedConfigMapsAreRefusedNeverThrow) {
   EXPECT_EQ(EvaluateConfigMap(&other, Target("worker")).state, ConfigMapState::kReady);
 }
 
+// In-place restart: the run a trainer may pass into is the run annotation unless an equal barrier
+// holds it; an unreadable barrier holds it too.
+TEST(SidecarVerdictTest, TheOpenRunIsTheRunAnnotationUnlessTheBarrierHoldsIt) {
+  auto read = [](const Json& annotations) {
+    const Json cm = {{"metadata", {{"name", "j-endpoints"}, {"annotations", annotations}}}};
+    return ReadRunAnnotations(&cm);
+  };
+  const std::string barrier = api::kBarrierAnnotation;
+  EXPECT_EQ(read({{kRunAnnotation, "4"}}), (RunAnnotations{4, std::nullopt}));
+  EXPECT_EQ(read({{kRunAnnotation, "4"}}).OpenRun(), 4);
+  EXPECT_EQ(read({{kRunAnnotation, "4"}, {barrier, "4"}}), (RunAnnotations{4, 4}));
+  EXPECT_EQ(read({{kRunAnnotation, "4"}, {barrier, "4"}}).OpenRun(), std::nullopt);
+  EXPECT_EQ(read({{kRunAnnotation, "5"}, {barrier, "4"}}).OpenRun(), 5);   // a barrier of another run holds nothing
+  EXPECT_EQ(read({{kRunAnnotation, "4"}, {barrier, "soon"}}), (RunAnnotations{4, 4}));
+  EXPECT_EQ(read({{kRunAnnotation, "4"}, {barrier, 4}}).OpenRun(), std::nullopt);
+  EXPECT_EQ(read({{kRunAnnotation, "-4"}}), (RunAnnotations{}));
+  EXPECT_EQ(read({{kRunAnnotation, 4}}).OpenRun(), std::nullopt);
+  EXPECT_EQ(read(Json::object()), (RunAnnotations{}));
+  EXPECT_EQ(read("not a map"), (RunAnnotations{}));
+  EXPECT_EQ(ReadRunAnnotations(nullptr), (RunAnnotations{}));
+  const Json odd = Json::array();
+  EXPECT_EQ(ReadRunAnnotations(&odd), (RunAnnotations{}));
+}
+
 }  // namespace
 }  // namespace fleet::sidecar

@@ -19,6 +19,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/in_place.h"
 #include "fleet/base/result.h"
 
 namespace fleet::api {
@@ -77,6 +78,16 @@ struct SidecarReport {
     std::string message;
   };
 
+  // In-place restart (fleet-sidecar --in-place; in_place.h): the pod's trainer as the sidecar's
+  // Trainer condition says it, about which instance ("<pid>:<starttime>"), and that condition's
+  // last failed write ("" when none).
+  struct Trainer {
+    TrainerReport report;
+    std::string instance;
+    std::string message;                       // the condition's message
+    std::string condition_error;
+  };
+
   bool ready = false;
   std::string not_ready;                       // why not ready ("" when ready)
   bool gate_open = false;
@@ -87,6 +98,7 @@ struct SidecarReport {
   std::optional<Condition> condition;
   std::string condition_error;                 // the condition's last failed write ("" when none)
   std::optional<Checkpoint> checkpoint;
+  std::optional<Trainer> trainer;              // with --in-place, once a trainer asked the gate
 
   static Result<SidecarReport> FromJson(const Json& report);
   Json ToJson() const;

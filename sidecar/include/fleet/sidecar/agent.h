@@ -10,9 +10,12 @@
 //   peers: for parameter-server trainers, after the gate, a TCP probe of every server each
 //     --peer-check-interval.
 //   condition: the ConditionWriter (API requests), when a client is given.
+//   trainer: with --in-place, TrainerAttempts' thread (trainer_attempts.h): the trainer's instances
+//     and the pod's Trainer condition.
 //   The HTTP push API (POST /v1/report) runs on the caller's HttpServer (ReportRoute()), and so
 //   does GET /checkpoint (CheckpointRoute(), with --checkpoint-dir): the request's own thread waits
-//   for the trainer and writes the pod's Checkpoint condition.
+//   for the trainer and writes the pod's Checkpoint condition. With --in-place, so do the trainers'
+//   gate (GateRoute(), on the loopback server) and liveness probe (TrainerLiveRoute()).
 //
 // Ready (NotReady() == "") = the gate is open, every peer accepted a connection in the latest
 // check, the main process runs (when it can be observed), and no rank is stalled: a rank that has
@@ -39,6 +42,7 @@
 #include "fleet/sidecar/options.h"
 #include "fleet/sidecar/step_parser.h"
 #include "fleet/sidecar/training_metrics.h"
+#include "fleet/sidecar/verdict.h"
 
 namespace prometheus {
 class Registry;
@@ -49,11 +53,13 @@ namespace fleet::sidecar {
 class LogTailer;
 class MainProcessWatcher;
 class PeerProber;
+class TrainerAttempts;
 
 struct AgentConfig {
   PodIdentity identity;
   AgentOptions options;
   bool gated = true;                                      // false: no gate to wait for (`agent`)
+  bool in_place = false;                                  // --in-place: TrainerAttempts
   std::chrono::milliseconds server_connect_timeout{1000};
   std::chrono::milliseconds tick{1000};                   // process checks, stall evaluation
   std::string proc = "/proc";
@@ -66,7 +72,8 @@ class Agent {
  public:
   enum class Source { kLog, kHttp, kUdp, kUnix };
 
-  // `client` may be null: no pod condition.
+  // `client` may be null: no pod conditions. The TrainingProgress condition is written only with
+  // --pod-condition, the Trainer condition with --in-place.
   Agent(AgentConfig config, Logger log, std::shared_ptr<prometheus::Registry> registry,
         std::shared_ptr<kube::Client> client);
   ~Agent();
@@ -88,6 +95,11 @@ class Agent {
   httpd::Route StatusRoute();                // GET /status: the agent's state as JSON
   // GET /checkpoint (checkpoint.h); nullopt without --checkpoint-dir.
   std::optional<httpd::Route> CheckpointRoute();
+  // With --in-place (else nullopt / nothing): GET /gate and GET /trainer-live (trainer_attempts.h),
+  // and the endpoints ConfigMap's run annotations as the gate's watch sees them change.
+  std::optional<httpd::Route> GateRoute();
+  std::optional<httpd::Route> TrainerLiveRoute();
+  void RunAnnotationsChanged(const RunAnnotations& annotations);
   int udp_port() const { return udp_port_; }   // the bound UDP port (0: none)
   TrainingMetrics& metrics() { return *metrics_; }
 
@@ -121,6 +133,7 @@ class Agent {
   std::unique_ptr<ConditionWriter> writer_;
   std::unique_ptr<Checkpointer> checkpointer_;
   std::unique_ptr<PeerProber> prober_;
+  std::unique_ptr<TrainerAttempts> trainer_;
   kube::CancelToken cancel_;
 
   // Owned by the agent thread: the batch being parsed.

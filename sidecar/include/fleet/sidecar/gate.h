@@ -10,7 +10,9 @@
 //   probe: while the ConfigMap is ready and servers are pending, probes them (PeerProber) in rounds
 //     with a capped exponential backoff; a server that accepted once counts as reached.
 // Both end when the gate opens: nothing after that depends on the API, so an open gate holds no
-// watch on the API server for the rest of the job.
+// watch on the API server for the rest of the job. With keep_watching (--in-place) the watch goes
+// on: an in-place restart moves the ConfigMap to the next run under this pod, and the agent's
+// trainer gate follows its run and barrier annotations (OnRunAnnotations).
 //
 // Every change of what the gate waits for is logged as one line; /startup says the same.
 #pragma once
@@ -22,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <set>
 #include <string>
 #include <thread>
@@ -60,6 +63,7 @@ struct GateConfig {
   // The client's request timeout: a watch that failed after running longer than this had been
   // established (waiting for its answer would have timed out), so it counts as having worked.
   std::chrono::milliseconds api_timeout{10000};
+  bool keep_watching = false;        // --in-place: the watch outlives the opening
 
   static GateConfig FromOptions(const GateOptions& options);
 };
@@ -77,6 +81,10 @@ class Gate {
   // Called once when the gate opens, on a gate thread with the gate's lock held: it must only
   // signal (write an eventfd, notify). Set it before Start().
   void OnOpen(std::function<void()> callback);
+  // Called with the ConfigMap's run and barrier annotations whenever they change (from a gate
+  // thread, or Apply's caller, with the gate's lock held: it must not call the gate). Set it
+  // before Start().
+  void OnRunAnnotations(std::function<void(const RunAnnotations&)> callback);
   void Start();
   // Stops both threads. True when they ended within `timeout` (and were joined); false when one is
   // still blocked in a request (API requests cannot be cancelled): the caller should then end the
@@ -115,8 +123,8 @@ class Gate {
   void RunThread(const char* name, void (Gate::*body)());
   void ApiFailed(const std::string& what, const kube::ApiStatus& status, std::chrono::milliseconds retry_in);
   void WatchWorked();
-  // Takes a verdict (from a list when `api_answered`: that clears an API error).
-  void ApplyVerdict(ConfigMapVerdict verdict, bool api_answered);
+  // Takes a ConfigMap (from a list when `api_answered`: that clears an API error).
+  void Observe(const nlohmann::json* config_map, bool api_answered);
   // Under mu_:
   void ChangedLocked();              // open if nothing is pending, log, metrics, wake the prober
   void OpenLocked();
@@ -135,6 +143,8 @@ class Gate {
   mutable std::mutex mu_;
   std::condition_variable cv_;       // state changes (the prober waits on it), thread exits
   std::function<void()> on_open_;
+  std::function<void(const RunAnnotations&)> on_run_annotations_;
+  std::optional<RunAnnotations> run_annotations_;   // as last told
   bool listed_ = false;              // the ConfigMap has been read at least once
   std::string api_error_;            // the current list/watch failure, "" once a list works again
   kube::Code api_error_code_ = kube::Code::kOk;

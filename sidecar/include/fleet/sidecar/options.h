@@ -37,6 +37,10 @@ struct GateOptions {
   std::chrono::milliseconds api_timeout{10000};             // --api-timeout: one API request
   std::chrono::milliseconds api_retry_max{10000};           // --api-retry-max: API backoff cap
   std::chrono::seconds watch_timeout{300};                  // --watch-timeout: server-side watch end
+  // --in-place: the job restarts in place (api/in_place.h): the gate keeps watching the ConfigMap,
+  // and the agent serves the trainers' gate (GET /gate on --report-http, which it requires) and
+  // their liveness probe (GET /trainer-live), and writes the pod's Trainer condition.
+  bool in_place = false;
 };
 
 // What the sidecar does once the gate is open (or at once, for `agent`): metrics from the trainer's

@@ -25,6 +25,16 @@ namespace fleet::sidecar {
 
 enum class MainProcessMode { kAuto, kOn, kOff };
 
+// What /proc/<pid>/stat says of a process (`proc`: the procfs mount, a fake tree in tests).
+struct ProcStat {
+  char state = '?';           // 'R', 'S', ... 'Z' (a zombie: it has ended)
+  pid_t ppid = 0;             // 0 for a process whose parent is outside its PID namespace
+  uint64_t start_time = 0;    // in clock ticks since boot: with the pid, names one process
+  bool Ended() const { return state == 'Z' || state == 'X' || state == 'x'; }
+};
+// nullopt when the file is missing or not as the kernel writes it.
+std::optional<ProcStat> ReadProcStat(const std::string& proc, pid_t pid);
+
 struct MainProcessObservation {
   bool running = false;
   pid_t pid = 0;

@@ -7,11 +7,13 @@
 // the ConfigMap of *its* run exists; an older run's lists name pods that are gone.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
+#include "fleet/api/in_place.h"
 #include "fleet/api/names.h"
 #include "fleet/runtime/endpoint.h"
 
@@ -55,5 +57,25 @@ struct ConfigMapVerdict {
 // (*_ENDPOINTS, *_IP_PORT_LIST, PADDLE_GLOO_HTTP_ENDPOINT; plain or suffixed with ".<role>") must
 // parse as Paddle parses them; keys suffixed for other roles are not this pod's concern.
 ConfigMapVerdict EvaluateConfigMap(const nlohmann::json* config_map, const GateTarget& target);
+
+// In-place restart (--in-place, api/in_place.h): what the ConfigMap says about the runs, whatever
+// this pod's run. `run`: its run annotation; `barrier`: its barrier annotation
+// (api::kBarrierAnnotation), while the operator holds the gates of that run closed. Each nullopt
+// when absent or not a run number, except that a barrier that is there but unreadable holds the run
+// as an equal one would (a trainer must not pass on the operator's typo).
+struct RunAnnotations {
+  std::optional<int> run;
+  std::optional<int> barrier;
+
+  // The run a trainer may pass the gate into now: `run`, unless the barrier holds it.
+  std::optional<int> OpenRun() const { return run && barrier != run ? run : std::nullopt; }
+  friend bool operator==(const RunAnnotations& a, const RunAnnotations& b) {
+    return a.run == b.run && a.barrier == b.barrier;
+  }
+  friend bool operator!=(const RunAnnotations& a, const RunAnnotations& b) { return !(a == b); }
+};
+
+// Never throws; nullptr (no ConfigMap) reads as neither annotation.
+RunAnnotations ReadRunAnnotations(const nlohmann::json* config_map);
 
 }  // namespace fleet::sidecar
