@@ -31,6 +31,7 @@
 #include "fake_apiserver_fixture.h"
 #include "fleet/api/in_place.h"
 #include "fleet/kube/client.h"
+#include "fleet/operator/controller.h"
 #include "fleet/operator/names.h"
 #include "harness.h"
 #include "operator_bench_util.h"

@@ -25,7 +25,7 @@ Json PodTemplate(const std::string& image, const Json& command, int gpus = 0) {
 
 Json FullRunPolicy() {
   return {{"backoffLimit", 5}, {"activeDeadlineSeconds", 86400}, {"ttlSecondsAfterFinished", 3600},
-          {"cleanPodPolicy", "All"}, {"suspend", true}, {"pendingTimeoutSeconds", 900},
+          {"cleanPodPolicy", "All"}, {"suspend", true}, {"pendingTimeoutSeconds", 900}, {"restartStrategy", "InPlace"},
           {"failureRules", Json::parse(R"([
              {"name": "bad-dataset", "action": "FailJob", "roles": ["worker"],
               "onExitCodes": {"operator": "NotIn", "values": [137, 143]}, "onLogPattern": "corrupt record"},

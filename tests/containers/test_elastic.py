@@ -323,6 +323,34 @@ class ElasticInContainersTest(OperatorInContainers):
         self.assertGreaterEqual(done["status"].get("restartCount", 0), 1)
         c.kubectl("delete", "fleetjob", "launched", "--wait=true", timeout=120)
 
+    def test_a_killed_trainer_restarts_in_place_and_the_job_succeeds(self):
+        """runPolicy.restartStrategy InPlace: a trainer SIGKILLed mid-run is restarted by the
+        kubelet in its pod, the others follow (their sidecars' liveness route), every trainer waits
+        at its gate until the operator lifts the barrier, and the job succeeds: the same pods (uids),
+        one restart, done in place."""
+        c = self.cluster
+        job = elastic_job("inplace", 3, None, steps=300, restart_policy="OnFailure")
+        job["spec"]["runPolicy"]["restartStrategy"] = "InPlace"
+        c.apply(job)
+        names = ["inplace-worker-%d" % i for i in range(3)]
+        before = self.wait_generation("inplace", names)
+        run = self.job("inplace")["status"]["run"]
+        c.podman("kill", "--signal", "KILL", c.container(names[1], "trainer"))
+        restarted = wait_for("inplace: running again in place", lambda: (lambda st: st if st.get("run", 0) > run and
+                             st.get("phase") in ("Running", "Succeeded") else None)(self.job("inplace")["status"]),
+                             timeout=120)
+        self.assertEqual(restarted.get("inPlaceRestarts"), 1, json.dumps(restarted, indent=1))
+        done = self.wait_succeeded("inplace")
+        self.assertEqual(done["status"].get("restartCount"), 1)
+        self.assertEqual(done["status"].get("inPlaceRestarts"), 1)
+        after = self.workers("inplace")
+        self.assertEqual({n: p["metadata"]["uid"] for n, p in after.items()},
+                         {n: p["metadata"]["uid"] for n, p in before.items()}, "no pod was made anew")
+        for n in names:
+            trainer = next(s for s in after[n]["status"]["containerStatuses"] if s["name"] == "trainer")
+            self.assertGreaterEqual(trainer.get("restartCount", 0), 1, n)
+        c.kubectl("delete", "fleetjob", "inplace", "--wait=true", timeout=120)
+
     def test_paddle_launch_elastic_job_loses_a_pod_and_succeeds(self):
         c = self.cluster
         checkpoints = self.checkpoint_dir("lelastic")
