@@ -3,8 +3,10 @@
 #include <civetweb.h>
 
 #include <algorithm>
+#include <exception>
 #include <mutex>
 #include <sstream>
+#include <thread>
 
 #include <prometheus/registry.h>
 #include <prometheus/text_serializer.h>
@@ -156,6 +158,19 @@ Result<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address
 
 HttpServer::~HttpServer() {
   if (context_ && context_->ctx) mg_stop(context_->ctx);
+}
+
+void RunOnOwnThread(const std::function<void()>& work) {
+  std::exception_ptr thrown;
+  std::thread thread([&] {
+    try {
+      work();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
+  });
+  thread.join();
+  if (thrown) std::rethrow_exception(thrown);
 }
 
 Route MetricsRoute(std::shared_ptr<prometheus::Registry> registry, std::string path) {

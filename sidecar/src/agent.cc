@@ -137,8 +137,9 @@ std::string JoinRanks(const std::vector<RankProgress>& ranks) {
 }
 
 // Writes a checkpoint's outcome into the pod's Checkpoint condition (with no client: nowhere), at
-// once and in the request's thread: the trainer is stopped right after the answer, and the sidecar
-// with it. True only for a saved step, which the operator records (status.checkpoint).
+// once and before the request is answered (on a thread the request waits for: Checkpointer): the
+// trainer is stopped right after the answer, and the sidecar with it. True only for a saved step,
+// which the operator records (status.checkpoint).
 Checkpointer::Record RecordCheckpoint(std::shared_ptr<kube::Client> client, const PodIdentity& id,
                                       const ConditionWriterConfig& writer, const Logger& log) {
   if (!client) return nullptr;

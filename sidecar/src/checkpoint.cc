@@ -116,7 +116,7 @@ std::optional<CheckpointOutcome> Checkpointer::Request(const std::string& reason
     outcome = {api::kCheckpointInvalid, std::nullopt, std::string("the checkpoint request failed: ") + e.what()};
   }
   log_("checkpoint " + outcome.result + ": " + outcome.message);
-  if (record_) record_(outcome);
+  RecordOutcome(outcome);
   lock.lock();
   last_ = outcome;
   pending_ = false;
@@ -124,6 +124,18 @@ std::optional<CheckpointOutcome> Checkpointer::Request(const std::string& reason
   answered_at_ = Clock::now();
   cv_.notify_all();
   return outcome;
+}
+
+// On a thread of its own: this one is usually one of the HTTP server's, whose stack is too small
+// for the agent's record, an API request (http_server.h). Not recorded is logged, never thrown: the
+// request is answered, and the next one is not left waiting for this one.
+void Checkpointer::RecordOutcome(const CheckpointOutcome& outcome) {
+  if (!record_) return;
+  try {
+    httpd::RunOnOwnThread([&] { record_(outcome); });
+  } catch (const std::exception& e) {
+    log_(std::string("cannot record the checkpoint: ") + e.what());
+  }
 }
 
 CheckpointOutcome Checkpointer::Ask(const std::string& reason) {

@@ -7,10 +7,12 @@
 
 #include <atomic>
 #include <chrono>
+#include <stdexcept>
 #include <string>
 
 #include "fake_apiserver_fixture.h"
 #include "idle_connections.h"
+#include "thread_stack.h"
 
 namespace fleet::httpd {
 namespace {
@@ -98,6 +100,26 @@ TEST(HttpServerTest, HandlerExceptionsAre500NotACrash) {
   auto r = http.Send("GET", "/boom");
   EXPECT_EQ(r->status, 500);
   EXPECT_NE(r->body.find("bad"), std::string::npos);
+}
+
+// A handler's deep work (an API request) gets a full stack, not the worker's 100 KiB, and what it
+// throws comes back to the handler.
+TEST(HttpServerTest, RunOnOwnThreadGivesWorkAFullStackAndItsExceptions) {
+  std::atomic<size_t> worker_stack{0}, own_stack{0};
+  auto server = MustStart({{"/deep", {}, [&](const Request&) {
+                              worker_stack = testing::ThreadStackSize();
+                              RunOnOwnThread([&] { own_stack = testing::ThreadStackSize(); });
+                              RunOnOwnThread([] { throw std::runtime_error("deep failure"); });
+                              return Response::Text(200, "unreachable");
+                            }}});
+  ASSERT_TRUE(server);
+  HttpConnection http(Url(*server));
+  auto r = http.Send("GET", "/deep");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  EXPECT_NE(r->body.find("deep failure"), std::string::npos) << r->body;
+  EXPECT_LT(worker_stack.load(), size_t{1} << 20) << "CivetWeb's workers no longer have small stacks";
+  EXPECT_GE(own_stack.load(), size_t{1} << 20);
 }
 
 TEST(HttpServerTest, MetricsRouteServesTheRegistry) {

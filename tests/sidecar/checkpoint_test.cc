@@ -21,6 +21,7 @@
 #include "fleet/api/checkpoint.h"
 #include "fleet/base/time.h"
 #include "sidecar_process.h"
+#include "../httpd/thread_stack.h"
 
 namespace fleet::sidecar {
 namespace {
@@ -191,6 +192,30 @@ TEST_F(CheckpointerTest, TheRouteAnswers200WithTheOutcome) {
   std::this_thread::sleep_for(milliseconds(150));
   route.handler({"GET", "/checkpoint", "reason=a%20b&x", "10.0.0.1", ""});
   EXPECT_NE(log_.find("(request)"), std::string::npos) << log_;
+}
+
+// The record (the agent's: the pod condition, an API request) runs with a full stack, not on the
+// HTTP server's worker that took the request: Debian's CivetWeb gives those 100 KiB, which the API
+// client's frames overran under ASan, writing over the next worker's memory (http_server.h).
+TEST_F(CheckpointerTest, TheRecordRunsWithAFullStackNotOnTheServersWorker) {
+  std::atomic<size_t> record_stack{0}, worker_stack{0};
+  Checkpointer checkpointer({dir_, std::chrono::seconds(30), milliseconds(10)}, Logger("test"),
+                            [&](const CheckpointOutcome&) { record_stack = httpd::testing::ThreadStackSize(); });
+  httpd::Route stack = {"/stack", {}, [&](const httpd::Request&) {
+                          worker_stack = httpd::testing::ThreadStackSize();
+                          return httpd::Response::Text(200, "");
+                        }};
+  auto server = httpd::HttpServer::Start("127.0.0.1:0", {checkpointer.Route(), stack});
+  ASSERT_TRUE(server.ok()) << server.error();
+  kube::testing::HttpConnection http("http://127.0.0.1:" + std::to_string((*server)->port()));
+  ASSERT_TRUE(http.Send("GET", "/stack"));
+  EXPECT_LT(worker_stack.load(), size_t{1} << 20) << "the server's workers no longer have small stacks";
+  std::thread trainer = Trainer(dir_, "5");
+  auto answer = http.Send("GET", "/checkpoint");
+  trainer.join();
+  ASSERT_TRUE(answer);
+  EXPECT_EQ(Json::parse(answer->body)["step"], 5);
+  EXPECT_GE(record_stack.load(), size_t{1} << 20);
 }
 
 TEST(CheckpointMessageTest, TheOperatorReadsBackTheStepTheSidecarWrote) {

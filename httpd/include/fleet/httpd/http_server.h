@@ -75,6 +75,17 @@ class HttpServer {
   int port_ = 0;
 };
 
+// Handlers run on CivetWeb's workers, whose stacks are small: Debian's libcivetweb is built with
+// USE_STACK_SIZE=102400 (100 KiB, a 4 KiB guard page below), which no option changes. A handler
+// whose work goes deeper (an API request: Beast, a TLS handshake, a name lookup; anything under
+// AddressSanitizer, whose frames are larger) does that part through RunOnOwnThread: a frame larger
+// than the guard page that runs past the stack's end writes over whatever is mapped below it, with
+// no fault (under ASan, the next worker's allocator state: docs/sidecar.md, "Checkpoint before stop").
+//
+// Runs `work` on a new thread with the process's default stack (RLIMIT_STACK, 8 MiB by default)
+// and waits for it; what it throws is rethrown here (std::system_error when no thread can start).
+void RunOnOwnThread(const std::function<void()>& work);
+
 // A /metrics route serving `registry` in Prometheus' text exposition format 0.0.4.
 Route MetricsRoute(std::shared_ptr<prometheus::Registry> registry, std::string path = "/metrics");
 

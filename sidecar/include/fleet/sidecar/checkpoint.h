@@ -49,7 +49,8 @@ class Checkpointer {
   // Requests that may wait for a pending one: a pod's main containers each run the hook.
   static constexpr int kMaxJoiners = 8;
   using Record = std::function<void(const CheckpointOutcome&)>;
-  // `record` is called once per answered request, before its HTTP answer.
+  // `record` is called once per answered request, before its HTTP answer, on a thread of its own
+  // with a full stack (httpd::RunOnOwnThread): it may make API requests.
   Checkpointer(CheckpointOptions options, Logger log, Record record);
 
   // Asks the trainer for a checkpoint and waits for its answer or the timeout; a call while a
@@ -65,6 +66,7 @@ class Checkpointer {
 
  private:
   CheckpointOutcome Ask(const std::string& reason);
+  void RecordOutcome(const CheckpointOutcome& outcome);
   CheckpointOutcome Wait(std::chrono::steady_clock::time_point started);
 
   const CheckpointOptions options_;
