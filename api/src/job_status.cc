@@ -103,6 +103,7 @@ constexpr const char* kTime = "time";
 constexpr const char* kCheckpoint = "checkpoint";
 constexpr const char* kInPlaceRestarts = "inPlaceRestarts";
 constexpr const char* kInPlaceRestart = "inPlaceRestart";
+constexpr const char* kGatesOpen = "gatesOpen";
 constexpr const char* kStep = "step";
 constexpr const char* kPod = "pod";
 
@@ -248,10 +249,13 @@ std::optional<InPlaceRestartStatus> InPlaceRestartStatus::FromJson(const Json& v
   if (!v.is_object()) return std::nullopt;
   const auto run = MemberAs(v, key::kRun, AsInt<int>);
   if (!run) return std::nullopt;
-  return InPlaceRestartStatus{*run, ParseRfc3339(StringOr(v, key::kStartTime)).value_or(Time{})};
+  return InPlaceRestartStatus{*run, ParseRfc3339(StringOr(v, key::kStartTime)).value_or(Time{}),
+                              MemberAs(v, key::kGatesOpen, AsBool).value_or(false)};
 }
 
-Json InPlaceRestartStatus::ToJson() const { return {{key::kRun, run}, {key::kStartTime, FormatRfc3339(start_time)}}; }
+Json InPlaceRestartStatus::ToJson() const {
+  return {{key::kRun, run}, {key::kStartTime, FormatRfc3339(start_time)}, {key::kGatesOpen, gates_open}};
+}
 
 namespace {
 

@@ -194,7 +194,7 @@ class Planner {
   bool RestartAfter(const Failure& cause, const std::vector<const PodSlot*>& failed, const RunPods& pods);
   // In-place restarts (runPolicy.restartStrategy InPlace; docs/design/fast-failures.md §5).
   std::string InPlaceBlocker(const RunPods& pods) const;
-  void RestartInPlace(const std::string& why, bool counted, const RunPods& pods);
+  void RestartInPlace(const std::string& why, bool counted);
   void Relabel(const ObservedPod& pod);
   bool HoldInPlaceBarrier(const RunPods& pods);
   void ReplaceFailedPodsAlone(const std::vector<const PodSlot*>& failed, const RunPods& pods);
@@ -988,7 +988,7 @@ void Planner::RewireOnNewReplicas() {
 // ---- the pods ----
 
 // This run's pods by slot; everything else (older runs, scaled-away slots) goes.
-// A run restarted in place keeps the pods of the run before, relabelled.
+// A run restarted in place keeps the pods of the run before.
 RunPods Planner::ClassifyPods() {
   const std::string run = std::to_string(status().run);
   const auto& in_place = status().in_place_restart;
@@ -1005,8 +1005,7 @@ RunPods Planner::ClassifyPods() {
     if (slot == slot_of_.end()) {
       Delete(ObjectKind::kPod, name, "no longer part of the job");
     } else if (kept) {
-      Relabel(pod);
-      pods.Set(slot->second->ordinal, &pod);
+      pods.Set(slot->second->ordinal, &pod);   // relabelled once the gates open (HoldInPlaceBarrier)
     } else if (old_run) {
       Delete(ObjectKind::kPod, name, "from run " + pod.run + "; this is run " + run);
     } else {
@@ -1242,7 +1241,7 @@ bool Planner::RestartAfter(const Failure& cause, const std::vector<const PodSlot
   if (RestartsInPlace(job(), settings_)) {
     const std::string blocker = InPlaceBlocker(pods);
     if (blocker.empty()) {
-      RestartInPlace(cause.text, counted, pods);
+      RestartInPlace(cause.text, counted);
       return true;
     }
     Event("Normal", "RecreatingPods", "cannot restart in place: " + blocker);
@@ -1266,15 +1265,15 @@ std::string Planner::InPlaceBlocker(const RunPods& pods) const {
   return "";
 }
 
-// A whole-job restart that keeps the pods: run R+1 is the same pods relabelled (their restarted
-// containers read the new run from the label), behind the endpoints ConfigMap's barrier until every
-// trainer is back at its gate (HoldInPlaceBarrier); the lists are unchanged.
-void Planner::RestartInPlace(const std::string& why, bool counted, const RunPods& pods) {
+// A whole-job restart that keeps the pods: run R+1 is the same pods, behind the endpoints
+// ConfigMap's barrier until every trainer is back at its gate (HoldInPlaceBarrier); the lists are
+// unchanged. The pods are relabelled into the run once its gates open: the API writes of 1,000
+// relabels would otherwise come before the gates (a trainer learns its run at the gate).
+void Planner::RestartInPlace(const std::string& why, bool counted) {
   const std::string count = CountRestart(counted);
   NewRun();
-  status().in_place_restart = InPlaceRestartStatus{status().run, WholeSeconds(now_)};
+  status().in_place_restart = InPlaceRestartStatus{status().run, WholeSeconds(now_), false};
   ++status().in_place_restarts;
-  for (const PodSlot& slot : slots_) Relabel(*pods.Find(slot));
   const std::string message = why + "; restarting the trainers in place, in their pods (run " +
                               std::to_string(status().run) + ") " + count;
   Event("Warning", "RestartingInPlace", message);
@@ -1290,20 +1289,32 @@ void Planner::Relabel(const ObservedPod& pod) {
                            "restarted in place into run " + run});
 }
 
-// While the barrier holds: once every pod is relabelled and its trainer waits at the gate for this
-// run, the barrier goes (PublishEndpoints writes the ConfigMap without it) and the gates open
-// together. A pod gone, failed or moved meanwhile, or a trainer not back within kInPlaceTimeout:
-// the pods are recreated (the same restart, not counted again). Returns true when the plan is complete.
+// While the barrier holds: once every pod's trainer waits at its gate for this run, the barrier
+// goes (PublishEndpoints writes the ConfigMap without it) and the gates open together; then the
+// pods are relabelled into the run, and the restart is done. A pod gone, failed or moved meanwhile,
+// or a trainer not back within kInPlaceTimeout: the pods are recreated (the same restart, not
+// counted again). Returns true when the plan is complete.
 bool Planner::HoldInPlaceBarrier(const RunPods& pods) {
   auto& in_place = status().in_place_restart;
   if (!in_place) return false;
   const int run = status().run;
+  if (in_place->gates_open) {
+    bool relabelled = true;
+    for (const PodSlot& slot : slots_) {
+      const ObservedPod* pod = pods.Find(slot);
+      if (!pod || pod->run == std::to_string(run)) continue;
+      Relabel(*pod);
+      relabelled = false;
+    }
+    if (relabelled) in_place.reset();
+    return false;
+  }
   std::string blocker = InPlaceBlocker(pods);
   int waiting = 0;
   std::string late;   // the first pod whose trainer is not at the gate yet
   for (const PodSlot& slot : slots_) {
     const ObservedPod* pod = pods.Find(slot);
-    if (pod && pod->run == std::to_string(run) && pod->trainer && pod->trainer->WaitsFor(run)) {
+    if (pod && pod->trainer && pod->trainer->WaitsFor(run)) {
       ++waiting;
     } else if (late.empty()) {
       late = "pod " + slot.name + (pod && pod->trainer ? " (its trainer: " + std::string(pod->trainer->Reason()) + " in run " +
@@ -1336,7 +1347,8 @@ bool Planner::HoldInPlaceBarrier(const RunPods& pods) {
   Event("Normal", "RestartedInPlace", "all " + std::to_string(total) + " trainers wait at the gate: run " + std::to_string(run) +
                                           " starts, " + std::to_string(std::chrono::duration_cast<seconds>(now_ - in_place->start_time).count()) +
                                           "s after the restart");
-  in_place.reset();
+  in_place->gates_open = true;
+  for (const PodSlot& slot : slots_) Relabel(*pods.Find(slot));
   return false;
 }
 
@@ -1496,7 +1508,8 @@ void Planner::CreateMissingPods(const RunPods& pods) {
 // lists are the same), lifted once its trainers are all back at their gates.
 void Planner::PublishEndpoints(const Hosts& hosts) {
   const std::string run = std::to_string(status().run);
-  const std::string barrier = status().in_place_restart ? run : "";
+  const auto& in_place = status().in_place_restart;
+  const std::string barrier = in_place && !in_place->gates_open ? run : "";
   if (!hosts.all_known || (hosts.UpToDate() && Annotation(*hosts.published, api::kBarrierAnnotation) == barrier)) return;
   const std::string name = EndpointsConfigMapName(job().name);
   Json annotations = {{kRunAnnotation, run}, {kHostsAnnotation, hosts.Digest()}};

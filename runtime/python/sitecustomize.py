@@ -37,8 +37,9 @@ whose parent pid is 0 in the pod's shared PID namespace: "<pid>:<starttime>" (fi
 /proc/<pid>/stat). It asks GET FLEET_GATE_URL?run=FLEET_RUN&instance=<pid>:<starttime> until the
 sidecar answers 200 {"run": N} (202: it waits, asked again at once; no answer, 429 or 5xx: the
 sidecar may be restarting, asked again after a short backoff; either said every REPORT_EVERY_SECONDS),
-then sets FLEET_RUN and FLEET_GATE_PASSED to N. It fails closed, status 1 and a message, on any
-other answer (400: a malformed question), an answer that is not as the sidecar writes it, an
+then sets FLEET_RUN and FLEET_GATE_PASSED (and FLEET_ENV_FILES_RUN, when set: the files are the new
+run's) to N. It fails closed, status 1 and a message, on any other answer (400: a malformed
+question), an answer that is not as the sidecar writes it, an
 unreadable /proc, or a malformed FLEET_RUN or FLEET_GATE_URL. A command exec'd into the container
 is a container start of its own and waits for the next run: set FLEET_GATE_PASSED for it.
 
@@ -237,6 +238,9 @@ def pass_gate(environ=os.environ, proc="/proc"):
         run, why = _gate_answer(status, body) if status is not None else (None, None)
         if run is not None:
             environ["FLEET_RUN"] = environ["FLEET_GATE_PASSED"] = str(run)
+            # Lists that travel as files: the run's files, which an in-place restart rewrote.
+            if environ.get("FLEET_ENV_FILES_RUN", ""):
+                environ["FLEET_ENV_FILES_RUN"] = str(run)
             return
         waited = time.monotonic() - start
         if reported is None or waited - reported >= REPORT_EVERY_SECONDS:

@@ -118,7 +118,7 @@ TEST(InPlaceRestartTest, AFailedTrainerRestartsTheJobInsideItsPods) {
 
   EXPECT_THAT(ActionNames(plan, Verb::kDelete, ObjectKind::kPod), IsEmpty()) << Describe(plan);
   EXPECT_THAT(ActionNames(plan, Verb::kCreate, ObjectKind::kPod), IsEmpty());
-  EXPECT_THAT(ActionNames(plan, Verb::kPatch, ObjectKind::kPod), ElementsAreArray(pods));
+  EXPECT_THAT(ActionNames(plan, Verb::kPatch, ObjectKind::kPod), IsEmpty()) << "relabelled once the gates open";
   const Json status = plan.status.ToJson();
   EXPECT_EQ(status["run"], run + 1);
   EXPECT_EQ(status["restartCount"], 1);
@@ -126,8 +126,8 @@ TEST(InPlaceRestartTest, AFailedTrainerRestartsTheJobInsideItsPods) {
   EXPECT_EQ(status["inPlaceRestart"]["run"], run + 1);
   EXPECT_EQ(status["phase"], "Restarting");
   EXPECT_THAT(status["message"].get<std::string>(), HasSubstr("pod wd-worker-2 failed with exit code 137"));
+  EXPECT_EQ(status["inPlaceRestart"]["gatesOpen"], false);
   EXPECT_EQ(EventsNamed(world, "RestartingInPlace"), 1);
-  for (const std::string& name : pods) EXPECT_EQ(RunLabel(world, name), std::to_string(run + 1));
 
   // The next run's lists are the same lists, behind the barrier: no gate opens yet.
   const Json lists_before = world.observed.endpoints->at("data");
@@ -140,10 +140,15 @@ TEST(InPlaceRestartTest, AFailedTrainerRestartsTheJobInsideItsPods) {
 
   // Every trainer back at its gate: the barrier goes, and the gates open together.
   AllTrainers(world, TrainerState::kAtGate, run + 1);
-  world.Step();
+  const ReconcilePlan& lift = world.Step();
   EXPECT_FALSE(world.observed.endpoints->at("metadata")["annotations"].contains(api::kBarrierAnnotation));
-  EXPECT_FALSE(world.Status().contains("inPlaceRestart"));
   EXPECT_EQ(EventsNamed(world, "RestartedInPlace"), 1);
+  // Then the pods take the run's label, and the restart is done.
+  EXPECT_THAT(ActionNames(lift, Verb::kPatch, ObjectKind::kPod), ElementsAreArray(pods)) << Describe(lift);
+  EXPECT_EQ(world.Status()["inPlaceRestart"]["gatesOpen"], true);
+  for (const std::string& name : pods) EXPECT_EQ(RunLabel(world, name), std::to_string(run + 1));
+  world.Step();
+  EXPECT_FALSE(world.Status().contains("inPlaceRestart"));
   AllTrainers(world, TrainerState::kRunning, run + 1);
   world.Settle();
   EXPECT_EQ(world.Status()["phase"], "Running") << Describe(world.plan);
@@ -155,7 +160,7 @@ TEST(InPlaceRestartTest, ATrainerThatFinishedIsNoFailure) {
   World world = FailedTrainer(0);
   world.Edit("wd-worker-2", [&](PodBuilder& p) { p.Trainer(TrainerState::kExited, world.Status()["run"].get<int>()); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_THAT(ActionNames(plan, Verb::kPatch, ObjectKind::kPod), IsEmpty()) << Describe(plan);
+  EXPECT_FALSE(plan.status.ToJson().contains("inPlaceRestarts")) << Describe(plan);
   EXPECT_EQ(plan.status.ToJson()["restartCount"], 0);
 }
 
@@ -171,8 +176,7 @@ TEST(InPlaceRestartTest, AnEvictedPodMeansNewPods) {
   World world = FailedTrainer(137);
   world.Edit("wd-worker-3", [](PodBuilder& p) { p.Evicted(); });
   const ReconcilePlan& plan = world.Step();
-  EXPECT_THAT(ActionNames(plan, Verb::kPatch, ObjectKind::kPod), IsEmpty()) << Describe(plan);
-  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod).size(), 5u);
+  EXPECT_EQ(ActionNames(plan, Verb::kDelete, ObjectKind::kPod).size(), 5u) << Describe(plan);
   EXPECT_EQ(plan.status.ToJson()["restartCount"], 1);
   EXPECT_FALSE(plan.status.ToJson().contains("inPlaceRestarts"));
 }
@@ -206,9 +210,11 @@ TEST(InPlaceRestartTest, AnEndReportedBeforeTheKubeletSaysHowWaitsForIt) {
   ReconcilePlan plan = world.Step();
   EXPECT_THAT(ActionNames(plan, Verb::kPatch, ObjectKind::kPod), IsEmpty()) << Describe(plan);
   EXPECT_EQ(plan.requeue_after, std::chrono::seconds(1));
+  EXPECT_FALSE(plan.status.ToJson().contains("inPlaceRestarts"));
   world.Edit("wd-worker-1", [&](PodBuilder& p) { p.RestartedAfter(139); });
   plan = world.Step();
-  EXPECT_EQ(ActionNames(plan, Verb::kPatch, ObjectKind::kPod).size(), 5u) << Describe(plan);
+  EXPECT_EQ(plan.status.ToJson()["inPlaceRestarts"], 1) << Describe(plan);
+  EXPECT_THAT(plan.status.ToJson()["message"].get<std::string>(), HasSubstr("wd-worker-1 failed with exit code 139"));
 }
 
 }  // namespace

@@ -127,11 +127,13 @@ struct CheckpointStatus {
 };
 
 // status.inPlaceRestart: while a run restarted in place holds its trainers at the gate (the
-// endpoints ConfigMap's barrier), which run and since when; gone once the gates open or the
-// restart fell back to recreating the pods.
+// endpoints ConfigMap's barrier) and then until its pods are relabelled into it: which run, since
+// when, and whether its gates are open; gone once done, or when the restart fell back to
+// recreating the pods.
 struct InPlaceRestartStatus {
   int run = 0;
   Time start_time;
+  bool gates_open = false;
 
   // nullopt when it is not an object with a run.
   static std::optional<InPlaceRestartStatus> FromJson(const Json& in_place);
