@@ -1150,12 +1150,12 @@ bool Planner::CollectFailures(const RunPods& pods, const std::set<std::string>& 
     // Restarted in place by the kubelet, a trainer's end leaves its pod running: its sidecar says
     // the instance of this run ended, its container's last end says how (0: it finished).
     const bool trainer_ended = pod.phase == PodPhase::kRunning && pod.trainer && pod.trainer->EndedIn(status().run) &&
-                               pod.run == std::to_string(status().run) && pod.exit_code != 0;
-    if (trainer_ended && !pod.exit_code) {
+                               pod.run == std::to_string(status().run);
+    if (trainer_ended && !pod.ReportsTrainerEnd()) {
       RequeueAfter(seconds(1));   // the kubelet has not reported the end yet
       continue;
     }
-    if (pod.phase != PodPhase::kFailed && !stalled && !trainer_ended) continue;
+    if (pod.phase != PodPhase::kFailed && !stalled && !(trainer_ended && pod.exit_code != 0)) continue;
     if (being_replaced.count(pod.uid)) {
       Delete(ObjectKind::kPod, slot.name, "replacing the failed pod");
       continue;
@@ -1671,14 +1671,20 @@ void Planner::CheckPending(const RunPods& pods) {
 // The latest end of a pod's failing main container: the state.terminated (else, restarted in
 // place, the lastState.terminated) of the first that exited non-zero, else of the first that
 // ended; null when none has.
-const Json* FailingContainer(const Json& status) {
+const Json* FailingContainer(const Json& status, const Json** container) {
   const Json* first = nullptr;
   for (const Json& c : ArrayMember(status, "containerStatuses")) {
     const Json* terminated = &ObjectMember(ObjectMember(c, "state"), "terminated");
     if (terminated->empty()) terminated = &ObjectMember(ObjectMember(c, "lastState"), "terminated");
     if (terminated->empty()) continue;
-    if (MemberAs(*terminated, "exitCode", AsInt<int>).value_or(0) != 0) return terminated;
-    if (!first) first = terminated;
+    if (MemberAs(*terminated, "exitCode", AsInt<int>).value_or(0) != 0) {
+      *container = &c;
+      return terminated;
+    }
+    if (!first) {
+      first = terminated;
+      *container = &c;
+    }
   }
   return first;
 }
@@ -1738,16 +1744,27 @@ ObservedPod ObservedPod::Read(const Json& pod) {
       if (step && time) out.checkpoint = ObservedPod::Checkpoint{*step, *time};
     } else if (type == api::kTrainerConditionType) {
       out.trainer = api::TrainerReport::FromCondition(StringMember(c, "reason"), StringMember(c, "message"));
+      out.trainer_since = ParseRfc3339(StringMember(c, "lastTransitionTime"));
     }
   }
-  const Json* failing = FailingContainer(status);
+  const Json* container = nullptr;
+  const Json* failing = FailingContainer(status, &container);
   if (failing) {
+    out.running_since = ParseRfc3339(StringMember(ObjectMember(ObjectMember(*container, "state"), "running"), "startedAt"));
     out.exit_code = MemberAs(*failing, "exitCode", AsInt<int>).value_or(0);
     out.finished = ParseRfc3339(StringMember(*failing, "finishedAt"));
     out.termination_reason = StringMember(*failing, "reason");
     out.termination_message = MessageTail(StringMember(*failing, "message"));
   }
   return out;
+}
+
+bool ObservedPod::ReportsTrainerEnd() const {
+  if (!exit_code) return false;
+  // Restarted in place, the container runs again since before its sidecar saw the trainer end (by
+  // the node's clock, both; whole seconds): the kubelet has not reported that end yet, and the end
+  // shown is an earlier instance's.
+  return !(running_since && trainer_since && *running_since + seconds(1) < *trainer_since);
 }
 
 Json ObservedPod::Trim(const Json& pod) {

@@ -329,19 +329,28 @@ class ElasticInContainersTest(OperatorInContainers):
         at its gate until the operator lifts the barrier, and the job succeeds: the same pods (uids),
         one restart, done in place."""
         c = self.cluster
-        job = elastic_job("inplace", 3, None, steps=300, restart_policy="OnFailure")
+        # 600 paced steps: 30 s at least, the kill comes after the first.
+        job = elastic_job("inplace", 3, None, steps=600, restart_policy="OnFailure")
         job["spec"]["runPolicy"]["restartStrategy"] = "InPlace"
         c.apply(job)
         names = ["inplace-worker-%d" % i for i in range(3)]
-        before = self.wait_generation("inplace", names)
+        for n in names:
+            wait_for("%s: training" % n, lambda n=n: "step1," in c.kubectl("logs", n, "-c", "trainer", check=False),
+                     timeout=120)
+        before = self.workers("inplace")
         run = self.job("inplace")["status"]["run"]
+        killed = time.monotonic()
         c.podman("kill", "--signal", "KILL", c.container(names[1], "trainer"))
-        restarted = wait_for("inplace: running again in place", lambda: (lambda st: st if st.get("run", 0) > run and
-                             st.get("phase") in ("Running", "Succeeded") else None)(self.job("inplace")["status"]),
-                             timeout=120)
+        restarted = wait_for("inplace: its gates open again in place", lambda: (lambda st: st if st.get("run", 0) > run and
+                             st.get("inPlaceRestart", {}).get("gatesOpen", True) and
+                             st.get("inPlaceRestarts") else None)(self.job("inplace")["status"]), timeout=120)
+        print("in place: kill -> the new run's gates open in %.1f s" % (time.monotonic() - killed))
         self.assertEqual(restarted.get("inPlaceRestarts"), 1, json.dumps(restarted, indent=1))
         done = self.wait_succeeded("inplace")
-        self.assertEqual(done["status"].get("restartCount"), 1)
+        events = [e for e in json.loads(c.kubectl("get", "events", "-o", "json"))["items"]
+                  if e.get("involvedObject", {}).get("name") == "inplace"]
+        self.assertEqual(done["status"].get("restartCount"), 1,
+                         "\n".join("%s: %s" % (e.get("reason"), e.get("message")) for e in events))
         self.assertEqual(done["status"].get("inPlaceRestarts"), 1)
         after = self.workers("inplace")
         self.assertEqual({n: p["metadata"]["uid"] for n, p in after.items()},

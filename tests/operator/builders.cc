@@ -253,10 +253,12 @@ PodBuilder& PodBuilder::Progress(bool progressing, const std::string& message) {
   return *this;
 }
 
-PodBuilder& PodBuilder::Trainer(api::TrainerState state, int run) {
+PodBuilder& PodBuilder::Trainer(api::TrainerState state, int run, std::optional<Time> since) {
   const api::TrainerReport report{state, run};
-  SetPodCondition(pod_, {{"type", api::kTrainerConditionType}, {"status", state == api::TrainerState::kRunning ? "True" : "False"},
-                         {"reason", report.Reason()}, {"message", report.Message("as the sidecar says")}});
+  Json condition = {{"type", api::kTrainerConditionType}, {"status", state == api::TrainerState::kRunning ? "True" : "False"},
+                    {"reason", report.Reason()}, {"message", report.Message("as the sidecar says")}};
+  if (since) condition["lastTransitionTime"] = FormatRfc3339(*since);
+  SetPodCondition(pod_, condition);
   return *this;
 }
 

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 
@@ -107,7 +108,7 @@ class PodBuilder {
   PodBuilder& Progress(bool progressing, const std::string& message = "");
   // In place (InPlace jobs): the sidecar's Trainer condition; the main container restarted by the
   // kubelet after it ended with `code` (running again, the end in lastState).
-  PodBuilder& Trainer(api::TrainerState state, int run);
+  PodBuilder& Trainer(api::TrainerState state, int run, std::optional<Time> since = std::nullopt);
   PodBuilder& RestartedAfter(int code);
 
   Json Obj() const { return pod_; }

@@ -217,5 +217,24 @@ TEST(InPlaceRestartTest, AnEndReportedBeforeTheKubeletSaysHowWaitsForIt) {
   EXPECT_THAT(plan.status.ToJson()["message"].get<std::string>(), HasSubstr("wd-worker-1 failed with exit code 139"));
 }
 
+// The sidecar saw the trainer of the new run end (it finished: exit 0) before the kubelet said so:
+// the container still shows it running, with the end of the instance killed in the restart before.
+// That end is not this one's: the verdict waits for the kubelet's.
+TEST(InPlaceRestartTest, AnEarlierInstancesEndIsNotTheEndOfThisOne) {
+  World world = RunningWorld(InPlaceJob());
+  const int run = world.Status()["run"].get<int>();
+  world.Edit("wd-worker-1", [&](PodBuilder& p) {
+    p.RestartedAfter(137).Trainer(TrainerState::kExited, run, T0() + std::chrono::seconds(30));
+  });
+  world.Advance(30);
+  ReconcilePlan plan = world.Step();
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0) << Describe(plan);
+  EXPECT_EQ(plan.requeue_after, std::chrono::seconds(1));
+  world.Edit("wd-worker-1", [](PodBuilder& p) { p.ExitCode(0); });
+  plan = world.Step();
+  EXPECT_EQ(plan.status.ToJson()["restartCount"], 0) << Describe(plan);
+  EXPECT_FALSE(plan.status.ToJson().contains("inPlaceRestarts"));
+}
+
 }  // namespace
 }  // namespace fleet::op::testing

@@ -126,6 +126,12 @@ struct ObservedPod {
   // exit_code, finished and the termination fields above then come from the failing container's
   // latest end: its state.terminated, else its lastState.terminated (the kubelet restarted it).
   std::optional<api::TrainerReport> trainer;
+  std::optional<Time> trainer_since;      // the Trainer condition's lastTransitionTime (the sidecar's clock)
+  std::optional<Time> running_since;      // that failing container's state.running.startedAt, when it runs again
+
+  // Whether the kubelet reports the end its sidecar says the trainer's instance came to: an end is
+  // shown (exit_code), and it is not an earlier instance's.
+  bool ReportsTrainerEnd() const;
 
   static ObservedPod Read(const Json& pod);
   // `pod` cut down to what Read and the controller's pod informer read (its key, indexes and job
