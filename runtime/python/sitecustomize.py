@@ -39,8 +39,8 @@ sidecar answers 200 {"run": N} (202: it waits, asked again at once; no answer, 4
 sidecar may be restarting, asked again after a short backoff; either said every REPORT_EVERY_SECONDS),
 then sets FLEET_RUN and FLEET_GATE_PASSED (and FLEET_ENV_FILES_RUN, when set: the files are the new
 run's) to N. It fails closed, status 1 and a message, on any other answer (400: a malformed
-question), an answer that is not as the sidecar writes it, an
-unreadable /proc, or a malformed FLEET_RUN or FLEET_GATE_URL. A command exec'd into the container
+question), an answer that is not as the sidecar writes it, an unreadable /proc, or a malformed
+FLEET_RUN or FLEET_GATE_URL. A command exec'd into the container
 is a container start of its own and waits for the next run: set FLEET_GATE_PASSED for it.
 
 As `sitecustomize` this module hides any other sitecustomize further down sys.path (Debian's,

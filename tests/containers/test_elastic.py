@@ -314,10 +314,12 @@ class ElasticInContainersTest(OperatorInContainers):
         status = self.job("launched")["status"]
         self.assertEqual(status["launcher"], "worker=PaddleLaunch")
         run = status["run"]
+        killed = time.monotonic()
         c.podman("kill", "--signal", "KILL", c.container("launched-worker-1", "trainer"))
         wait_for("launched: every pod of a new run running", lambda: (lambda ps: len(ps) == 3 and all(
             int(p["metadata"]["labels"].get("fleet.paddlepaddle.org/run", "0")) > run and
             p["status"].get("phase") == "Running" for p in ps.values()))(self.workers("launched")), timeout=240)
+        print("recreate: kill -> every pod of the new run running in %.1f s" % (time.monotonic() - killed))
         self.assertEqual(ranks(), {n: i for i, n in enumerate(names)}, "the new run ranks pods by index too")
         done = self.wait_succeeded("launched")
         self.assertGreaterEqual(done["status"].get("restartCount", 0), 1)
