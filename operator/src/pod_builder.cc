@@ -406,8 +406,11 @@ void ApplyInPlaceRestart(int sidecar_port, Json& spec, Json& sidecar) {
   sidecar["args"].push_back("--in-place");
   for (Json& c : spec["containers"]) {
     if (c.contains("livenessProbe")) continue;
+    // A 503 comes at once; a slow answer (a busy node) is no reason to kill a trainer, hence the
+    // long timeout (a timeout counts as a failure).
     c["livenessProbe"] = {{"httpGet", {{"path", api::kTrainerLivePath}, {"port", sidecar_port}}},
-                          {"periodSeconds", 1}, {"failureThreshold", 2}, {"terminationGracePeriodSeconds", kInPlaceKillGrace}};
+                          {"periodSeconds", 1}, {"timeoutSeconds", 5}, {"failureThreshold", 2},
+                          {"terminationGracePeriodSeconds", kInPlaceKillGrace}};
   }
 }
 

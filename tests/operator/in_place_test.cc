@@ -74,6 +74,7 @@ TEST(InPlacePodTest, PodsRestartTheirTrainersThemselvesBehindTheSidecarsGate) {
   EXPECT_EQ(probe["httpGet"]["path"], "/trainer-live");
   EXPECT_EQ(probe["httpGet"]["port"], 9102);
   EXPECT_EQ(probe["periodSeconds"], 1);
+  EXPECT_EQ(probe["timeoutSeconds"], 5) << "a busy node's slow answer must not kill a trainer";
   EXPECT_EQ(EnvOf(main, "FLEET_GATE_URL"), "http://127.0.0.1:9102/gate");
   // The hook that holds the gate is the env loader's module, on PYTHONPATH from its ConfigMap.
   EXPECT_EQ(EnvOf(main, "PYTHONPATH"), kEnvLoaderMountPath);
