@@ -152,7 +152,7 @@ Restarted Restart(FakeApiServer& fake, const std::shared_ptr<Client>& client, co
                        : AllPodsAt(total, [run](const Json& pod) { return RunLabel(pod) > run && PodRunning(pod); }),
               AllPodsAt(total, [run](const Json& pod) { return TrainerRun(pod) > run; }),
               AllPodsAt(total, [run](const Json& pod) { return RunLabel(pod) > run; })});
-  Marks gates(client, kConfigMaps, ns, {GatesOpenAfter(run), [run](const Json& cm) {
+  Marks gates(client, kConfigMaps, ns, {GatesOpenAfter(run), [](const Json& cm) {
                 return cm["metadata"].value("annotations", Json::object()).contains(fleet::api::kBarrierAnnotation);
               }});
   LetWatchesStart();
