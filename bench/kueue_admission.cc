@@ -51,10 +51,8 @@ using fleet::bench::LetWatchesStart;
 using fleet::bench::Mark;
 using fleet::bench::Marks;
 using fleet::bench::Median;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
+using fleet::bench::Seconds;
+using fleet::bench::Arg;
 
 Resource KueueResource(const std::string& plural, bool namespaced) {
   return {fleet::op::kueue::kGroup, fleet::op::kueue::kVersion, plural, namespaced};

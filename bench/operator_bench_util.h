@@ -76,6 +76,11 @@ inline pid_t SpawnOperator(const std::string& log, const std::vector<std::string
 using Clock = std::chrono::steady_clock;
 using Mark = std::function<bool(const Json&)>;
 
+inline double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+// Positional argument `i` as an int, else `fallback`.
+inline int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
+
 // The first moment each mark held, from one watch of `resource` in `ns` (restarted if the server
 // ends it). A mark sees every event's object, in order, from the watch thread only: it may count.
 class Marks {

@@ -74,10 +74,8 @@ using fleet::bench::FleetJobObject;
 using fleet::bench::ProcessCpuSeconds;
 using fleet::bench::ProcStatus;
 using fleet::bench::WriteKubeconfig;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
+using fleet::bench::Arg;
+using fleet::bench::Seconds;
 
 // The pods the operator makes for `job` (so every client sends the same bodies).
 std::vector<Json> PodsFor(const Json& job_object, const std::string& ns) {

@@ -48,15 +48,13 @@ using fleet::bench::LetWatchesStart;
 using fleet::bench::Mark;
 using fleet::bench::Marks;
 using fleet::bench::Median;
+using fleet::bench::Seconds;
+using fleet::bench::Arg;
 using fleet::kube::Client;
 using fleet::kube::Json;
 using fleet::kube::Resource;
 using fleet::kube::testing::FakeApiServer;
 using fleet::kube::testing::TempDir;
-
-double Seconds(Clock::duration d) { return std::chrono::duration<double>(d).count(); }
-
-int Arg(int argc, char** argv, int i, int fallback) { return argc > i ? std::atoi(argv[i]) : fallback; }
 
 const Resource kConfigMaps{"", "v1", "configmaps", true};
 
@@ -68,25 +66,19 @@ int IntOr(const std::string& text, int fallback) {
   }
 }
 
-// The run a pod's trainer runs in (its Trainer condition Running), else -1.
-int TrainerRun(const Json& pod) {
+// The run of a pod's Trainer condition when it is in `state`, else -1.
+int TrainerRunIn(const Json& pod, fleet::api::TrainerState state) {
   for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
     if (c.value("type", "") != fleet::api::kTrainerConditionType) continue;
     const auto report = fleet::api::TrainerReport::FromCondition(c.value("reason", ""), c.value("message", ""));
-    return report && report->state == fleet::api::TrainerState::kRunning ? report->run : -1;
+    return report && report->state == state ? report->run : -1;
   }
   return -1;
 }
 
-// The run a pod's trainer waits at the gate for (its Trainer condition AtGate), else -1.
-int TrainerAtGateFor(const Json& pod) {
-  for (const Json& c : pod.value("status", Json::object()).value("conditions", Json::array())) {
-    if (c.value("type", "") != fleet::api::kTrainerConditionType) continue;
-    const auto report = fleet::api::TrainerReport::FromCondition(c.value("reason", ""), c.value("message", ""));
-    return report && report->state == fleet::api::TrainerState::kAtGate ? report->run : -1;
-  }
-  return -1;
-}
+// The run a pod's trainer runs in; the run it waits at the gate for.
+int TrainerRun(const Json& pod) { return TrainerRunIn(pod, fleet::api::TrainerState::kRunning); }
+int TrainerAtGateFor(const Json& pod) { return TrainerRunIn(pod, fleet::api::TrainerState::kAtGate); }
 
 int RunLabel(const Json& pod) {
   return IntOr(pod["metadata"].value("labels", Json::object()).value(fleet::op::kRunLabel, ""), -1);
